@@ -1,0 +1,86 @@
+"""The one exception tree of splitserve.
+
+Every error a user can cause or meet derives from :class:`SplitserveError`;
+its message is one line that says what was wrong, where (file, key, node) and,
+where there is one, what to do.  The CLI prints that line and exits non-zero.
+Other libraries' errors are converted at the boundary where they occur.
+
+    SplitserveError
+    ├── SpecError            a cluster spec that cannot be used (file, key, allowed values)
+    ├── EngineError          building, locating or running llama.cpp
+    │   └── BuildError       cmake / compiler / source fetch / PR merge failed
+    ├── ClusterError         starting, stopping or reaching the processes of a cluster
+    │   ├── NodeError        one node failed (its name and the cause)
+    │   └── NotRunningError  a command that needs a running cluster found none
+    ├── ModelError           a model file that cannot be read (path and cause)
+    └── UsageError           a bad command-line argument
+"""
+
+from __future__ import annotations
+
+
+class SplitserveError(Exception):
+    """Root of every error splitserve raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpecError(SplitserveError):
+    """A cluster spec that is malformed or refers to something that is not there."""
+
+    exit_code = 2
+
+
+class UsageError(SplitserveError):
+    """A command-line argument that cannot be used."""
+
+    exit_code = 2
+
+
+class EngineError(SplitserveError):
+    """Building, locating or running the llama.cpp engine failed."""
+
+
+class BuildError(EngineError):
+    """The engine build failed: source fetch, PR merge, configure or compile."""
+
+
+class ClusterError(SplitserveError):
+    """Starting, stopping or reaching a cluster's processes failed."""
+
+
+class NodeError(ClusterError):
+    """One node of a cluster failed; the message names the node and the cause."""
+
+    def __init__(self, node: str, cause: str) -> None:
+        super().__init__(f"{node}: {cause}")
+        self.node = node
+        self.cause = cause
+
+
+class NotRunningError(ClusterError):
+    """The command needs a running cluster and there is none."""
+
+
+class ModelError(SplitserveError):
+    """A model file that cannot be read."""
+
+
+__all__ = [
+    "BuildError",
+    "ClusterError",
+    "EngineError",
+    "ModelError",
+    "NodeError",
+    "NotRunningError",
+    "SpecError",
+    "SplitserveError",
+    "UsageError",
+]

