@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._client import EngineClient, EngineHTTPError, EngineUnavailable
 from ._build import BuildOptions, BuildPlan, build_engine, cmake_arguments, plan_build
 from ._engine import Engine, get_engine, list_engines, load_engine
 from ._source import DEFAULT_SOURCE, SourceTree, resolve_source
@@ -11,6 +12,9 @@ __all__ = [
     "BuildOptions",
     "BuildPlan",
     "Engine",
+    "EngineClient",
+    "EngineHTTPError",
+    "EngineUnavailable",
     "SourceTree",
     "build_engine",
     "cmake_arguments",

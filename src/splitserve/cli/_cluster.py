@@ -1,0 +1,182 @@
+"""``splitserve up|down|status|logs``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import SplitserveError
+from ..cluster import (
+    ClusterSpec,
+    Event,
+    cluster_state_dir,
+    cluster_status,
+    down,
+    find_state_root,
+    launch_plan,
+    load_spec,
+    read_state,
+    resolve_engines,
+    up,
+)
+from ._app import app, fail
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+SpecOpt = Annotated[Optional[Path], typer.Option("-c", "--config", help="cluster spec (TOML)")]
+NameOpt = Annotated[Optional[str], typer.Option("--name", help="cluster name (instead of -c)")]
+
+
+def _mib(n: Any) -> str:
+    return f"{n / 1048576:.2f} MiB" if isinstance(n, (int, float)) else "-"
+
+
+def print_event(e: Event) -> None:
+    err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {e.node}: {e.message}")
+
+
+def _root(config: Path | None, name: str | None) -> Path:
+    spec_root = cluster_state_dir(load_spec(config)) if config else None
+    return find_state_root(name, spec_root)
+
+
+@app.command("up")
+def up_cmd(
+    config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the commands, start nothing")] = False,
+) -> None:
+    """Start the RPC workers and llama-server of a cluster and wait until it serves.
+
+    Example: splitserve up -c cluster.toml
+    """
+    try:
+        spec = load_spec(config)
+        if dry_run:
+            plan = launch_plan(spec, resolve_engines(spec))
+            for proc in plan.processes:
+                console.print(f"# {proc.node} ({proc.host}), log {proc.log}", markup=False)
+                console.print(proc.shell(), markup=False, soft_wrap=True)
+            return
+        state = up(spec, on_event=print_event)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    console.print(f"ready: {state.endpoint}  (model load {state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)")
+    console.print(f"stop with: splitserve down -c {config}", markup=False)
+
+
+@app.command("down")
+def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
+    """Stop exactly the processes `up` started (from the cluster's state folder).
+
+    Example: splitserve down -c cluster.toml
+    """
+    try:
+        root = _root(config, name)
+        stopped = down(root)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else f"{root.name}: nothing was running")
+
+
+def print_status(data: dict[str, Any]) -> None:
+    console.print(f"cluster {data['name']}: {data['phase']}  endpoint {data['endpoint']}", markup=False)
+    console.print(f"model: {data['model']}", markup=False)
+    if data.get("load_seconds") is not None:
+        console.print(f"load: {data['load_seconds']:.2f} s (up: {data['up_seconds']} s)")
+    table = Table("node", "role", "pid", "alive", "address", "RSS")
+    for p in data["processes"]:
+        table.add_row(p["node"], p["role"], str(p["pid"]), "yes" if p["alive"] else "NO",
+                      f"{p['bind']}:{p['port']}", _mib(p["rss_bytes"]))
+    console.print(table)
+    if data["memory"]:
+        mem = Table("node", "device", "model", "KV", "compute", "total", title="memory at load")
+        for d in data["memory"]:
+            mem.add_row(d["node"], d["device"], _mib(d["model_bytes"]), _mib(d["kv_bytes"]),
+                        _mib(d["compute_bytes"]), _mib(d["total_bytes"]))
+        console.print(mem)
+    if data.get("slots") is not None:
+        busy = sum(1 for s in data["slots"] if s.get("is_processing"))
+        ctx = data["slots"][0].get("n_ctx") if data["slots"] else None
+        console.print(f"slots: {len(data['slots'])} ({busy} busy), context per slot {ctx}")
+    elif data.get("slots_error"):
+        console.print(f"slots: unavailable ({data['slots_error']})", markup=False)
+
+
+@app.command("status")
+def status_cmd(config: SpecOpt = None, name: NameOpt = None,
+               as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Show each process (alive, pid, port, RSS), the model, per-device memory and the slots.
+
+    Example: splitserve status -c cluster.toml --json
+    """
+    try:
+        data = cluster_status(_root(config, name))
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        print_status(data)
+    if not all(p["alive"] for p in data["processes"]):
+        raise typer.Exit(3)
+
+
+@app.command("logs")
+def logs_cmd(
+    node: Annotated[Optional[str], typer.Argument(help="head or a worker name (default: all)")] = None,
+    config: SpecOpt = None, name: NameOpt = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing new lines")] = False,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="lines from the end of each log")] = 50,
+) -> None:
+    """Print the logs of a cluster's processes.
+
+    Example: splitserve logs w1 -c cluster.toml -f
+    """
+    try:
+        root = _root(config, name)
+        state = read_state(root)
+        logs_dir = root / "logs"
+        if state is not None:
+            files = {p.node: Path(p.log) for p in state.processes}
+        else:
+            files = {p.stem: p for p in sorted(logs_dir.glob("*.log"))}
+        if node is not None:
+            if node not in files:
+                raise SplitserveError(f"no node {node!r} in cluster {root.name}; nodes: {', '.join(files) or 'none'}")
+            files = {node: files[node]}
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    prefix = len(files) > 1
+    handles = {}
+    for n, path in files.items():
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines()[-lines:]:
+            sys.stdout.write((f"{n} | " if prefix else "") + line + "\n")
+        if follow:
+            fh = open(path, errors="replace")
+            fh.seek(0, 2)
+            handles[n] = fh
+    sys.stdout.flush()
+    try:
+        while follow:
+            for n, fh in handles.items():
+                for line in fh.readlines():
+                    sys.stdout.write((f"{n} | " if prefix else "") + line)
+            sys.stdout.flush()
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+__all__ = ["ClusterSpec", "print_event", "print_status"]

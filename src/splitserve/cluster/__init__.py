@@ -1,0 +1,46 @@
+"""Clusters: the spec, the launch plan, starting and stopping processes, their state and logs."""
+
+from __future__ import annotations
+
+from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, rpc_argv, server_argv
+from ._logparse import DeviceMemory, LoadReport, load_progress, parse_load_report
+from ._run import Event, down, port_in_use, require_state, resolve_engines, up
+from ._spec import ClusterSpec, HeadSpec, ServerSpec, WorkerSpec, check_files, load_spec, parse_spec
+from ._status import cluster_status, find_state_root
+from ._state import ClusterState, ProcessRecord, read_state
+from ._transport import LocalTransport, ProcessRef, Transport, transport_for
+
+__all__ = [
+    "ClusterSpec",
+    "ClusterState",
+    "DeviceMemory",
+    "Event",
+    "HeadSpec",
+    "LaunchPlan",
+    "LoadReport",
+    "LocalTransport",
+    "ProcessPlan",
+    "ProcessRecord",
+    "ProcessRef",
+    "ServerSpec",
+    "Transport",
+    "WorkerSpec",
+    "check_files",
+    "cluster_status",
+    "cluster_state_dir",
+    "down",
+    "find_state_root",
+    "launch_plan",
+    "load_progress",
+    "load_spec",
+    "parse_load_report",
+    "parse_spec",
+    "port_in_use",
+    "read_state",
+    "require_state",
+    "resolve_engines",
+    "rpc_argv",
+    "server_argv",
+    "transport_for",
+    "up",
+]

@@ -1,0 +1,152 @@
+"""The processes a launch will run, as data: :func:`launch_plan` turns a spec and
+its engines into argv/env/log paths; `up` executes the plan and `up --dry-run`
+prints it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine import Engine
+from ._spec import ClusterSpec, WorkerSpec
+
+
+@dataclass
+class ProcessPlan:
+    """One process of a cluster."""
+
+    node: str
+    """``head`` or the worker's name."""
+    role: str
+    """``server`` (llama-server) or ``rpc`` (ggml-rpc-server)."""
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+    bind: str
+    port: int
+    log: Path
+
+    def shell(self) -> str:
+        """The command as one shell line (for --dry-run and the logs)."""
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (envs + " " if envs else "") + shlex.join(self.argv)
+
+
+@dataclass
+class LaunchPlan:
+    """Every process of a cluster, in start order: workers, then the head."""
+
+    workers: list[ProcessPlan]
+    head: ProcessPlan
+    state_dir: Path
+    endpoint: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def processes(self) -> list[ProcessPlan]:
+        return [*self.workers, self.head]
+
+
+def _library_env(engine: Engine, extra: dict[str, str]) -> dict[str, str]:
+    # RPATH is $ORIGIN for our builds; the library path also covers foreign builds without one.
+    env = {"LD_LIBRARY_PATH": str(engine.bin_dir)}
+    env.update(extra)
+    return env
+
+
+def rpc_argv(engine: Engine, worker: WorkerSpec) -> list[str]:
+    """ggml-rpc-server's command line for a worker."""
+    argv = [str(engine.rpc_server), "-H", worker.bind, "-p", str(worker.port)]
+    if worker.devices:
+        argv += ["-d", ",".join(worker.devices)]
+    if worker.threads:
+        argv += ["-t", str(worker.threads)]
+    if worker.cache:
+        argv.append("-c")
+    return argv
+
+
+def rpc_endpoint(worker: WorkerSpec) -> str:
+    host = f"[{worker.bind}]" if ":" in worker.bind else worker.bind
+    return f"{host}:{worker.port}"
+
+
+def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | None = None) -> list[str]:
+    """llama-server's command line: the RPC workers, all layers offloaded, the spec's options."""
+    s = spec.server
+    argv = [
+        str(engine.server),
+        "--model", str(spec.model),
+        "--host", s.host,
+        "--port", str(s.port),
+        "--rpc", ",".join(rpc_endpoint(w) for w in spec.workers),
+        "--n-gpu-layers", str(s.n_gpu_layers),
+        "--split-mode", s.split_mode,
+        "--ctx-size", str(s.ctx_size),
+        "--parallel", str(s.parallel),
+        # Per-device model / KV / compute buffer sizes in the log (read by `status`).
+        "--verbosity", "4",
+    ]
+    if s.batch:
+        argv += ["--batch-size", str(s.batch)]
+    if s.ubatch:
+        argv += ["--ubatch-size", str(s.ubatch)]
+    if s.cache_type_k:
+        argv += ["--cache-type-k", s.cache_type_k]
+    if s.cache_type_v:
+        argv += ["--cache-type-v", s.cache_type_v]
+    if s.flash_attn:
+        argv += ["--flash-attn", s.flash_attn]
+    split = s.tensor_split if s.tensor_split is not None else tensor_split
+    if split:
+        argv += ["--tensor-split", ",".join(f"{x:g}" for x in split)]
+    if s.threads:
+        argv += ["--threads", str(s.threads)]
+    if spec.head.devices:
+        rpc_devs = [f"RPC{i}" for i in range(sum(len(w.devices) or 1 for w in spec.workers))]
+        argv += ["--device", ",".join(rpc_devs + spec.head.devices)]
+    if s.chat_template_file:
+        argv += ["--jinja", "--chat-template-file", str(s.chat_template_file)]
+    if s.api_key:
+        argv += ["--api-key", s.api_key]
+    return argv + list(s.extra_args)
+
+
+def cluster_state_dir(spec: ClusterSpec) -> Path:
+    from .._paths import state_dir
+
+    return spec.state_dir or state_dir() / spec.name
+
+
+def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: list[float] | None = None) -> LaunchPlan:
+    """The processes for ``spec``; ``engines`` maps node name (``head`` or a worker) to its engine."""
+    root = cluster_state_dir(spec)
+    logs = root / "logs"
+    workers = []
+    for w in spec.workers:
+        eng = engines[w.name]
+        workers.append(ProcessPlan(node=w.name, role="rpc", host=w.host, argv=rpc_argv(eng, w),
+                                   env=_library_env(eng, w.env), bind=w.bind, port=w.port,
+                                   log=logs / f"{w.name}.log"))
+    head_engine = engines["head"]
+    head = ProcessPlan(node="head", role="server", host=spec.head.host,
+                       argv=server_argv(head_engine, spec, tensor_split),
+                       env=_library_env(head_engine, spec.server.env), bind=spec.server.host,
+                       port=spec.server.port, log=logs / "head.log")
+    host = spec.server.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return LaunchPlan(workers=workers, head=head, state_dir=root, endpoint=f"http://{shown}:{spec.server.port}")
+
+
+def process_env(plan: ProcessPlan) -> dict[str, str]:
+    """The full environment of a local process: ours plus the plan's, library path prepended."""
+    env = dict(os.environ)
+    for key, value in plan.env.items():
+        if key == "LD_LIBRARY_PATH" and env.get(key):
+            env[key] = value + os.pathsep + env[key]
+        else:
+            env[key] = value
+    return env

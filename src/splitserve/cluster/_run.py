@@ -1,0 +1,273 @@
+"""Bringing a cluster up and down: executes a :class:`LaunchPlan`.
+
+`up` stops what an earlier `up` of the same cluster left running (from its
+state folder only), starts the RPC workers, waits for their ports, starts
+llama-server and waits for real readiness (``/health`` 200 and a one-token
+completion). Any failure stops everything it started and raises a
+:class:`NodeError` naming the node and the cause.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import ClusterError, NodeError, NotRunningError, SplitserveError
+from ..engine import Engine, EngineClient, EngineHTTPError, EngineUnavailable, get_engine
+from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, process_env
+from ._logparse import load_progress, parse_load_report
+from ._spec import ClusterSpec, check_files
+from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
+from ._transport import ProcessRef, Transport, stop, transport_for
+
+
+@dataclass
+class Event:
+    """Something `up` did or saw, for progress displays and tests."""
+
+    kind: str
+    """``stale``, ``worker_started``, ``worker_ready``, ``head_started``, ``loading``, ``ready``."""
+    node: str
+    message: str
+
+
+OnEvent = Callable[[Event], None]
+
+
+def resolve_engines(spec: ClusterSpec, engine: Engine | None = None) -> dict[str, Engine]:
+    """The engine of every node: a per-node override, else the cluster's."""
+    cache: dict[str, Engine] = {}
+
+    def pick(name: str | None) -> Engine:
+        key = name if name and name != "default" else None
+        if key is None and engine is not None:
+            return engine
+        if key not in cache:
+            cache[key or ""] = get_engine(key)
+        return cache[key or ""]
+
+    engines = {"head": pick(spec.head.engine or spec.engine)}
+    for w in spec.workers:
+        engines[w.name] = pick(w.engine or spec.engine)
+    return engines
+
+
+def _log_cause(text: str) -> str:
+    """The most telling line at the end of a process's log."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    tail = lines[-40:]
+    for pattern in (r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception",):
+        hits = [ln for ln in tail if re.search(pattern, ln, re.I)]
+        if hits:
+            return hits[-1][:300]
+    return tail[-1][:300] if tail else "no output"
+
+
+def port_in_use(bind: str, port: int) -> bool:
+    """Whether a local TCP port cannot be bound (someone listens there)."""
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise ClusterError(f"{bind} is not an address of this machine") from None
+            raise
+    return False
+
+
+def port_answers(bind: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((bind, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class _Launch:
+    """One `up`: the processes started so far, so a failure can stop them all."""
+
+    def __init__(self, spec: ClusterSpec, plan: LaunchPlan, engine_key: str, on_event: OnEvent) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.on_event = on_event
+        self.started: list[tuple[ProcessPlan, Transport, ProcessRef]] = []
+        self.state = ClusterState(
+            name=spec.name, spec_file=str(spec.source_file) if spec.source_file else None,
+            model=str(spec.model), endpoint=plan.endpoint, engine=engine_key, started_at=time.time())
+
+    def spawn(self, proc: ProcessPlan) -> ProcessRef:
+        transport = transport_for(proc.host)
+        if proc.log.exists():
+            proc.log.replace(proc.log.with_name(proc.log.name + ".1"))
+        proc.log.parent.mkdir(parents=True, exist_ok=True)
+        proc.log.write_text(f"# splitserve: {proc.shell()}\n")
+        ref = transport.spawn(proc.argv, process_env(proc), proc.log)
+        self.started.append((proc, transport, ref))
+        self.state.processes.append(ProcessRecord(
+            node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
+            bind=proc.bind, port=proc.port, log=str(proc.log), argv=proc.argv))
+        write_state(self.plan.state_dir, self.state)
+        return ref
+
+    def died(self, proc: ProcessPlan, transport: Transport, ref: ProcessRef, during: str) -> NodeError:
+        code = transport.exit_code(ref)
+        what = "llama-server" if proc.role == "server" else "ggml-rpc-server"
+        how = f"exited with code {code}" if code is not None and code >= 0 else (
+            f"was killed by signal {-code}" if code is not None else "died")
+        cause = _log_cause(transport.read_log(proc.log))
+        return NodeError(proc.node, f"{what} {how} {during}: {cause} (log: {proc.log})")
+
+    def check_alive(self, during: str) -> None:
+        # Workers first: a dead worker is the root cause of a head that then fails.
+        for proc, transport, ref in sorted(self.started, key=lambda t: t[0].role != "rpc"):
+            if not transport.alive(ref):
+                raise self.died(proc, transport, ref, during)
+
+    def stop_all(self) -> list[str]:
+        leftovers = []
+        for proc, transport, ref in reversed(self.started):
+            if not stop(transport, ref):
+                leftovers.append(f"{proc.node} (pid {ref.pid})")
+        return leftovers
+
+
+def stop_recorded(state: ClusterState) -> list[str]:
+    """Stop every recorded process that is still ours; returns the nodes stopped."""
+    stopped = []
+    order = sorted(state.processes, key=lambda p: p.role != "server")  # head first
+    for rec in order:
+        transport = transport_for(rec.host)
+        if transport.alive(rec.ref):
+            if not stop(transport, rec.ref):
+                raise ClusterError(f"{rec.node}: pid {rec.pid} did not stop after SIGKILL")
+            stopped.append(rec.node)
+    return stopped
+
+
+def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
+       tensor_split: list[float] | None = None, worker_timeout: float = 60.0) -> ClusterState:
+    """Start the cluster and wait until it serves; returns its recorded state."""
+    t0 = time.monotonic()
+    emit = on_event or (lambda _e: None)
+    check_files(spec)
+    engines = resolve_engines(spec, engine)
+    plan = launch_plan(spec, engines, tensor_split)
+    root = plan.state_dir
+
+    old = read_state(root)
+    if old is not None:
+        stopped = stop_recorded(old)
+        if stopped:
+            emit(Event("stale", "cluster", f"stopped stale processes of {spec.name}: {', '.join(stopped)}"))
+        clear_state(root)
+
+    for proc in plan.processes:
+        if proc.host == "local" and port_in_use(proc.bind, proc.port):
+            raise NodeError(proc.node, f"port {proc.port} on {proc.bind} is already in use by another process")
+
+    launch = _Launch(spec, plan, engines["head"].key, emit)
+    try:
+        _start(launch, spec, plan, emit, worker_timeout)
+    except BaseException as exc:
+        leftovers = launch.stop_all()
+        launch.state.phase = "failed"
+        clear_state(root)
+        if leftovers and isinstance(exc, SplitserveError):
+            raise ClusterError(f"{exc}; could not stop: {', '.join(leftovers)}") from None
+        raise
+    launch.state.up_seconds = round(time.monotonic() - t0, 3)
+    write_state(root, launch.state)
+    return launch.state
+
+
+def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, worker_timeout: float) -> None:
+    for proc in plan.workers:
+        launch.spawn(proc)
+        emit(Event("worker_started", proc.node, f"ggml-rpc-server on {proc.bind}:{proc.port}"))
+    deadline = time.monotonic() + worker_timeout
+    waiting = list(plan.workers)
+    while waiting:
+        launch.check_alive("at start")
+        for proc in list(waiting):
+            if port_answers(proc.bind, proc.port, timeout=0.2):
+                waiting.remove(proc)
+                emit(Event("worker_ready", proc.node, f"{proc.bind}:{proc.port} answers"))
+        if waiting and time.monotonic() > deadline:
+            names = ", ".join(p.node for p in waiting)
+            raise NodeError(waiting[0].node, f"port {waiting[0].port} on {waiting[0].bind} did not answer "
+                            f"within {worker_timeout:.0f} s (waiting for: {names})")
+        if waiting:
+            time.sleep(0.01)
+
+    head = plan.head
+    head_started = time.monotonic()
+    launch.spawn(head)
+    emit(Event("head_started", "head", f"llama-server loading {spec.model.name}"))
+    _wait_ready(launch, spec, head, emit)
+    launch.state.load_seconds = round(time.monotonic() - head_started, 3)
+    launch.state.ready_at = time.time()
+    launch.state.phase = "ready"
+    text = transport_for(head.host).read_log(head.log, max_bytes=8 << 20)
+    launch.state.extra["memory"] = [d.as_dict() for d in parse_load_report(text).devices]
+    emit(Event("ready", "head", f"{plan.endpoint} ready in {launch.state.load_seconds:.1f} s"))
+
+
+def _wait_ready(launch: _Launch, spec: ClusterSpec, head: ProcessPlan, emit: OnEvent) -> None:
+    transport = transport_for(head.host)
+    deadline = time.monotonic() + spec.load_timeout
+    url = launch.plan.endpoint
+    last_progress = ""
+    with EngineClient(url, api_key=spec.server.api_key, timeout=60.0) as client:
+        while True:
+            launch.check_alive("during load")
+            try:
+                status = client.health_status()
+            except EngineUnavailable:
+                status = 0
+            if status == 200:
+                break
+            progress = load_progress(transport.read_log(head.log, max_bytes=64 << 10))
+            if progress and progress != last_progress:
+                last_progress = progress
+                emit(Event("loading", "head", progress))
+            if time.monotonic() > deadline:
+                raise NodeError("head", f"llama-server was not ready within {spec.load_timeout:.0f} s "
+                                f"(last: {last_progress or 'no progress in its log'}; log: {head.log})")
+            time.sleep(0.02)
+        try:
+            client.complete("Hello", n_predict=1, cache_prompt=False)
+        except (EngineHTTPError, EngineUnavailable) as exc:
+            launch.check_alive("during the first completion")
+            raise NodeError("head", f"the first one-token completion failed: {exc}") from None
+
+
+def down(spec_or_root: ClusterSpec | Path) -> list[str]:
+    """Stop exactly the processes `up` recorded; returns the nodes stopped."""
+    root = cluster_state_dir(spec_or_root) if isinstance(spec_or_root, ClusterSpec) else spec_or_root
+    state = read_state(root)
+    if state is None:
+        return []
+    stopped = stop_recorded(state)
+    clear_state(root)
+    return stopped
+
+
+def require_state(spec: ClusterSpec) -> ClusterState:
+    state = read_state(cluster_state_dir(spec))
+    if state is None:
+        raise NotRunningError(f"cluster {spec.name} is not running (no state in {cluster_state_dir(spec)}); "
+                              "start it with `splitserve up`")
+    return state
+
+
+__all__ = ["Event", "down", "port_in_use", "require_state", "resolve_engines", "stop_recorded", "up"]
+

@@ -1,0 +1,254 @@
+"""The cluster spec: a TOML file validated with pydantic.
+
+Example::
+
+    name = "m3"
+    model = "~/models/MiniMax-M3-UD-IQ4_XS-00001-of-00006.gguf"
+    engine = "default"            # an engine key, prefix or folder; "default" = newest cached
+
+    [head]
+    host = "local"
+    devices = []                  # the head's own offload devices (CUDA0, ...); none on a CPU build
+
+    [[workers]]
+    name = "w1"
+    host = "local"                # "local" or, with the ssh transport, "user@box2"
+    bind = "127.0.0.1"            # the address the RPC server listens on
+    port = 50052
+    devices = []                  # e.g. ["CUDA0"]; empty = all of the worker's devices
+
+    [server]
+    host = "127.0.0.1"
+    port = 8080
+    ctx_size = 8192
+    parallel = 1
+    flash_attn = "on"
+    cache_type_k = "q8_0"
+    cache_type_v = "q8_0"
+    extra_args = ["--jinja"]
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .._errors import SpecError
+
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class HeadSpec(_Strict):
+    """The node that runs llama-server."""
+
+    host: str = "local"
+    """Where the head runs: ``local`` (this machine)."""
+    devices: list[str] = Field(default_factory=list)
+    """The head's own offload devices as llama.cpp names them (``CUDA0``); none on a CPU build."""
+    engine: str | None = None
+    """This node's engine (key or folder) when it differs from the cluster's."""
+
+
+class WorkerSpec(_Strict):
+    """One ggml-rpc-server."""
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    host: str = "local"
+    bind: str = "127.0.0.1"
+    """The address the RPC server listens on: the private link's address, never a wildcard by default."""
+    port: Port = 50052
+    devices: list[str] = Field(default_factory=list)
+    """Devices this worker offers (``-d``), e.g. ``["CUDA0"]``; empty = all of them."""
+    threads: Annotated[int, Field(ge=1)] | None = None
+    cache: bool = True
+    """Start the RPC server with its local tensor cache (``-c``): second loads are fast."""
+    engine: str | None = None
+    """This node's engine (key or folder) when it differs from the cluster's."""
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind_is_address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if value != "localhost":
+                raise ValueError("must be an IP address (the interface the RPC server listens on)") from None
+        return value
+
+
+class ServerSpec(_Strict):
+    """llama-server's options."""
+
+    host: str = "127.0.0.1"
+    port: Port = 8080
+    ctx_size: Annotated[int, Field(ge=0)] = 4096
+    parallel: Annotated[int, Field(ge=1)] = 1
+    batch: Annotated[int, Field(ge=1)] | None = None
+    ubatch: Annotated[int, Field(ge=1)] | None = None
+    cache_type_k: Literal[CACHE_TYPES] | None = None  # type: ignore[valid-type]
+    cache_type_v: Literal[CACHE_TYPES] | None = None  # type: ignore[valid-type]
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    split_mode: Literal["layer", "row", "none"] = "layer"
+    tensor_split: list[Annotated[float, Field(ge=0)]] | None = None
+    n_gpu_layers: int = 999
+    threads: Annotated[int, Field(ge=1)] | None = None
+    chat_template_file: Path | None = None
+    api_key: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    """Passed to llama-server untouched, after splitserve's own flags."""
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class ClusterSpec(_Strict):
+    """A whole cluster: the model, the head, the workers and the server options."""
+
+    name: Annotated[str, Field(pattern=NAME_RE)] = "default"
+    model: Path
+    engine: str = "default"
+    head: HeadSpec = Field(default_factory=HeadSpec)
+    workers: list[WorkerSpec] = Field(min_length=1)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    allow_public_rpc: bool = False
+    """Allow RPC workers to bind to a wildcard or public address (the protocol has no authentication)."""
+    state_dir: Path | None = None
+    """Where pids and logs go (default: ~/.local/state/splitserve/<name>)."""
+    load_timeout: Annotated[float, Field(gt=0)] = 1800.0
+    """Seconds to wait for the head to load the model."""
+
+    # Where the spec was read from (not a TOML key).
+    source_file: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        names = [w.name for w in self.workers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"worker names must be unique; repeated: {', '.join(dupes)}")
+        endpoints = [(w.host, w.bind, w.port) for w in self.workers]
+        clash = sorted({f"{b}:{p}" for (h, b, p) in endpoints if endpoints.count((h, b, p)) > 1})
+        if clash:
+            raise ValueError(f"two workers listen on the same address: {', '.join(clash)}")
+        if self.server.tensor_split is not None:
+            expected = device_count(self)
+            if len(self.server.tensor_split) != expected:
+                raise ValueError(
+                    f"server.tensor_split has {len(self.server.tensor_split)} entries; expected {expected}, "
+                    "one per device in llama.cpp's order: each worker's devices (a worker without `devices` "
+                    "counts as one), then the head's devices")
+        if not self.allow_public_rpc:
+            for w in self.workers:
+                problem = unsafe_bind(w.bind)
+                if problem:
+                    raise ValueError(
+                        f"workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol has no "
+                        "authentication: bind to the private link's address, or set allow_public_rpc = true")
+        return self
+
+
+def device_count(spec: ClusterSpec) -> int:
+    """Devices llama-server will see: RPC devices first (worker by worker), then the head's own."""
+    return sum(len(w.devices) or 1 for w in spec.workers) + len(spec.head.devices)
+
+
+def unsafe_bind(address: str) -> str | None:
+    """Why binding an RPC server to ``address`` is unsafe, or None."""
+    if address == "localhost":
+        return None
+    ip = ipaddress.ip_address(address)
+    if ip.is_unspecified:
+        return "a wildcard address (every interface)"
+    if ip.is_loopback or ip.is_private or ip.is_link_local:
+        return None
+    return "a public address"
+
+
+def _loc(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
+    """``workers[w2].port`` style key paths from a pydantic error location."""
+    out = ""
+    node: Any = data
+    for part in loc:
+        if isinstance(part, int):
+            name = None
+            if isinstance(node, list) and 0 <= part < len(node) and isinstance(node[part], dict):
+                name = node[part].get("name")
+            out += f"[{name}]" if name else f"[{part}]"
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        else:
+            out += ("." if out else "") + str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+def _message(err: dict[str, Any]) -> str:
+    msg = str(err.get("msg", "invalid"))
+    msg = re.sub(r"^Value error, ", "", msg)
+    if err.get("type") == "extra_forbidden":
+        return "unknown key"
+    if err.get("type") == "missing":
+        return "required key is missing"
+    return msg
+
+
+def parse_spec(data: dict[str, Any], source: Path | None = None) -> ClusterSpec:
+    """Validate a spec given as a dict; relative paths resolve against the file's folder."""
+    where = str(source) if source else "<spec>"
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = _loc(tuple(first.get("loc", ())), data)
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise SpecError(f"{where}: {key}: {_message(first)}{more}") from None
+    base = source.parent if source else Path.cwd()
+    spec.model = _resolve(spec.model, base)
+    if spec.server.chat_template_file is not None:
+        spec.server.chat_template_file = _resolve(spec.server.chat_template_file, base)
+    if spec.state_dir is not None:
+        spec.state_dir = _resolve(spec.state_dir, base)
+    spec.source_file = source
+    return spec
+
+
+def _resolve(path: Path, base: Path) -> Path:
+    path = path.expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def load_spec(path: str | Path) -> ClusterSpec:
+    """Read and validate a cluster spec file; every mistake is a :class:`SpecError`
+    naming the file, the key and what is allowed."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such cluster spec file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return parse_spec(data, path.resolve())
+
+
+def check_files(spec: ClusterSpec) -> None:
+    """The files a launch needs exist (checked at `up`, not at load, so `--dry-run` works anywhere)."""
+    where = str(spec.source_file or "<spec>")
+    if not spec.model.is_file():
+        raise SpecError(f"{where}: model: {spec.model} does not exist")
+    tf = spec.server.chat_template_file
+    if tf is not None and not tf.is_file():
+        raise SpecError(f"{where}: server.chat_template_file: {tf} does not exist")

@@ -1,0 +1,78 @@
+"""What `splitserve status` reports: each process, the model, per-device memory
+as llama-server reported it at load, and the slots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .._errors import NotRunningError
+from .._paths import state_dir
+from .._errors import EngineError
+from ..engine import EngineClient
+from ._logparse import parse_load_report
+from ._state import ClusterState, read_state
+from ._transport import transport_for
+
+
+def find_state_root(name: str | None = None, spec_root: Path | None = None) -> Path:
+    """The state folder of a cluster by spec, by name, or the only one running."""
+    if spec_root is not None:
+        return spec_root
+    base = state_dir()
+    if name:
+        return base / name
+    roots = sorted(p.parent for p in base.glob("*/state.json")) if base.is_dir() else []
+    if len(roots) == 1:
+        return roots[0]
+    if not roots:
+        raise NotRunningError(f"no running cluster (nothing in {base}); start one with `splitserve up -c FILE`")
+    names = ", ".join(r.name for r in roots)
+    raise NotRunningError(f"several clusters are running ({names}): name one with -c FILE or --name NAME")
+
+
+def _node_of(device: dict[str, Any], state: ClusterState) -> str:
+    endpoint = device.get("endpoint")
+    if endpoint:
+        for p in state.processes:
+            host = f"[{p.bind}]" if ":" in p.bind else p.bind
+            if p.role == "rpc" and f"{host}:{p.port}" == endpoint:
+                return p.node
+    return "head"
+
+
+def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
+    """A JSON-able snapshot of the cluster whose state is in ``root``."""
+    state = read_state(root)
+    if state is None:
+        raise NotRunningError(f"cluster {root.name} is not running (no state in {root})")
+    procs = []
+    head_log = None
+    for rec in state.processes:
+        transport = transport_for(rec.host)
+        alive = transport.alive(rec.ref)
+        procs.append({"node": rec.node, "role": rec.role, "host": rec.host, "pid": rec.pid, "alive": alive,
+                      "bind": rec.bind, "port": rec.port, "rss_bytes": transport.rss_bytes(rec.ref),
+                      "log": rec.log})
+        if rec.role == "server":
+            head_log = (transport, Path(rec.log))
+    memory = state.extra.get("memory") or []
+    if head_log is not None:
+        fresh = [d.as_dict() for d in parse_load_report(head_log[0].read_log(head_log[1], 8 << 20)).devices]
+        memory = fresh or memory
+    memory = [dict(d, node=_node_of(d, state)) for d in memory]
+    out: dict[str, Any] = {
+        "name": state.name, "phase": state.phase, "endpoint": state.endpoint, "model": state.model,
+        "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,
+        "up_seconds": state.up_seconds, "processes": procs, "memory": memory, "slots": None,
+    }
+    server_alive = any(p["alive"] for p in procs if p["role"] == "server")
+    if with_slots and server_alive:
+        try:
+            with EngineClient(state.endpoint, timeout=3.0) as client:
+                out["slots"] = [
+                    {"id": s.get("id"), "n_ctx": s.get("n_ctx"), "is_processing": s.get("is_processing"),
+                     "id_task": s.get("id_task")} for s in client.slots()]
+        except EngineError as exc:
+            out["slots_error"] = str(exc)
+    return out

@@ -1,0 +1,170 @@
+"""How splitserve starts and watches processes on a node.
+
+:class:`Transport` is the one I/O boundary of the cluster layer: spawn a
+process with its output going to a log file, ask whether it is alive, signal
+it, read its memory and its log. :class:`LocalTransport` runs on this machine;
+an SSH transport (same four methods over the system OpenSSH client) plugs in
+beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import ClusterError
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process as the state file records it: pid plus its start time, so a
+    recycled pid is never mistaken for ours."""
+
+    pid: int
+    start_ticks: int | None
+
+
+class Transport(ABC):
+    """Start and watch processes on one node."""
+
+    host: str = "local"
+
+    @abstractmethod
+    def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
+        """Start ``argv`` in a new session with stdout+stderr appended to ``log_path``."""
+
+    @abstractmethod
+    def alive(self, ref: ProcessRef) -> bool:
+        """Whether the process still runs (a zombie does not count)."""
+
+    @abstractmethod
+    def signal(self, ref: ProcessRef, sig: int) -> None:
+        """Send ``sig`` to the process group the process leads."""
+
+    @abstractmethod
+    def exit_code(self, ref: ProcessRef) -> int | None:
+        """The exit status of a process this transport started and that has ended, where known."""
+
+    def rss_bytes(self, ref: ProcessRef) -> int | None:
+        """Resident memory of the process, where known."""
+        return None
+
+    def read_log(self, log_path: Path, max_bytes: int = 1 << 20) -> str:
+        """The end of a log file this transport writes."""
+        try:
+            with open(log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - max_bytes))
+                return fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # Field 2 (comm) may hold spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rfind(")") + 2:].split()
+    return rest  # rest[0] is field 3 (state); field 22 (starttime) is rest[19]
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22)."""
+    rest = _proc_stat(pid)
+    return int(rest[19]) if rest and len(rest) > 19 else None
+
+
+class LocalTransport(Transport):
+    """Processes on this machine."""
+
+    host = "local"
+
+    def __init__(self) -> None:
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise ClusterError(f"cannot start {argv[0]}: {exc.strerror}") from None
+        self._children[proc.pid] = proc
+        return ProcessRef(proc.pid, start_ticks(proc.pid))
+
+    def _same(self, ref: ProcessRef) -> bool:
+        if ref.start_ticks is None:
+            return _proc_stat(ref.pid) is not None
+        return start_ticks(ref.pid) == ref.start_ticks
+
+    def alive(self, ref: ProcessRef) -> bool:
+        child = self._children.get(ref.pid)
+        if child is not None:
+            return child.poll() is None
+        rest = _proc_stat(ref.pid)
+        if rest is None or rest[0] in ("Z", "X"):
+            return False
+        return self._same(ref)
+
+    def exit_code(self, ref: ProcessRef) -> int | None:
+        child = self._children.get(ref.pid)
+        return child.poll() if child is not None else None
+
+    def signal(self, ref: ProcessRef, sig: int) -> None:
+        if not self.alive(ref):
+            return
+        try:
+            os.killpg(ref.pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(ref.pid, sig)
+
+    def rss_bytes(self, ref: ProcessRef) -> int | None:
+        if not self.alive(ref):
+            return None
+        try:
+            for line in Path(f"/proc/{ref.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+
+def stop(transport: Transport, ref: ProcessRef, grace: float = 10.0) -> bool:
+    """SIGTERM the process group, then SIGKILL after ``grace`` seconds; True if it is gone."""
+    if not transport.alive(ref):
+        return True
+    transport.signal(ref, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not transport.alive(ref):
+            return True
+        time.sleep(0.05)
+    transport.signal(ref, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not transport.alive(ref):
+            return True
+        time.sleep(0.05)
+    return not transport.alive(ref)
+
+
+_TRANSPORTS: dict[str, Transport] = {}
+
+
+def transport_for(host: str) -> Transport:
+    """The transport for a spec's ``host`` value (one shared instance per host)."""
+    if host in ("local", "localhost", "127.0.0.1"):
+        return _TRANSPORTS.setdefault("local", LocalTransport())
+    raise ClusterError(f"host {host!r}: only local nodes are supported by this build (host = \"local\")")
