@@ -1,0 +1,199 @@
+"""``splitserve fetch REPO`` and ``splitserve fetch --verify DIR``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import (BarColumn, DownloadColumn, Progress, TaskID, TextColumn,
+                           TimeRemainingColumn, TransferSpeedColumn)
+from rich.table import Table
+
+from .._errors import SplitserveError, UsageError
+from ..fetch import (Events, FetchFailed, FetchOptions, FetchPlan, FetchResult, fetch,
+                     plan_fetch, verify_dir)
+from ._app import app, fail
+
+console = Console(highlight=False)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+class _RichEvents(Events):
+    """Per-file bars (while a file is in flight) and a total bar, on stderr."""
+
+    def __init__(self, progress: Progress, total: int, have: int) -> None:
+        self.progress = progress
+        self.total = progress.add_task("total", total=total, completed=have)
+        self.tasks: dict[str, TaskID] = {}
+        self.lock = threading.Lock()
+
+    def file_started(self, path: str, size: int, resumed: int) -> None:
+        with self.lock:
+            if path not in self.tasks:
+                label = path if len(path) <= 48 else "…" + path[-47:]
+                self.tasks[path] = self.progress.add_task(label, total=size, completed=resumed)
+        if resumed:
+            self.note(f"{path}: resuming, {_size(resumed)} already on disk")
+
+    def advance(self, path: str, nbytes: int) -> None:
+        task = self.tasks.get(path)
+        if task is not None:
+            self.progress.advance(task, nbytes)
+        self.progress.advance(self.total, nbytes)
+
+    def file_state(self, path: str, state: str, detail: str = "") -> None:
+        task = self.tasks.get(path)
+        if state == "done":
+            if task is not None:
+                self.progress.remove_task(task)
+                self.tasks.pop(path, None)
+            self.progress.console.print(f"[green]✓[/green] {path} verified", highlight=False)
+        elif state == "refetch" and task is not None:
+            t = next(t for t in self.progress.tasks if t.id == task)
+            done = t.completed
+            self.progress.reset(task, total=t.total, completed=0)
+            self.progress.advance(self.total, -done)
+        elif state == "failed":
+            self.progress.console.print(f"[red]✗[/red] {detail}", markup=True, highlight=False)
+        elif state == "checking":
+            self.progress.console.print(f"[dim]{path}: already on disk, checking its hash[/dim]")
+
+    def note(self, message: str) -> None:
+        self.progress.console.print(f"[dim]{message}[/dim]", highlight=False)
+
+
+def _print_plan(plan: FetchPlan) -> None:
+    console.print(f"{plan.repo_id} @ {plan.commit[:12]}: {len(plan.files)} files, "
+                  f"{_size(plan.total)}; {_size(plan.todo)} to fetch into {plan.root}")
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _result_json(result: FetchResult) -> dict[str, object]:
+    return {
+        "repo_id": result.plan.repo_id, "commit": result.plan.commit, "dir": str(result.plan.root),
+        "seconds": round(result.seconds, 3), "fetched_bytes": result.fetched_bytes,
+        "files": [o.__dict__ for o in result.outcomes],
+        "models": [str(p) for p in result.models],
+    }
+
+
+def _verify(directory: Path, as_json: bool) -> None:
+    err = Console(stderr=True, highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("verifying", total=None)
+        report = verify_dir(directory, lambda path, n: bar.advance(task, n))
+    if as_json:
+        print(json.dumps({"dir": str(directory), "ok": report.ok, "problems": report.problems,
+                          "files": [i.__dict__ for i in report.items]}, indent=2))
+    else:
+        table = Table("file", "size", "status", "detail")
+        for i in report.items:
+            style = "green" if i.status == "ok" else "red"
+            table.add_row(i.path, _size(i.size), f"[{style}]{i.status}[/{style}]", i.detail)
+        console.print(table)
+        for p in report.problems:
+            console.print(f"[red]problem:[/red] {p}")
+        bad = sum(1 for i in report.items if i.status != "ok")
+        console.print(f"{len(report.items) - bad} of {len(report.items)} files verified"
+                      + ("" if report.ok else "; run `splitserve fetch REPO --dir DIR` again to "
+                                                 "re-fetch what is wrong"))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command("fetch")
+def fetch_cmd(
+    repo: Annotated[Optional[str], typer.Argument(help="repository, e.g. unsloth/MiniMax-M2-GGUF")] = None,
+    revision: Annotated[Optional[str], typer.Option(help="branch, tag or commit (default main)")] = None,
+    include: Annotated[Optional[list[str]], typer.Option(
+        "--include", help="glob of files to fetch (path or file name); repeatable")] = None,
+    quant: Annotated[Optional[list[str]], typer.Option(
+        "--quant", help="quant whose GGUF shard set to fetch, e.g. UD-IQ4_XS; repeatable")] = None,
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", help="target folder (default ./NAME); shards keep the repository's layout")] = None,
+    connections: Annotated[int, typer.Option(help="parallel range requests")] = 16,
+    stall_timeout: Annotated[float, typer.Option(
+        help="seconds without a byte before a connection is dropped and retried")] = 60.0,
+    retries: Annotated[int, typer.Option(help="failed attempts in a row before a file fails")] = 10,
+    backoff: Annotated[float, typer.Option(help="first retry delay in seconds", hidden=True)] = 1.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be fetched")] = False,
+    verify: Annotated[Optional[Path], typer.Option(
+        "--verify", help="re-check a finished download folder instead of fetching")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
+) -> None:
+    """Download a model repository's files (e.g. one quant's GGUF shards) reliably.
+
+    Lists the files through the hub API (HF_TOKEN and HF_ENDPOINT are honoured), then pulls
+    each one with parallel HTTP range requests from its storage URL, resumable after any
+    interruption (state file next to each partial), and renames it into place only once its
+    size and SHA-256 match the hub's.
+
+    Example: splitserve fetch unsloth/MiniMax-M2-GGUF --quant UD-IQ4_XS --dir /models/m2
+    """
+    try:
+        if verify is not None:
+            if repo is not None:
+                raise UsageError("--verify DIR checks a folder against its manifest; leave out REPO")
+            _verify(verify, as_json)
+            return
+        if repo is None:
+            raise UsageError("name a repository (e.g. splitserve fetch org/NAME-GGUF) or --verify DIR")
+        options = FetchOptions(repo_id=repo, revision=revision, includes=list(include or []),
+                               quants=list(quant or []), dir=directory, connections=connections,
+                               stall_timeout=stall_timeout, retries=retries, backoff=backoff)
+        plan = plan_fetch(options)
+        if not as_json:
+            _print_plan(plan)
+        if dry_run:
+            if as_json:
+                print(json.dumps({"repo_id": plan.repo_id, "commit": plan.commit,
+                                  "dir": str(plan.root), "total": plan.total, "todo": plan.todo,
+                                  "files": [{"path": f.remote.path, "size": f.remote.size,
+                                             "action": f.action, "have": f.have}
+                                            for f in plan.files]}, indent=2))
+            else:
+                table = Table("file", "size", "action")
+                for f in plan.files:
+                    table.add_row(f.remote.path, _size(f.remote.size), f.action)
+                console.print(table)
+            return
+        err = Console(stderr=True, highlight=False)
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                      TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                      disable=quiet, transient=False, refresh_per_second=4) as bar:
+            events = _RichEvents(bar, plan.total, plan.total - plan.todo)
+            result = fetch(options, events=events, plan=plan)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted; run the same command again to resume")
+        raise typer.Exit(130) from None
+    except FetchFailed as exc:
+        if as_json:
+            print(json.dumps(_result_json(exc.result), indent=2))
+        raise fail(exc) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    if as_json:
+        print(json.dumps(_result_json(result), indent=2))
+        return
+    speed = result.fetched_bytes / result.seconds if result.seconds else 0.0
+    console.print(f"done: {len(result.outcomes)} files in {result.plan.root} "
+                  f"({_size(result.fetched_bytes)} fetched in {result.seconds:.1f}s, "
+                  f"{_size(int(speed))}/s)")
+    for o in result.outcomes:
+        if o.status == "refetched":
+            console.print(f"[yellow]note:[/yellow] {o.path}: {o.message}")
+    for model in result.models:
+        console.print(f"model: llama-server -m {model}")

@@ -1,0 +1,248 @@
+"""``fetch()``: list, select, check the disk, transfer, verify; the one entry point.
+
+A plan comes first (:func:`plan_fetch`, no bytes moved): the repository's files at one
+commit, the selection, and per file whether it is already there (recorded in the manifest
+or hashing right), resumable (a partial with a matching state file) or new.  Then the free
+disk space is checked against what is left, and :class:`~._transfer.Transfer` moves the bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .._errors import UsageError
+from ._errors import DiskSpaceError, FetchError, HubError
+from ._hub import HfHub, Hub, Resolved
+from ._select import RemoteFile, ShardSet, incomplete_sets, select_files, shard_sets
+from ._state import PART_SIZE, FileIdentity, load_state, plan_segments, remove_state
+from ._transfer import Events, FileJob, Transfer, TransferOptions
+from ._verify import ManifestStore, expected_digest, hash_file, hash_label
+
+DISK_RESERVE = 256 << 20  # keep this much free beyond what the download needs
+
+
+@dataclass
+class FetchOptions:
+    """What to fetch and how (the ``splitserve fetch`` arguments)."""
+
+    repo_id: str
+    revision: str | None = None
+    includes: list[str] = field(default_factory=list)
+    quants: list[str] = field(default_factory=list)
+    dir: Path | None = None
+    connections: int = 16
+    stall_timeout: float = 60.0
+    retries: int = 10
+    backoff: float = 1.0
+    part_size: int = PART_SIZE
+
+
+@dataclass
+class PlannedFile:
+    remote: RemoteFile
+    final: Path
+    action: str  # skip | resume | new | replace
+    have: int = 0  # bytes already on disk (a partial's done bytes, or the whole file)
+
+
+@dataclass
+class FetchPlan:
+    repo_id: str
+    revision: str
+    commit: str
+    root: Path
+    files: list[PlannedFile]
+    sets: list[ShardSet]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(f.remote.size for f in self.files)
+
+    @property
+    def todo(self) -> int:
+        return sum(f.remote.size - f.have for f in self.files if f.action != "skip")
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    size: int
+    status: str  # skipped | fetched | refetched | failed
+    message: str = ""
+
+
+@dataclass
+class FetchResult:
+    plan: FetchPlan
+    outcomes: list[FileOutcome]
+    seconds: float
+    fetched_bytes: int
+
+    @property
+    def models(self) -> list[Path]:
+        """The file to pass to ``llama-server -m`` for each shard set fetched."""
+        return [self.plan.root / s.first for s in self.plan.sets if not s.is_mmproj]
+
+
+def _safe_target(root: Path, path: str) -> Path:
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts:
+        raise HubError(f"the hub listed a file outside the repository: {path!r}")
+    return root / Path(*p.parts)
+
+
+def _identity(repo_id: str, commit: str, remote: RemoteFile) -> FileIdentity:
+    return FileIdentity(repo_id=repo_id, commit=commit, path=remote.path, size=remote.size,
+                        sha256=remote.sha256, blob_id=remote.blob_id)
+
+
+def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None = None,
+               check_existing: bool = True) -> FetchPlan:
+    """List and select; decide per file what is left to do.  Moves no bytes."""
+    if options.connections < 1 or options.connections > 256:
+        raise UsageError(f"--connections {options.connections}: use 1 to 256")
+    hub = hub or HfHub()
+    events = events or Events()
+    listing = hub.list_files(options.repo_id, options.revision)
+    chosen = select_files(listing.files, options.includes, options.quants)
+    if not chosen:
+        raise FetchError(f"{options.repo_id}: nothing to fetch (the repository lists no files)")
+    root = (options.dir or Path.cwd() / options.repo_id.split("/")[-1]).resolve()
+    warnings = [f"{s.name}: only {len(s.files)} of its {s.count} shards are selected; "
+                "llama.cpp needs all of them" for s in incomplete_sets(chosen)]
+    store = ManifestStore(root)
+    planned = []
+    for remote in chosen:
+        final = _safe_target(root, remote.path)
+        ident = _identity(listing.repo_id, listing.commit, remote)
+        if final.is_file() and check_existing:
+            if final.stat().st_size == remote.size and store.matches(remote):
+                planned.append(PlannedFile(remote, final, "skip", remote.size))
+                continue
+            if final.stat().st_size == remote.size and expected_digest(remote):
+                events.file_state(remote.path, "checking")
+                if hash_file(final, remote) == expected_digest(remote):
+                    store.record(listing.repo_id, listing.commit, remote)
+                    planned.append(PlannedFile(remote, final, "skip", remote.size))
+                    continue
+            segs = load_state(final, ident)
+            have = sum(s.done for s in segs) if segs else 0
+            planned.append(PlannedFile(remote, final, "replace", have))
+            continue
+        segs = load_state(final, ident) if final.parent.is_dir() else None
+        if segs is not None:
+            planned.append(PlannedFile(remote, final, "resume", sum(s.done for s in segs)))
+        else:
+            planned.append(PlannedFile(remote, final, "new"))
+    return FetchPlan(listing.repo_id, listing.revision, listing.commit, root, planned,
+                     [s for s in shard_sets(chosen) if s.complete], warnings)
+
+
+def check_disk(plan: FetchPlan) -> None:
+    """Raise DiskSpaceError when what is left to fetch does not fit on the target disk."""
+    probe = plan.root
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    need = plan.todo
+    if need and need + DISK_RESERVE > free:
+        raise DiskSpaceError(f"{plan.root}: {_gib(need)} still to fetch but only {_gib(free)} free "
+                             "on that disk; free some space or choose another --dir")
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None = None,
+          plan: FetchPlan | None = None) -> FetchResult:
+    """Fetch the selected files into ``options.dir``; raise FetchError if any failed."""
+    hub = hub or HfHub()
+    events = events or Events()
+    t0 = time.monotonic()
+    plan = plan or plan_fetch(options, hub, events)
+    for w in plan.warnings:
+        events.note(w)
+    check_disk(plan)
+    plan.root.mkdir(parents=True, exist_ok=True)
+    store = ManifestStore(plan.root)
+    topt = TransferOptions(connections=options.connections, stall_timeout=options.stall_timeout,
+                           retries=options.retries, backoff=options.backoff,
+                           part_size=options.part_size)
+    jobs: list[FileJob] = []
+    outcomes: dict[str, FileOutcome] = {}
+    for pf in plan.files:
+        if pf.action == "skip":
+            outcomes[pf.remote.path] = FileOutcome(pf.remote.path, pf.remote.size, "skipped",
+                                                   "already there and verified")
+            continue
+        ident = _identity(plan.repo_id, plan.commit, pf.remote)
+        segs = load_state(pf.final, ident)
+        if segs is None:
+            remove_state(pf.final)
+            segs = plan_segments(pf.remote.size, options.connections, options.part_size)
+        pf.final.parent.mkdir(parents=True, exist_ok=True)
+
+        def resolve(remote: RemoteFile = pf.remote) -> Resolved:
+            return _resolve_checked(hub, plan, remote)
+
+        def on_done(job: FileJob) -> None:
+            store.record(plan.repo_id, plan.commit, job.remote)
+
+        jobs.append(FileJob(pf.remote, pf.final, ident, resolve, segs, on_done))
+    before = {j.path: sum(s.done for s in j.segments) for j in jobs}
+    transfer = Transfer(jobs, topt, events)
+    transfer.run()
+    fetched = 0
+    for job in jobs:
+        fetched += job.remote.size - before[job.path] if job.status == "done" else 0
+        if job.status == "done":
+            status = "refetched" if job.refetches else "fetched"
+            msg = (f"{hash_label(job.remote)} was wrong the first time; re-fetched and verified"
+                   if job.refetches else "verified")
+            outcomes[job.path] = FileOutcome(job.path, job.remote.size, status, msg)
+        else:
+            outcomes[job.path] = FileOutcome(job.path, job.remote.size, "failed",
+                                             job.error or "interrupted")
+    result = FetchResult(plan, [outcomes[pf.remote.path] for pf in plan.files],
+                         time.monotonic() - t0, fetched)
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    if transfer.fatal:
+        raise FetchError(transfer.fatal)
+    if failed:
+        raise FetchFailed(result, f"{len(failed)} of {len(result.outcomes)} files failed; "
+                                  f"first: {failed[0].message}")
+    return result
+
+
+class FetchFailed(FetchError):
+    """Some files failed; ``result`` says which (the others are done and verified)."""
+
+    def __init__(self, result: FetchResult, message: str) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def _resolve_checked(hub: Hub, plan: FetchPlan, remote: RemoteFile) -> Resolved:
+    r = hub.resolve(plan.repo_id, plan.commit, remote.path)
+    if r.size is not None and r.size != remote.size:
+        raise HubError(f"{remote.path}: the hub lists {remote.size} bytes but its metadata says "
+                       f"{r.size}; try again later")
+    if remote.sha256 and r.etag and len(r.etag) == 64 and r.etag != remote.sha256:
+        raise HubError(f"{remote.path}: the hub's listing and metadata disagree on the SHA-256; "
+                       "try again later")
+    return r
+
+
+def partial_files(root: Path) -> list[Path]:
+    """Unfinished downloads under ``root``."""
+    return sorted(p for p in root.rglob("*.incomplete") if os.path.isfile(p))
+
+
+__all__ = ["FetchFailed", "FetchOptions", "FetchPlan", "FetchResult", "FileOutcome",
+           "PlannedFile", "check_disk", "fetch", "partial_files", "plan_fetch"]

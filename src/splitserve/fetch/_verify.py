@@ -1,0 +1,165 @@
+"""Hashes, the download manifest, and ``fetch --verify DIR``.
+
+An LFS file is checked against its sha256 oid; a small file kept in git against its git blob
+id (sha1 of ``"blob SIZE\\0"`` + bytes), which is what the hub lists as its ``blobId``.  Each
+finished download is recorded in ``DIR/.splitserve-fetch.json`` (repo, commit, size and hash
+per file), which ``--verify`` re-checks without the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ._errors import FetchError
+from ._select import RemoteFile, split_name
+
+MANIFEST = ".splitserve-fetch.json"
+_READ = 8 << 20
+
+
+def new_hasher(remote: RemoteFile) -> Any:
+    """A hashlib object that yields the hub's identity of ``remote`` once fed its bytes."""
+    if remote.sha256 is not None:
+        return hashlib.sha256()
+    h = hashlib.sha1()
+    h.update(b"blob %d\0" % remote.size)
+    return h
+
+
+def expected_digest(remote: RemoteFile) -> str | None:
+    """What :func:`new_hasher`'s hexdigest must be; None when the hub gave no hash."""
+    return remote.sha256 if remote.sha256 is not None else remote.blob_id
+
+
+def hash_label(remote: RemoteFile) -> str:
+    return "SHA-256" if remote.sha256 is not None else "git blob id"
+
+
+def hash_file(path: Path, remote: RemoteFile,
+              progress: Callable[[int], None] | None = None) -> str:
+    """Stream a file through the hash that identifies it on the hub."""
+    h = new_hasher(remote)
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(_READ):
+            h.update(chunk)
+            if progress is not None:
+                progress(len(chunk))
+    return str(h.hexdigest())
+
+
+class ManifestEntry(BaseModel):
+    repo_id: str
+    commit: str
+    size: int
+    sha256: str | None = None
+    blob_id: str | None = None
+
+    def remote(self, path: str) -> RemoteFile:
+        return RemoteFile(path, self.size, self.sha256, self.blob_id)
+
+
+class Manifest(BaseModel):
+    version: int = 1
+    files: dict[str, ManifestEntry] = {}
+
+
+class ManifestStore:
+    """``DIR/.splitserve-fetch.json``, updated atomically one finished file at a time."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / MANIFEST
+        self._lock = threading.Lock()
+        self.data = self._load()
+
+    def _load(self) -> Manifest:
+        try:
+            return Manifest.model_validate_json(self.path.read_text())
+        except FileNotFoundError:
+            return Manifest()
+        except (ValidationError, ValueError, OSError) as exc:
+            raise FetchError(f"{self.path}: unreadable manifest ({exc.__class__.__name__}); "
+                             "delete it and run fetch again to rebuild it") from None
+
+    def matches(self, remote: RemoteFile) -> bool:
+        e = self.data.files.get(remote.path)
+        return (e is not None and e.size == remote.size and e.sha256 == remote.sha256
+                and (remote.sha256 is not None or e.blob_id == remote.blob_id))
+
+    def record(self, repo_id: str, commit: str, remote: RemoteFile) -> None:
+        with self._lock:
+            self.data.files[remote.path] = ManifestEntry(
+                repo_id=repo_id, commit=commit, size=remote.size, sha256=remote.sha256,
+                blob_id=remote.blob_id)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(self.data.model_dump_json(indent=1))
+            os.replace(tmp, self.path)
+
+
+@dataclass
+class VerifyItem:
+    path: str
+    size: int
+    status: str  # ok | missing | size | hash
+    detail: str = ""
+
+
+@dataclass
+class VerifyReport:
+    root: Path
+    items: list[VerifyItem] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # incomplete shard sets, leftovers
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(i.status == "ok" for i in self.items)
+
+
+def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -> VerifyReport:
+    """Re-hash every file the manifest lists and check the GGUF shard sets are whole."""
+    store = ManifestStore(root)
+    if not store.path.is_file():
+        raise FetchError(f"{root}: no {MANIFEST}; --verify checks a folder made by "
+                         "`splitserve fetch`")
+    report = VerifyReport(root)
+    for path, entry in sorted(store.data.files.items()):
+        remote = entry.remote(path)
+        target = root / path
+        if not target.is_file():
+            report.items.append(VerifyItem(path, entry.size, "missing", "not on disk"))
+            continue
+        size = target.stat().st_size
+        if size != entry.size:
+            report.items.append(VerifyItem(path, entry.size, "size",
+                                           f"{size} bytes on disk, hub says {entry.size}"))
+            continue
+        digest = hash_file(target, remote, (lambda n, p=path: progress(p, n)) if progress else None)
+        want = expected_digest(remote)
+        if want is not None and digest != want:
+            report.items.append(VerifyItem(path, entry.size, "hash",
+                                           f"{hash_label(remote)} {digest[:12]}…, hub says {want[:12]}…"))
+        else:
+            report.items.append(VerifyItem(path, entry.size, "ok"))
+    # shard sets on disk must be whole
+    shards: dict[str, tuple[int, set[int]]] = {}
+    for p in sorted(root.rglob("*.gguf")):
+        parsed = split_name(str(p.relative_to(root)))
+        if parsed:
+            prefix, index, count = parsed
+            shards.setdefault(prefix, (count, set()))[1].add(index)
+    for prefix, (count, seen) in sorted(shards.items()):
+        missing = sorted(set(range(1, count + 1)) - seen)
+        if missing:
+            report.problems.append(f"{prefix}: shard(s) {', '.join(map(str, missing))} of {count} "
+                                   "missing")
+    for p in sorted(root.rglob("*.incomplete")):
+        report.problems.append(f"{p.relative_to(root)}: an unfinished download (run fetch again)")
+    return report
