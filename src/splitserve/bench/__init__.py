@@ -1,0 +1,43 @@
+"""Speed measurements against any OpenAI-compatible endpoint or a splitserve cluster:
+prefill/decode speed, latency, concurrency, long context with needle retrieval,
+server-parameter sweeps, llama-bench, and reports of one or several runs."""
+
+from __future__ import annotations
+
+from ._client import BenchClient, Target
+from ._context import CONTROL, ContextOptions, grade, parse_depths, parse_lengths
+from ._llamabench import EngineBenchOptions, llama_bench_argv, test_name
+from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run
+from ._run import parse_set, run_context, run_engine_bench, run_speed, run_sweep
+from ._speed import SpeedOptions
+from ._stats import percentile, request_metrics, summarize
+from ._stream import SSEDecoder, StreamTimer
+
+__all__ = [
+    "CONTROL",
+    "BenchClient",
+    "BenchRun",
+    "ContextOptions",
+    "EngineBenchOptions",
+    "RequestRecord",
+    "RunWriter",
+    "SSEDecoder",
+    "SpeedOptions",
+    "StreamTimer",
+    "SweepPoint",
+    "Target",
+    "grade",
+    "llama_bench_argv",
+    "load_run",
+    "parse_depths",
+    "parse_lengths",
+    "parse_set",
+    "percentile",
+    "request_metrics",
+    "run_context",
+    "run_engine_bench",
+    "run_speed",
+    "run_sweep",
+    "summarize",
+    "test_name",
+]

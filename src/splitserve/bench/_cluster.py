@@ -1,0 +1,173 @@
+"""Everything the bench needs from the cluster layer, in one place.
+
+``-c cluster.toml`` means: the endpoint and engine of a cluster that `up`
+started (:func:`cluster_target`); for a sweep, restarting the cluster with
+changed server options through `up` itself (:class:`ClusterRestarter`); for
+``bench engine``, the cluster's workers alone, because a ggml-rpc-server serves
+one client at a time and llama-bench cannot share it with a running head
+(:func:`workers_only`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._errors import ClusterError, UsageError
+from ..cluster import (
+    ClusterSpec,
+    Event,
+    ServerSpec,
+    down,
+    launch_plan,
+    load_spec,
+    read_state,
+    require_state,
+    resolve_engines,
+    up,
+)
+from ..cluster import cluster_state_dir
+from ..engine import Engine, get_engine
+from ._client import Target
+
+# --set names -> ServerSpec fields.
+SET_ALIASES = {
+    "ctx": "ctx_size", "c": "ctx_size", "ctx_size": "ctx_size",
+    "ubatch": "ubatch", "ub": "ubatch", "ubatch_size": "ubatch",
+    "batch": "batch", "b": "batch", "batch_size": "batch",
+    "parallel": "parallel", "np": "parallel",
+    "fa": "flash_attn", "flash_attn": "flash_attn",
+    "ctk": "cache_type_k", "cache_type_k": "cache_type_k",
+    "ctv": "cache_type_v", "cache_type_v": "cache_type_v",
+    "threads": "threads", "t": "threads",
+    "split_mode": "split_mode", "sm": "split_mode",
+    "ngl": "n_gpu_layers", "n_gpu_layers": "n_gpu_layers",
+}
+
+
+def server_field(name: str) -> str:
+    key = SET_ALIASES.get(name.strip().lower().replace("-", "_"))
+    if key is None:
+        raise UsageError(f"--set {name}: unknown server option; use one of "
+                         + ", ".join(sorted({"ubatch", "batch", "ctx", "parallel", "fa", "ctk", "ctv",
+                                             "threads", "split_mode", "ngl"})))
+    return key
+
+
+def with_server(spec: ClusterSpec, values: dict[str, Any]) -> ClusterSpec:
+    """A copy of ``spec`` with server options changed (validated like the spec file)."""
+    data = spec.server.model_dump()
+    for name, value in values.items():
+        data[server_field(name)] = value
+    try:
+        server = ServerSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"--set {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    out = spec.model_copy(deep=True)
+    out.server = server
+    out.source_file = spec.source_file
+    return out
+
+
+def cluster_target(spec_path: Path, api: str = "chat") -> tuple[Target, dict[str, Any], ClusterSpec]:
+    """The running cluster's endpoint as a target, plus its engine provenance."""
+    spec = load_spec(spec_path)
+    state = require_state(spec)
+    target = Target(url=state.endpoint, api_key=spec.server.api_key, api=api)  # type: ignore[arg-type]
+    return target, engine_provenance(spec, state.engine), spec
+
+
+def engine_provenance(spec: ClusterSpec, key: str | None = None) -> dict[str, Any]:
+    try:
+        eng = get_engine(key) if key else resolve_engines(spec)["head"]
+    except ClusterError:
+        return {}
+    except Exception:  # an engine that is gone must not stop a bench
+        return {}
+    return dict(eng.provenance) | {"bin_dir": str(eng.bin_dir)}
+
+
+def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
+    """What a run records of the cluster: name, model, workers, server options."""
+    return {"name": spec.name, "spec_file": str(spec.source_file) if spec.source_file else None,
+            "model": str(spec.model), "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
+            "server": spec.server.model_dump(mode="json", exclude={"api_key"})}
+
+
+class ClusterRestarter:
+    """Brings a cluster up once per sweep point with changed server options, via `up`."""
+
+    def __init__(self, spec: ClusterSpec, engine: Engine | None = None,
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        self.spec = spec
+        self.engine = engine
+        self.on_event = on_event
+        self.was_running = read_state(cluster_state_dir(spec)) is not None
+        self.current: ClusterSpec | None = None
+
+    def start(self, values: dict[str, Any]) -> tuple[Target, dict[str, Any]]:
+        point = with_server(self.spec, values)
+        self.stop()
+        state = up(point, engine=self.engine, on_event=self.on_event)
+        self.current = point
+        facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine}
+        return Target(url=state.endpoint, api_key=point.server.api_key), facts
+
+    def stop(self) -> None:
+        if self.current is not None:
+            down(self.current)
+            self.current = None
+        else:
+            down(self.spec)
+
+    def finish(self) -> str:
+        """Stop the last point; bring the original cluster back if it was running before."""
+        self.stop()
+        if self.was_running:
+            up(self.spec, engine=self.engine, on_event=self.on_event)
+            return "the cluster was restarted with its own settings"
+        return "the cluster is down (it was not running before the sweep)"
+
+
+@contextmanager
+def workers_only(spec: ClusterSpec, engine: Engine | None = None) -> Iterator[tuple[list[str], Engine]]:
+    """The cluster's RPC workers without its head: yields (``host:port`` list, head engine).
+
+    A running cluster is stopped first and brought back afterwards.
+    """
+    from ..cluster import port_in_use, transport_for
+    from ..cluster._commands import process_env, rpc_endpoint  # the same argv and env `up` uses
+    from ..cluster._run import port_answers
+    from ..cluster._transport import stop
+    import time
+
+    was_running = read_state(cluster_state_dir(spec)) is not None
+    if was_running:
+        down(spec)
+    engines = resolve_engines(spec, engine)
+    plan = launch_plan(spec, engines)
+    started = []
+    try:
+        for proc in plan.workers:
+            if proc.host == "local" and port_in_use(proc.bind, proc.port):
+                raise ClusterError(f"{proc.node}: port {proc.port} on {proc.bind} is in use")
+            log = proc.log.with_name(proc.node + "-bench.log")
+            transport = transport_for(proc.host)
+            started.append((proc, transport, transport.spawn(proc.argv, process_env(proc), log)))
+        deadline = time.monotonic() + 60
+        for proc, transport, ref in started:
+            while not port_answers(proc.bind, proc.port, timeout=0.2):
+                if not transport.alive(ref) or time.monotonic() > deadline:
+                    raise ClusterError(f"{proc.node}: ggml-rpc-server did not start (log: {proc.log})")
+                time.sleep(0.05)
+        yield [rpc_endpoint(w) for w in spec.workers], engines["head"]
+    finally:
+        for _proc, transport, ref in reversed(started):
+            stop(transport, ref)
+        if was_running:
+            up(spec, engine=engine)

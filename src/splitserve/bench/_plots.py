@@ -1,0 +1,152 @@
+"""PNG plots of runs with matplotlib (Agg backend, no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._records import BenchRun
+from ._tables import context_rows, prefill_by_length, speed_rows, sweep_rows
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)[:60]
+
+
+def plot_throughput(runs: Sequence[BenchRun], path: Path) -> Path | None:
+    """Aggregate throughput and per-request decode speed vs concurrency, a line per prompt size (and run)."""
+    series = []
+    for run in runs:
+        rows = speed_rows(run.records)
+        for prompt in sorted({r["prompt_target"] for r in rows}):
+            pts = sorted((r["concurrency"], r["throughput_tps"], r["decode_tps_server"] or r["decode_tps_client"])
+                         for r in rows if r["prompt_target"] == prompt)
+            label = f"{run.name} · {prompt} tok" if len(runs) > 1 else f"prompt {prompt} tok"
+            series.append((label, pts))
+    if not series:
+        return None
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, pts in series:
+        xs = [p[0] for p in pts]
+        ax1.plot(xs, [p[1] for p in pts], marker="o", label=label)
+        ax2.plot(xs, [p[2] for p in pts], marker="o", label=label)
+    ax1.set(title="Aggregate throughput", xlabel="concurrent requests", ylabel="generated tokens/s")
+    ax2.set(title="Per-request decode speed", xlabel="concurrent requests", ylabel="tokens/s per request")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_prefill_vs_length(runs: Sequence[BenchRun], path: Path) -> Path | None:
+    series = [(run.name, prefill_by_length(run.records)) for run in runs]
+    series = [(n, rows) for n, rows in series if rows]
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, rows in series:
+        ax.plot([r["prompt_tokens"] or r["length"] for r in rows], [r["prefill_tps_server"] for r in rows],
+                marker="o", label=name)
+    ax.set(title="Prefill speed vs context length", xlabel="prompt tokens", ylabel="prefill tokens/s (server)")
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_retrieval_grid(run: BenchRun, path: Path) -> Path | None:
+    cells = [c for c in context_rows(run.records) if c["depth"] is not None]
+    if not cells:
+        return None
+    lengths = sorted({c["length"] for c in cells})
+    depths = sorted({c["depth"] for c in cells}, key=lambda d: (isinstance(d, str), d))
+    score = {"found": 1.0, "miss": 0.0, "skipped": float("nan")}
+    grid = [[float("nan")] * len(depths) for _ in lengths]
+    text = [[""] * len(depths) for _ in lengths]
+    for c in cells:
+        i, j = lengths.index(c["length"]), depths.index(c["depth"])
+        v = c["verdict"]
+        if v in score:
+            grid[i][j] = score[v]
+        elif "/" in v:
+            found, total = v.split()[0].split("/")
+            grid[i][j] = int(found) / int(total)
+        text[i][j] = {"found": "found", "miss": "miss", "skipped": "skip"}.get(v, v)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(depths), 1.4 + 0.55 * len(lengths)))
+    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(depths)), [str(d) for d in depths])
+    ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
+    ax.set(xlabel="needle depth", ylabel="context length (tokens)", title=f"Needle retrieval: {run.name}")
+    for i in range(len(lengths)):
+        for j in range(len(depths)):
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sweep(run: BenchRun, path: Path) -> Path | None:
+    rows = [r for r in sweep_rows(run) if "error" not in r]
+    if not rows or not run.points:
+        return None
+    axis = list(run.points[0].values)[0]
+    others = [k for k in run.points[0].values if k != axis]
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        key = tuple(r["values"].get(k) for k in others) + (r["prompt_target"], r["concurrency"])
+        groups.setdefault(key, []).append(r)
+    for key, rs in groups.items():
+        rs.sort(key=lambda r: r["values"][axis] if isinstance(r["values"][axis], (int, float)) else 0)
+        xs = [str(r["values"][axis]) for r in rs]
+        label = ", ".join([f"{k}={v}" for k, v in zip(others, key)] + [f"prompt {key[-2]}", f"conc {key[-1]}"])
+        ax1.plot(xs, [r["prefill_tps_server"] for r in rs], marker="o", label=label)
+        ax2.plot(xs, [r["decode_tps_server"] for r in rs], marker="o", label=label)
+    ax1.set(title=f"Prefill vs {axis}", xlabel=axis, ylabel="prefill tokens/s (server)")
+    ax2.set(title=f"Decode vs {axis}", xlabel=axis, ylabel="decode tokens/s (server)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(runs: Sequence[BenchRun], out_dir: Path) -> list[Path]:
+    """Every plot the runs support, as PNG files in ``out_dir``."""
+    made: list[Path | None] = []
+    speed = [r for r in runs if r.kind == "speed"]
+    context = [r for r in runs if r.kind == "context"]
+    if speed:
+        made.append(plot_throughput(speed, out_dir / "throughput-vs-concurrency.png"))
+    if context:
+        made.append(plot_prefill_vs_length(context, out_dir / "prefill-vs-length.png"))
+        for r in context:
+            made.append(plot_retrieval_grid(r, out_dir / f"retrieval-{_slug(r.name)}.png"))
+    for r in runs:
+        if r.kind == "sweep":
+            made.append(plot_sweep(r, out_dir / f"sweep-{_slug(r.name)}.png"))
+    return [p for p in made if p is not None]

@@ -1,0 +1,272 @@
+"""``bench report``: Markdown tables (and PNG plots) for one run, or several side by side.
+
+Given two or more runs, every figure that both measured is put next to the
+first run's with the ratio ``run / first``; cells are matched by their keys
+(prompt size and concurrency, context length, llama-bench test, sweep point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._records import BenchRun
+from ._tables import (
+    context_rows,
+    engine_rows,
+    headline,
+    prefill_by_length,
+    speed_rows,
+    sweep_rows,
+)
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+    return "\n".join(out)
+
+
+def _header(run: BenchRun) -> str:
+    s = run.server
+    e = run.engine
+    m = run.machine
+    gpus = ", ".join(g.get("name", "?") for g in m.get("gpus", [])) or "none"
+    state = "complete" if run.complete else ("interrupted (partial)" if run.interrupted else "incomplete")
+    lines = [
+        f"- run: `{run.id}`" + (f" ({run.label})" if run.label else "") + f", {run.kind}, {state}",
+        f"- started {run.created_at}, finished {run.finished_at or '–'}",
+        f"- target: {run.target.get('url', run.target.get('model', '–'))}"
+        + (f", model `{run.target.get('model')}`" if run.target.get("model") else ""),
+        f"- server: n_ctx {s.get('n_ctx', '–')}, slots {s.get('total_slots', '–')}, "
+        f"build {s.get('build_info', '–')}",
+    ]
+    if e:
+        lines.append(f"- engine: {e.get('key', e.get('build_info', '–'))}"
+                     + (f", backend {e['backend']}" if e.get("backend") else "")
+                     + (f", version {e['version']}" if e.get("version") else ""))
+    lines.append(f"- machine (client): {m.get('label') or m.get('hostname', '?')}, {m.get('cpu', '?')}, "
+                 f"{m.get('cpu_cores', '?')} cores, {m.get('memory_gib', '?')} GiB, GPUs: {gpus}")
+    if run.calibration:
+        c = run.calibration
+        lines.append(f"- calibration: {c.get('tokens_per_word')} tokens/word, template overhead "
+                     f"{c.get('overhead_tokens')} tokens, cache allowance {c.get('cache_allowance')} tokens")
+    s_ = run.settings
+    shown = {k: v for k, v in s_.items() if k not in ("argv",)}
+    lines.append(f"- settings: `{shown}`")
+    for note in run.notes:
+        lines.append(f"- note: {note}")
+    return "\n".join(lines)
+
+
+def speed_section(records: list[Any], decode_bound: float | None = None) -> str:
+    rows = speed_rows(records)
+    if not rows:
+        return "_no speed records_"
+    head = ["prompt", "conc", "n", "cache hits", "errors", "prompt tok", "gen tok",
+            "prefill t/s (server)", "prefill t/s (client)", "decode t/s (server)", "decode t/s (client)",
+            "TTF chunk ms", "TTF token ms", "TTF content ms", "TTF reasoning ms",
+            "ITL p50 ms", "ITL p90 ms", "ITL p99 ms", "E2E p50 ms", "throughput t/s"]
+    body = [[r["prompt_target"], r["concurrency"], r["n"], r["cache_hits"], r["errors"],
+             fmt(r["prompt_tokens"], 0), fmt(r["completion_tokens"], 0),
+             fmt(r["prefill_tps_server"]), fmt(r["prefill_tps_client"]),
+             fmt(r["decode_tps_server"]), fmt(r["decode_tps_client"]),
+             fmt(r["ttf_chunk_ms_p50"]), fmt(r["ttf_token_ms_p50"]), fmt(r["ttf_content_ms_p50"]),
+             fmt(r["ttf_reasoning_ms_p50"]), fmt(r["itl_ms_p50"], 2), fmt(r["itl_ms_p90"], 2),
+             fmt(r["itl_ms_p99"], 2), fmt(r["e2e_ms_p50"], 0), fmt(r["throughput_tps"])] for r in rows]
+    out = table(head, body)
+    if decode_bound:
+        ones = [r for r in rows if r["concurrency"] == 1 and r["decode_tps_server"]]
+        if ones:
+            best = max(r["decode_tps_server"] for r in ones)
+            out += (f"\n\nDecode upper bound (bandwidth / bytes per token): {decode_bound:,.1f} t/s; "
+                    f"best single-stream decode {best:,.1f} t/s = {best / decode_bound:.0%} of the bound.")
+    return out
+
+
+def context_section(records: list[Any]) -> str:
+    pre = prefill_by_length(records)
+    parts = []
+    if pre:
+        parts.append(table(
+            ["length", "n", "prompt tok", "prefill t/s (server)", "prefill t/s (client)",
+             "decode t/s (server)", "TTF token ms", "cache hits"],
+            [[r["length"], r["n"], fmt(r["prompt_tokens"], 0), fmt(r["prefill_tps_server"]),
+              fmt(r["prefill_tps_client"]), fmt(r["decode_tps_server"]), fmt(r["ttf_token_ms_p50"], 0),
+              r["cache_hits"]] for r in pre]))
+    cells = context_rows(records)
+    graded = [c for c in cells if c["depth"] is not None]
+    if graded:
+        parts.append("Retrieval (needle, graded by string match):\n\n" + table(
+            ["length", "depth", "verdict", "reason", "prompt tok", "TTF token ms"],
+            [[c["length"], c["depth"], c["verdict"], c["reason"] or "", fmt(c["prompt_tokens"], 0),
+              fmt(c["ttf_token_ms_p50"], 0)] for c in graded]))
+        lengths = sorted({c["length"] for c in graded})
+        depths = sorted({c["depth"] for c in graded}, key=lambda d: (isinstance(d, str), d))
+        mark = {"found": "found", "miss": "MISS", "skipped": "skipped"}
+        grid = {(c["length"], c["depth"]): mark.get(c["verdict"], c["verdict"]) for c in graded}
+        parts.append("Grid (rows: length, columns: depth):\n\n" + table(
+            ["length"] + [str(d) for d in depths],
+            [[n] + [grid.get((n, d), "–") for d in depths] for n in lengths]))
+    return "\n\n".join(parts) if parts else "_no context records_"
+
+
+def sweep_section(run: BenchRun) -> str:
+    rows = sweep_rows(run)
+    if not rows:
+        return "_no sweep points_"
+    names = list(run.points[0].values) if run.points else []
+    head = names + ["prompt", "conc", "n_ctx", "slots", "prefill t/s (server)", "decode t/s (server)",
+                    "TTF token ms", "throughput t/s", "cache hits", "errors"]
+    body = []
+    for r in rows:
+        vals = [r["values"].get(n) for n in names]
+        if "error" in r:
+            body.append(vals + ["–"] * 8 + [f"start failed: {r['error']}"] + ["–"])
+            continue
+        s = r["server"]
+        body.append(vals + [r["prompt_target"], r["concurrency"], s.get("n_ctx", "–"), s.get("total_slots", "–"),
+                            fmt(r["prefill_tps_server"]), fmt(r["decode_tps_server"]),
+                            fmt(r["ttf_token_ms_p50"], 0), fmt(r["throughput_tps"]), r["cache_hits"],
+                            r["errors"]])
+    return table(head, body)
+
+
+def engine_section(run: BenchRun) -> str:
+    rows = engine_rows(run)
+    if not rows:
+        return "_no llama-bench rows_"
+    return table(["test", "ubatch", "batch", "t/s", "± sd", "model", "backends", "ngl"],
+                 [[r["test"], r["n_ubatch"], r["n_batch"], fmt(r["avg_ts"], 2), fmt(r["stddev_ts"], 2),
+                   r["model_type"], r["backends"], r["n_gpu_layers"]] for r in rows])
+
+
+def run_section(run: BenchRun, decode_bound: float | None = None) -> str:
+    body = {
+        "speed": lambda: speed_section(run.records, decode_bound),
+        "context": lambda: context_section(run.records),
+        "sweep": lambda: sweep_section(run),
+        "engine": lambda: engine_section(run),
+    }[run.kind]()
+    return f"## {run.kind}: {run.name}\n\n{_header(run)}\n\n{body}\n"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or a == 0:
+        return "–"
+    return f"{b / a:.2f}×"
+
+
+def _compare(runs: Sequence[BenchRun], title: str, keyed: Callable[[BenchRun], dict[Any, dict[str, Any]]],
+             metrics: Sequence[tuple[str, str]]) -> str:
+    tables = [keyed(r) for r in runs]
+    keys = [k for k in tables[0] if all(k in t for t in tables[1:])]
+    if not keys:
+        return f"### {title}\n\n_no cells that every run measured_\n"
+    parts = [f"### {title}\n"]
+    for metric, label in metrics:
+        head = ["cell"] + [r.name for r in runs] + [f"{r.name} / {runs[0].name}" for r in runs[1:]]
+        body = []
+        for k in keys:
+            vals = [t[k].get(metric) for t in tables]
+            body.append([str(k)] + [fmt(v) for v in vals] + [_ratio(vals[0], v) for v in vals[1:]])
+        parts.append(f"{label}:\n\n" + table(head, body) + "\n")
+    return "\n".join(parts)
+
+
+def comparison_section(runs: Sequence[BenchRun]) -> str:
+    out = ["## Comparison\n"]
+    heads = [headline(r) for r in runs]
+    names = sorted({k for h in heads for k in h})
+    out.append(table(["headline"] + [r.name for r in runs] + [f"{r.name} / {runs[0].name}" for r in runs[1:]],
+                     [[n] + [fmt(h.get(n), 2) for h in heads] + [_ratio(heads[0].get(n), h.get(n))
+                                                                for h in heads[1:]] for n in names]) + "\n")
+    kinds = {r.kind for r in runs}
+    if kinds == {"speed"}:
+        out.append(_compare(runs, "speed cells (prompt, concurrency)",
+                            lambda r: {(x["prompt_target"], x["concurrency"]): x for x in speed_rows(r.records)},
+                            [("prefill_tps_server", "prefill t/s (server)"),
+                             ("decode_tps_server", "decode t/s (server)"),
+                             ("ttf_token_ms_p50", "time to first token, ms (p50)"),
+                             ("throughput_tps", "aggregate throughput t/s")]))
+    elif kinds == {"context"}:
+        out.append(_compare(runs, "context lengths",
+                            lambda r: {x["length"]: x for x in prefill_by_length(r.records)},
+                            [("prefill_tps_server", "prefill t/s (server)"),
+                             ("ttf_token_ms_p50", "time to first token, ms (p50)")]))
+    elif kinds == {"engine"}:
+        out.append(_compare(runs, "llama-bench tests",
+                            lambda r: {(x["test"], x["n_ubatch"]): x for x in engine_rows(r)},
+                            [("avg_ts", "t/s")]))
+    elif kinds == {"sweep"}:
+        out.append(_compare(
+            runs, "sweep points",
+            lambda r: {(tuple(x["values"].items()), x["prompt_target"], x["concurrency"]): x
+                       for x in sweep_rows(r) if "error" not in x},
+            [("prefill_tps_server", "prefill t/s (server)"), ("decode_tps_server", "decode t/s (server)")]))
+    return "\n".join(out)
+
+
+def serving_cost(runs: Sequence[BenchRun]) -> str | None:
+    """HTTP decode vs llama-bench's in-process tg: the cost of the serving path."""
+    http = [r for r in runs if r.kind == "speed"]
+    eng = [r for r in runs if r.kind == "engine"]
+    if not http or not eng:
+        return None
+    h = headline(http[0])
+    e = headline(eng[0])
+    lines = ["## Serving path cost\n"]
+    for key, label in (("decode_tps_server", "decode, server timings"),
+                       ("decode_tps_client", "decode, client clock")):
+        if h.get(key) and e.get("tg_tps"):
+            lines.append(f"- HTTP {label} {h[key]:,.1f} t/s vs llama-bench tg {e['tg_tps']:,.1f} t/s: "
+                         f"{h[key] / e['tg_tps']:.2f}×")
+    if h.get("prefill_tps_server") and e.get("pp_tps"):
+        lines.append(f"- HTTP prefill (server timings) {h['prefill_tps_server']:,.1f} t/s vs llama-bench pp "
+                     f"{e['pp_tps']:,.1f} t/s: {h['prefill_tps_server'] / e['pp_tps']:.2f}×")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(runs: Sequence[BenchRun], plots: Sequence[Path] = (), decode_bound: float | None = None,
+                    base: Path | None = None) -> str:
+    title = "# Bench report" + (f": {runs[0].name}" if len(runs) == 1 else f": {len(runs)} runs")
+    parts = [title + "\n"]
+    for run in runs:
+        parts.append(run_section(run, decode_bound))
+    cost = serving_cost(runs)
+    if cost:
+        parts.append(cost)
+    same_kind = len({r.kind for r in runs}) == 1
+    if len(runs) > 1 and same_kind:
+        parts.append(comparison_section(runs))
+    if plots:
+        parts.append("## Plots\n")
+        for p in plots:
+            rel = p.relative_to(base) if base and p.is_relative_to(base) else p
+            parts.append(f"![{p.stem}]({rel.as_posix()})\n")
+    return "\n".join(parts)
+
+
+def write_report(runs: Sequence[BenchRun], out_dir: Path, decode_bound: float | None = None,
+                 with_plots: bool = True) -> tuple[Path, list[Path]]:
+    """``report.md`` and the PNG plots in ``out_dir``; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots: list[Path] = []
+    if with_plots:
+        from ._plots import write_plots
+
+        plots = write_plots(runs, out_dir)
+    md = render_markdown(runs, plots, decode_bound, base=out_dir)
+    path = out_dir / "report.md"
+    path.write_text(md)
+    return path, plots

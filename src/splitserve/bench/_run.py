@@ -1,0 +1,218 @@
+"""The bench runs as functions: each writes its run file as it goes and returns the run.
+
+A run interrupted by Ctrl-C is closed with ``interrupted = true`` and what was
+measured so far, then the ``KeyboardInterrupt`` goes on to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from .._errors import UsageError
+from ._client import BenchClient, Target
+from ._context import ContextOptions, context_cells
+from ._llamabench import EngineBenchOptions, llama_bench_argv, run_llama_bench, test_name
+from ._machine import machine_info
+from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, new_run_id
+from ._speed import Session, SpeedOptions, speed_cells, speed_notes
+
+Progress = Callable[[RequestRecord], None]
+
+
+def _new_run(kind: str, label: str, settings: dict[str, Any]) -> BenchRun:
+    return BenchRun(kind=kind, id=new_run_id(kind), label=label, settings=settings,  # type: ignore[arg-type]
+                    machine=machine_info())
+
+
+def _out_path(run: BenchRun, out: Path | None) -> Path:
+    if out is None:
+        return Path("bench-runs") / f"{run.id}.json"
+    if out.suffix == ".json":
+        return out
+    return out / f"{run.id}.json"
+
+
+def _engine_from_server(server: dict[str, Any]) -> dict[str, Any]:
+    return {k: server[k] for k in ("build_info", "model_path") if k in server}
+
+
+def _finish(writer: RunWriter, body: Callable[[], None]) -> BenchRun:
+    try:
+        body()
+    except KeyboardInterrupt:
+        writer.close(interrupted=True)
+        raise
+    except BaseException:
+        writer.run.notes.append("the run stopped on an error; the records up to it are kept")
+        writer.close(interrupted=True)
+        raise
+    writer.close()
+    return writer.run
+
+
+def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label: str = "",
+              progress: Progress | None = None, engine: dict[str, Any] | None = None,
+              cluster: dict[str, Any] | None = None,
+              transport: Any = None) -> tuple[BenchRun, Path]:
+    """``bench speed`` against ``target``; returns the run and the file it is in."""
+    run = _new_run("speed", label, opts.as_dict())
+    run.target = target.describe() | ({"cluster": cluster} if cluster else {})
+    path = _out_path(run, out)
+    writer = RunWriter(run, path)
+
+    def emit(rec: RequestRecord) -> None:
+        writer.add(rec)
+        if progress:
+            progress(rec)
+
+    async def main() -> None:
+        async with BenchClient(target, transport=transport, max_connections=max(opts.concurrency) + 2) as client:
+            run.server = await client.probe()
+            run.target["model"] = target.model
+            run.engine = engine or _engine_from_server(run.server)
+            writer.flush()
+            session = Session(client, emit)
+            run.calibration = (await session.calibrate()).as_dict()
+            try:
+                await speed_cells(session, opts)
+            finally:
+                run.notes.extend(speed_notes(session, run.records, run.server, opts))
+
+    return _finish(writer, lambda: asyncio.run(main())), path
+
+
+def run_context(target: Target, opts: ContextOptions, out: Path | None = None, label: str = "",
+                progress: Progress | None = None, engine: dict[str, Any] | None = None,
+                cluster: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
+    """``bench context``: prefill at each length and the needle grid."""
+    run = _new_run("context", label, opts.as_dict())
+    run.target = target.describe() | ({"cluster": cluster} if cluster else {})
+    path = _out_path(run, out)
+    writer = RunWriter(run, path)
+
+    def emit(rec: RequestRecord) -> None:
+        writer.add(rec)
+        if progress:
+            progress(rec)
+
+    async def main() -> None:
+        async with BenchClient(target) as client:
+            run.server = await client.probe()
+            run.target["model"] = target.model
+            run.engine = engine or _engine_from_server(run.server)
+            writer.flush()
+            session = Session(client, emit)
+            run.calibration = (await session.calibrate()).as_dict()
+            n_ctx = run.server.get("n_ctx")
+            try:
+                await context_cells(session, opts, n_ctx if isinstance(n_ctx, int) else None)
+            finally:
+                if not session.saw_cache_counts:
+                    run.notes.append("the server reported no cached-token counts: cache hits cannot be detected")
+                hits = [r.id for r in run.records if r.cache_hit]
+                if hits:
+                    run.notes.append(f"{len(hits)} request(s) hit the prompt cache: {', '.join(hits[:5])}")
+
+    return _finish(writer, lambda: asyncio.run(main())), path
+
+
+def parse_set(items: list[str]) -> list[dict[str, Any]]:
+    """``["ubatch=512,1024", "ctx=4096"]`` -> every combination, in order."""
+    axes: list[tuple[str, list[Any]]] = []
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise UsageError(f"--set {item!r}: expected NAME=V1,V2,... (e.g. ubatch=512,1024,2048)")
+        axes.append((name.strip(), [_value(v) for v in values.split(",") if v.strip()]))
+    if not axes:
+        raise UsageError("bench sweep needs at least one --set NAME=V1,V2,...")
+    names = [a[0] for a in axes]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(a[1] for a in axes))]
+
+
+def _value(text: str) -> Any:
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+class Restarter(Protocol):
+    """Starts the server with some settings; the cluster implementation goes through `up`."""
+
+    def start(self, values: dict[str, Any]) -> tuple[Target, dict[str, Any]]: ...
+
+    def finish(self) -> str: ...
+
+
+def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOptions,
+              out: Path | None = None, label: str = "", progress: Progress | None = None,
+              on_point: Callable[[dict[str, Any]], None] | None = None,
+              engine: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
+    """``bench sweep``: for each point restart, then the speed bench; one run file for all."""
+    run = _new_run("sweep", label, opts.as_dict() | {"points": points})
+    path = _out_path(run, out)
+    writer = RunWriter(run, path)
+    run.engine = engine or {}
+
+    def body() -> None:
+        try:
+            for values in points:
+                if on_point:
+                    on_point(values)
+                point = SweepPoint(values=values)
+                run.points.append(point)
+                try:
+                    target, facts = restarter.start(values)
+                except Exception as exc:  # one point failing to start is a result, not the end
+                    point.error = str(exc)
+                    writer.flush()
+                    continue
+                run.target = target.describe()
+
+                def emit(rec: RequestRecord, point: SweepPoint = point) -> None:
+                    writer.add(rec, point)
+                    if progress:
+                        progress(rec)
+
+                async def main(target: Target = target, point: SweepPoint = point,
+                               facts: dict[str, Any] = facts) -> None:
+                    async with BenchClient(target, max_connections=max(opts.concurrency) + 2) as client:
+                        point.server = (await client.probe()) | {"cluster": facts}
+                        writer.flush()
+                        session = Session(client, emit)
+                        await session.calibrate()
+                        await speed_cells(session, opts, extra_cell=dict(values))
+                        run.notes.extend(f"{values}: {n}" for n in
+                                         speed_notes(session, point.records, point.server, opts))
+                asyncio.run(main())
+        finally:
+            run.notes.append(restarter.finish())
+
+    return _finish(writer, body), path
+
+
+def run_engine_bench(bench: Path, model: Path, rpc: list[str], opts: EngineBenchOptions,
+                     out: Path | None = None, label: str = "", engine: dict[str, Any] | None = None,
+                     on_row: Callable[[dict[str, Any]], None] | None = None) -> tuple[BenchRun, Path]:
+    """``bench engine``: llama-bench with the given RPC workers."""
+    argv = llama_bench_argv(bench, model, rpc, opts)
+    run = _new_run("engine", label, opts.as_dict() | {"argv": argv})
+    run.target = {"model": str(model), "rpc": rpc, "bench": str(bench)}
+    run.engine = engine or {}
+    path = _out_path(run, out)
+    writer = RunWriter(run, path)
+
+    def row(r: dict[str, Any]) -> None:
+        r["test"] = test_name(r)
+        run.engine_rows.append(r)
+        writer.flush()
+        if on_row:
+            on_row(r)
+
+    return _finish(writer, lambda: run_llama_bench(argv, row, log=path.with_suffix(".log"))), path

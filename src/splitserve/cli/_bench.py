@@ -1,0 +1,322 @@
+"""``splitserve bench speed|context|sweep|engine|report``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .._errors import SplitserveError, UsageError
+from ._app import app, fail
+
+bench_app = typer.Typer(
+    help="Measure a served model: speed, concurrency, long context, sweeps, llama-bench, reports.\n\n"
+         "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
+    no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")]
+SpecOpt = Annotated[Optional[Path], typer.Option("-c", "--cluster", help="a cluster spec (the cluster `up` started)")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="model name to send (default: the server's first)")]
+KeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="bearer token")]
+ApiOpt = Annotated[str, typer.Option("--api", help="chat (/v1/chat/completions) or completions (/v1/completions)")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="run file (.json) or folder (default ./bench-runs)")]
+LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
+ReportOpt = Annotated[bool, typer.Option("--report/--no-report", help="also write the Markdown report and plots")]
+
+
+def ints(text: str, what: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        mult = 1024 if part.endswith("k") else 1
+        try:
+            value = int(float(part.rstrip("k")) * mult)
+        except ValueError:
+            raise UsageError(f"{what}: {part!r} is not a whole number") from None
+        if value < 0:
+            raise UsageError(f"{what}: {value} is negative")
+        out.append(value)
+    if not out:
+        raise UsageError(f"{what}: give at least one value")
+    return out
+
+
+def out_path(out: Path | None, kind: str) -> Path:
+    from ..bench._records import new_run_id
+
+    if out is not None and out.suffix == ".json":
+        return out
+    return (out or Path("bench-runs")) / f"{new_run_id(kind)}.json"
+
+
+def resolve_target(url: str | None, spec: Path | None, model: str | None, api_key: str | None,
+                   api: str) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """(Target, engine provenance, cluster facts) for ``--url`` or ``-c``."""
+    from ..bench import Target
+
+    if api not in ("chat", "completions"):
+        raise UsageError(f"--api {api!r}: use chat or completions")
+    if (url is None) == (spec is None):
+        raise UsageError("give exactly one of --url URL or -c cluster.toml")
+    if url is not None:
+        return Target(url=url, model=model, api_key=api_key, api=api), {}, None  # type: ignore[arg-type]
+    from ..bench._cluster import cluster_facts, cluster_target
+
+    target, engine, cluster = cluster_target(spec, api=api)  # type: ignore[arg-type]
+    target.model = model
+    if api_key:
+        target.api_key = api_key
+    return target, engine, cluster_facts(cluster)
+
+
+@contextmanager
+def progress_bar(total: int, what: str) -> Iterator[Callable[[Any], None]]:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[last]}"), console=err, transient=False) as bar:
+        task = bar.add_task(what, total=total, last="")
+
+        def step(rec: Any) -> None:
+            cell = ", ".join(f"{k}={v}" for k, v in rec.cell.items() if k not in ("kind", "repeat", "words"))
+            status = "cache HIT" if rec.cache_hit else ("error" if rec.error else "")
+            verdict = rec.extra.get("verdict", "")
+            bar.update(task, advance=1, last=f"{rec.kind} {cell} {verdict} {status}".strip())
+
+        yield step
+
+
+def finish(path: Path, report: bool, notes: list[str]) -> None:
+    for note in notes:
+        err.print(f"note: {note}", markup=False)
+    console.print(f"run written to {path}", markup=False)
+    if report:
+        from ..bench import load_run
+        from ..bench._report import write_report
+
+        md, _plots = write_report([load_run(path)], path.with_suffix(""))
+        console.print(f"report written to {md}", markup=False)
+
+
+def interrupted(path: Path) -> typer.Exit:
+    err.print(f"splitserve: interrupted; what was measured is kept in {path} (marked interrupted)", markup=False)
+    return typer.Exit(130)
+
+
+@bench_app.command("speed")
+def speed_cmd(
+    url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
+    api: ApiOpt = "chat",
+    prompt_tokens: Annotated[str, typer.Option(help="prompt sizes in server tokens, e.g. 512,4096")] = "512",
+    gen_tokens: Annotated[int, typer.Option(min=1, help="tokens to generate per request")] = 128,
+    concurrency: Annotated[str, typer.Option(help="requests in flight together, e.g. 1,2,4,8")] = "1",
+    repeat: Annotated[int, typer.Option(min=1, help="batches per cell")] = 3,
+    ignore_eos: Annotated[bool, typer.Option(help="ask the server to generate exactly --gen-tokens")] = True,
+    reuse_prompt: Annotated[bool, typer.Option(
+        help="send one prompt again and again (to see the cache-hit detector work)")] = False,
+    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+) -> None:
+    """Prefill and decode speed, TTFT / ITL / end-to-end latency and throughput per concurrency level.
+
+    Every prompt is unique; requests the server served from its prompt cache are flagged.
+
+    Example: splitserve bench speed --url http://127.0.0.1:8080 --prompt-tokens 512,4096 --concurrency 1,2,4,8
+    """
+    from ..bench import SpeedOptions, run_speed
+
+    path = Path()
+    try:
+        target, engine, facts = resolve_target(url, cluster, model, api_key, api)
+        target.ignore_eos = ignore_eos
+        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"), gen_tokens=gen_tokens,
+                            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
+                            repeat=repeat, reuse_prompt=reuse_prompt)
+        path = out_path(out, "speed")
+        with progress_bar(opts.total_requests() + 2, "bench speed") as step:
+            run, path = run_speed(target, opts, path, label, step, engine or None, facts)
+        finish(path, report, run.notes)
+    except KeyboardInterrupt:
+        raise interrupted(path) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+
+
+@bench_app.command("context")
+def context_cmd(
+    url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
+    api: ApiOpt = "chat",
+    lengths: Annotated[str, typer.Option(help="prompt lengths in tokens (k = 1024), e.g. 8k,64k,128k")] = "8k",
+    needle: Annotated[bool, typer.Option(help="hide a needle and grade its retrieval")] = True,
+    depths: Annotated[str, typer.Option(help="needle depths, 0 = start, 1 = end")] = "0.1,0.5,0.9",
+    control: Annotated[bool, typer.Option(
+        help="add an unanswerable cell per length (asks for a needle never inserted; must be a miss)")] = False,
+    max_tokens: Annotated[int, typer.Option(min=1, help="answer budget per request")] = 32,
+    repeat: Annotated[int, typer.Option(min=1)] = 1,
+    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+) -> None:
+    """Long-prompt prefill speed and needle-in-a-haystack retrieval, graded by string match.
+
+    Example: splitserve bench context --url http://127.0.0.1:8080 --lengths 8k,64k --depths 0.1,0.5,0.9
+    """
+    from ..bench import ContextOptions, parse_depths, parse_lengths, run_context
+
+    path = Path()
+    try:
+        target, engine, facts = resolve_target(url, cluster, model, api_key, api)
+        opts = ContextOptions(lengths=parse_lengths(lengths), depths=parse_depths(depths), needle=needle,
+                              control=control, max_tokens=max_tokens, repeat=repeat)
+        path = out_path(out, "context")
+        with progress_bar(len(opts.cells()) + 2, "bench context") as step:
+            run, path = run_context(target, opts, path, label, step, engine or None, facts)
+        finish(path, report, run.notes)
+    except KeyboardInterrupt:
+        raise interrupted(path) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+
+
+@bench_app.command("sweep")
+def sweep_cmd(
+    cluster: Annotated[Path, typer.Option("-c", "--cluster", help="the cluster spec to restart per point")],
+    set_: Annotated[list[str], typer.Option("--set", help="NAME=V1,V2,... (ubatch, batch, ctx, parallel, fa, "
+                                                          "ctk, ctv, threads); repeat for a grid")],
+    prompt_tokens: Annotated[str, typer.Option(help="prompt sizes in server tokens")] = "512",
+    gen_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    concurrency: Annotated[str, typer.Option(help="requests in flight together, e.g. 1,4")] = "1",
+    repeat: Annotated[int, typer.Option(min=1)] = 3,
+    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+) -> None:
+    """Restart the cluster (through `up`) for each setting and run the speed bench at each point.
+
+    Example: splitserve bench sweep -c cluster.toml --set ubatch=512,1024,2048 --prompt-tokens 4096
+    """
+    from ..bench import SpeedOptions, parse_set, run_sweep
+    from ..bench._cluster import ClusterRestarter, engine_provenance, with_server
+    from ..cluster import load_spec
+
+    path = Path()
+    try:
+        spec = load_spec(cluster)
+        points = parse_set(set_)
+        for values in points:
+            with_server(spec, values)  # every point is a valid spec before anything restarts
+        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"), gen_tokens=gen_tokens,
+                            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
+                            repeat=repeat)
+        path = out_path(out, "sweep")
+
+        def on_event(ev: Any) -> None:
+            if ev.kind in ("ready", "stale"):
+                err.print(f"[dim]{ev.node}: {ev.message}[/dim]")
+
+        restarter = ClusterRestarter(spec, on_event=on_event)
+        with progress_bar(len(points) * (opts.total_requests() + 2), "bench sweep") as step:
+            run, path = run_sweep(restarter, points, opts, path, label, step,
+                                  on_point=lambda v: err.print(f"sweep point {v}: restarting", markup=False),
+                                  engine=engine_provenance(spec))
+        finish(path, report, run.notes)
+    except KeyboardInterrupt:
+        raise interrupted(path) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+
+
+@bench_app.command("engine")
+def engine_cmd(
+    cluster: SpecOpt = None,
+    model: Annotated[Optional[Path], typer.Option("-m", "--model", help="GGUF (without -c)")] = None,
+    rpc: Annotated[Optional[str], typer.Option(help="RPC workers host:port,... (without -c)")] = None,
+    engine: Annotated[Optional[str], typer.Option(help="engine key or folder (default: the newest / the cluster's)")] = None,
+    prompt_tokens: Annotated[str, typer.Option("-p", "--prompt-tokens", help="pp sizes")] = "512",
+    gen_tokens: Annotated[str, typer.Option("-n", "--gen-tokens", help="tg sizes")] = "128",
+    depth: Annotated[Optional[str], typer.Option("-d", "--depth", help="context depths, e.g. 0,4096")] = None,
+    ubatch: Annotated[Optional[str], typer.Option("--ubatch", help="ubatch sizes, e.g. 512,1024,2048")] = None,
+    repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1)] = 3,
+    flash_attn: Annotated[Optional[str], typer.Option("--fa", help="on or off")] = None,
+    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+) -> None:
+    """llama-bench (in-process pp/tg, no HTTP) with the cluster's --rpc workers.
+
+    With -c the cluster's head is stopped for the duration (an RPC worker serves one client at a
+    time) and brought back afterwards.
+
+    Example: splitserve bench engine -c cluster.toml -p 512,4096 -n 128
+    """
+    from ..bench import EngineBenchOptions, run_engine_bench
+    from ..engine import get_engine
+
+    path = Path()
+    try:
+        opts = EngineBenchOptions(prompt_tokens=ints(prompt_tokens, "-p"), gen_tokens=ints(gen_tokens, "-n"),
+                                  depths=ints(depth, "-d") if depth else [],
+                                  ubatch=ints(ubatch, "--ubatch") if ubatch else [],
+                                  repetitions=repetitions, flash_attn=flash_attn)
+        path = out_path(out, "engine")
+        total = len(opts.prompt_tokens) + len(opts.gen_tokens)
+        total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
+        with progress_bar(total, "bench engine") as _step:
+            bar_rows: list[Any] = []
+
+            def on_row(row: dict[str, Any]) -> None:
+                bar_rows.append(row)
+                err.print(f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s",
+                          markup=False)
+
+            if cluster is not None:
+                if model or rpc:
+                    raise UsageError("with -c the model and workers come from the spec; drop -m/--rpc")
+                from ..bench._cluster import cluster_facts, workers_only
+                from ..cluster import load_spec
+
+                spec = load_spec(cluster)
+                eng = get_engine(engine) if engine else None
+                if spec.server.ubatch and not opts.ubatch:
+                    opts.ubatch = [spec.server.ubatch]
+                with workers_only(spec, eng) as (endpoints, head_engine):
+                    run, path = run_engine_bench(head_engine.bench, spec.model, endpoints, opts, path, label,
+                                                 head_engine.provenance, on_row)
+                run.target["cluster"] = cluster_facts(spec)
+            else:
+                if model is None:
+                    raise UsageError("give -c cluster.toml, or -m MODEL.gguf [--rpc host:port,...]")
+                eng = get_engine(engine)
+                run, path = run_engine_bench(eng.bench, model, [r for r in (rpc or "").split(",") if r],
+                                             opts, path, label, eng.provenance, on_row)
+        finish(path, report, run.notes)
+    except KeyboardInterrupt:
+        raise interrupted(path) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+
+
+@bench_app.command("report")
+def report_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="run files; two or more are compared with ratios")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for report.md and the PNGs")] = None,
+    plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
+    decode_bound: Annotated[Optional[float], typer.Option(
+        help="decode upper bound in t/s (bandwidth / bytes per token) to state the efficiency")] = None,
+) -> None:
+    """Render run files as Markdown tables and PNG plots; several runs side by side with ratios.
+
+    Example: splitserve bench report bench-runs/speed-a.json bench-runs/speed-b.json -o report/
+    """
+    from ..bench import load_run
+    from ..bench._report import write_report
+
+    try:
+        loaded = [load_run(p) for p in runs]
+        folder = out or (runs[0].with_suffix("") if len(runs) == 1 else Path("bench-report"))
+        md, pngs = write_report(loaded, folder, decode_bound, with_plots=plots)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    print(md.read_text())
+    err.print(f"report written to {md}" + (f" with {len(pngs)} plot(s)" if pngs else ""), markup=False)
