@@ -128,6 +128,7 @@ def fetch_cmd(
         help="seconds without a byte before a connection is dropped and retried")] = 60.0,
     retries: Annotated[int, typer.Option(help="failed attempts in a row before a file fails")] = 10,
     backoff: Annotated[float, typer.Option(help="first retry delay in seconds", hidden=True)] = 1.0,
+    part_size: Annotated[int, typer.Option(help="part size in MiB (resume unit)", hidden=True)] = 64,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be fetched")] = False,
     verify: Annotated[Optional[Path], typer.Option(
         "--verify", help="re-check a finished download folder instead of fetching")] = None,
@@ -153,7 +154,8 @@ def fetch_cmd(
             raise UsageError("name a repository (e.g. splitserve fetch org/NAME-GGUF) or --verify DIR")
         options = FetchOptions(repo_id=repo, revision=revision, includes=list(include or []),
                                quants=list(quant or []), dir=directory, connections=connections,
-                               stall_timeout=stall_timeout, retries=retries, backoff=backoff)
+                               stall_timeout=stall_timeout, retries=retries, backoff=backoff,
+                               part_size=part_size << 20)
         plan = plan_fetch(options)
         if not as_json:
             _print_plan(plan)
