@@ -1,0 +1,78 @@
+"""The chat layer: chat templates and model-output parsing, in pure Python.
+
+- :func:`render_chat` renders a Hugging Face chat template (jinja2, HF-compatible env);
+- :func:`get_format` / :func:`detect_format`: tool-call formats; ``fmt.parser(tools=...)``
+  gives an incremental parser with ``feed(text) -> events`` and ``finish() -> events``;
+- :func:`parse_complete` parses a whole output into a :class:`ParsedMessage`;
+- :func:`transplant` builds a hybrid template from two templates and a recipe;
+- :func:`check_template` renders canonical conversations and checks they parse back.
+"""
+
+from ._check import CheckResult, check_template
+from ._errors import TemplateError, TransplantError
+from ._events import (
+    ContentDelta,
+    Event,
+    MessageAssembler,
+    ParsedMessage,
+    ParseWarning,
+    ReasoningDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    coalesce,
+)
+from ._format import ChatParser, ToolCallFormat, ToolParser, random_call_id
+from ._gguf import read_chat_templates
+from ._reasoning import ReasoningSpec
+from ._registry import (
+    UnknownFormatError,
+    detect_format,
+    get_format,
+    list_formats,
+    parse_complete,
+    register_format,
+)
+from ._render import assistant_turn, make_environment, render_chat
+from ._schema import Schema, ToolSet, coerce_text, coerce_value
+from ._transplant import Recipe, load_recipe, list_recipes, transplant
+
+__all__ = [
+    "ChatParser",
+    "CheckResult",
+    "ContentDelta",
+    "Event",
+    "MessageAssembler",
+    "ParseWarning",
+    "ParsedMessage",
+    "ReasoningDelta",
+    "ReasoningSpec",
+    "Recipe",
+    "Schema",
+    "TemplateError",
+    "ToolCallArgsDelta",
+    "ToolCallEnd",
+    "ToolCallFormat",
+    "ToolCallStart",
+    "ToolParser",
+    "ToolSet",
+    "TransplantError",
+    "UnknownFormatError",
+    "assistant_turn",
+    "check_template",
+    "coalesce",
+    "coerce_text",
+    "coerce_value",
+    "detect_format",
+    "get_format",
+    "list_formats",
+    "list_recipes",
+    "load_recipe",
+    "make_environment",
+    "parse_complete",
+    "random_call_id",
+    "read_chat_templates",
+    "register_format",
+    "render_chat",
+    "transplant",
+]

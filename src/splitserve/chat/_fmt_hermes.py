@@ -1,0 +1,137 @@
+"""``hermes``: Hermes / Qwen 2.5 / Qwen3 JSON tool calls, ``<tool_call>{json}</tool_call>``.
+
+    Let me check.
+    <tool_call>
+    {"name": "get_weather", "arguments": {"location": "Paris", "days": 3}}
+    </tool_call>
+
+Optional ``<think>`` reasoning (Qwen3). Rules, pinned:
+
+- the JSON value is read by its own brackets and strings, so ``</tool_call>`` inside a
+  string argument is data;
+- a call is emitted as soon as its JSON value is complete (a block never closed keeps it);
+  several objects, or a JSON list of them, in one block are several calls;
+- a block whose body is not a call (not JSON, no name): its raw text is content, a warning;
+- the end of output inside the JSON drops that call; arguments arrive in one fragment.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._reasoning import ReasoningSpec
+from ._scan import JsonScanner
+from ._schema import ToolSet, coerce_value
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_TEXT, _BODY, _JSON, _AFTER, _RAW = range(5)
+
+
+class HermesParser(ToolParser):
+    def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
+        super().__init__(tools, id_factory)
+        self._state = _TEXT
+        self._raw: list[str] = []
+        self._json: list[str] = []
+        self._scanner = JsonScanner()
+        self._block_calls = 0
+
+    def _step(self) -> bool:
+        buf = self.buf
+        if self._state == _TEXT:
+            before, marker = buf.scan((OPEN,))
+            self.content(before)
+            if marker is None:
+                return False
+            self._raw = [buf.take(len(OPEN))]
+            self._block_calls = 0
+            self._state = _BODY
+            return True
+        if self._state in (_BODY, _AFTER):
+            self._raw.append(buf.skip_ws())
+            if not buf.text:
+                return False
+            if buf.text[0] in "{[":
+                self._json, self._scanner = [], JsonScanner()
+                self._state = _JSON
+                return True
+            if buf.text.startswith(CLOSE):
+                self._raw.append(buf.take(len(CLOSE)))
+                self._end_block()
+                return True
+            if not buf.eof and CLOSE.startswith(buf.text):
+                return False
+            self._state = _RAW
+            return True
+        if self._state == _JSON:
+            n = self._scanner.feed(buf.text)
+            piece = buf.take(n)
+            self._json.append(piece)
+            self._raw.append(piece)
+            if not self._scanner.done:
+                return False
+            self._on_json("".join(self._json))
+            return True
+        # _RAW: text in the block that is not JSON, up to the closer
+        before, marker = buf.scan((CLOSE,))
+        self._raw.append(before)
+        if marker is None:
+            return False
+        self._raw.append(buf.take(len(CLOSE)))
+        self._end_block()
+        return True
+
+    def _on_json(self, text: str) -> None:
+        try:
+            calls = calls_from_json(json.loads(text))
+        except ValueError:
+            calls = None
+        if calls is None:
+            self._state = _RAW
+            return
+        for name, arguments in calls:
+            self.whole_call(name, coerce_value(arguments, self.schema(name)))
+        self._block_calls += len(calls)
+        self._raw = []
+        self._state = _AFTER
+
+    def _end_block(self) -> None:
+        rawtext = "".join(self._raw)
+        if self._block_calls == 0:
+            self.warn("a <tool_call> block held no valid call; its text is kept as content",
+                      rawtext)
+            self.content(rawtext)
+        elif rawtext.strip() not in ("", CLOSE):
+            self.warn("text inside a <tool_call> block that is not a call was ignored", rawtext)
+        self._raw = []
+        self._state = _TEXT
+
+    def _at_eof(self) -> None:
+        if self._state == _JSON:
+            self.warn("a tool call was cut off by the end of the output; dropped "
+                      "(earlier calls kept)", "".join(self._raw))
+        elif self._state in (_BODY, _RAW) or (self._state == _AFTER and self._block_calls == 0):
+            self._end_block()
+        elif self._state == _AFTER:
+            leftover = "".join(self._raw)
+            if leftover.strip():
+                self.warn("text inside a <tool_call> block that is not a call was ignored",
+                          leftover)
+        self._state = _TEXT
+
+
+def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
+    return HermesParser(tools, id_factory)
+
+
+FORMAT = ToolCallFormat(
+    name="hermes",
+    description="Hermes 2 Pro/3, Qwen 2.5, Qwen3, QwQ: <tool_call>{\"name\", \"arguments\"}"
+                "</tool_call>, optional <think>",
+    make_tool_parser=_parser,
+    reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
+    end_markers=("<|im_end|>", "<|eot_id|>"),
+    example='<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
+            '</tool_call>',
+)

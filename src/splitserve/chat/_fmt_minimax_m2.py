@@ -1,0 +1,65 @@
+"""``minimax-m2``: MiniMax-M2's XML tool calls and ``<think>`` reasoning.
+
+    <think>
+    reasoning
+    </think>
+
+    Let me look.
+    <minimax:tool_call>
+    <invoke name="search_web">
+    <parameter name="query">weather in Paris</parameter>
+    <parameter name="days">3</parameter>
+    </invoke>
+    </minimax:tool_call>
+
+Strings are written raw, other values as JSON (the template's ``tojson``). The template's
+generation prompt ends with ``<think>\\n``, so output starts mid-reasoning by default.
+The ``minimax-m3-hybrid`` format (MiniMax-M3 with the recipe of the same name) is this
+tool-call syntax with M3's ``<mm:think>`` reasoning.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._format import IdFactory, ToolCallFormat
+from ._reasoning import ReasoningSpec
+from ._schema import ToolSet
+from ._xml_flat import Dialect, FlatXmlParser
+
+DIALECT = Dialect(
+    wrap_open="<minimax:tool_call>",
+    wrap_close="</minimax:tool_call>",
+    invoke_prefix="<invoke",
+    invoke_header=re.compile(r"<invoke\s+name\s*=\s*[\"']?([^\"'>]*?)[\"']?\s*>"),
+    invoke_close="</invoke>",
+    param_prefix="<parameter",
+    param_header=re.compile(r"<parameter\s+name\s*=\s*[\"']?([^\"'>]*?)[\"']?\s*>"),
+    param_close="</parameter>",
+)
+
+
+def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
+    return FlatXmlParser(tools, id_factory, DIALECT)
+
+
+EXAMPLE = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="location">Paris'
+           '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>')
+
+FORMAT = ToolCallFormat(
+    name="minimax-m2",
+    description="MiniMax-M2/M2.5/M2.7: <minimax:tool_call><invoke><parameter name=...>, <think>",
+    make_tool_parser=_parser,
+    reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=True),
+    end_markers=("[e~[",),
+    example=EXAMPLE,
+)
+
+HYBRID = ToolCallFormat(
+    name="minimax-m3-hybrid",
+    description="MiniMax-M3 with the minimax-m3-hybrid template: M2 tool calls, <mm:think>",
+    make_tool_parser=_parser,
+    reasoning=ReasoningSpec("<mm:think>", "</mm:think>", prefilled_default=False),
+    end_markers=("[e~[",),
+    example=EXAMPLE,
+)

@@ -1,0 +1,54 @@
+"""``qwen3-coder``: Qwen3-Coder / Qwen3.5 XML tool calls (and optional ``<think>``).
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=location>
+    Paris
+    </parameter>
+    <parameter=days>
+    3
+    </parameter>
+    </function>
+    </tool_call>
+
+The template writes one newline after each parameter opener and one before its closer;
+the parser strips exactly those. Objects and arrays are JSON; other values are Python's
+``str()`` of the value, so ``True``/``False`` (any case) are booleans for this format.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._format import IdFactory, ToolCallFormat
+from ._reasoning import ReasoningSpec
+from ._schema import ToolSet
+from ._xml_flat import Dialect, FlatXmlParser
+
+DIALECT = Dialect(
+    wrap_open="<tool_call>",
+    wrap_close="</tool_call>",
+    invoke_prefix="<function=",
+    invoke_header=re.compile(r"<function=([^>\n]+)>"),
+    invoke_close="</function>",
+    param_prefix="<parameter=",
+    param_header=re.compile(r"<parameter=([^>\n]+)>"),
+    param_close="</parameter>",
+    strip_newlines=True,
+    bool_words=True,
+)
+
+
+def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
+    return FlatXmlParser(tools, id_factory, DIALECT)
+
+
+FORMAT = ToolCallFormat(
+    name="qwen3-coder",
+    description="Qwen3-Coder, Qwen3.5: <tool_call><function=f><parameter=k>, optional <think>",
+    make_tool_parser=_parser,
+    reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
+    end_markers=("<|im_end|>",),
+    example=("<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n"
+             "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+)
