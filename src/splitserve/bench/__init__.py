@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ._client import BenchClient, Target
 from ._context import CONTROL, ContextOptions, grade, parse_depths, parse_lengths
-from ._llamabench import EngineBenchOptions, llama_bench_argv, test_name
+from ._llamabench import EngineBenchOptions, llama_bench_argv, bench_test_label
 from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run
 from ._run import parse_set, run_context, run_engine_bench, run_speed, run_sweep
 from ._speed import SpeedOptions
@@ -39,5 +39,5 @@ __all__ = [
     "run_speed",
     "run_sweep",
     "summarize",
-    "test_name",
+    "bench_test_label",
 ]

@@ -71,7 +71,7 @@ def count_tests(opts: EngineBenchOptions) -> int:
     return tests * grid
 
 
-def test_name(row: dict[str, Any]) -> str:
+def bench_test_label(row: dict[str, Any]) -> str:
     """llama-bench's own label: ``pp512``, ``tg128``, ``pp512 @ d4096``."""
     n_p, n_g, d = int(row.get("n_prompt", 0)), int(row.get("n_gen", 0)), int(row.get("n_depth", 0))
     if n_p and n_g:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._errors import UsageError
 from ._client import BenchClient, Target
 from ._context import ContextOptions, context_cells
-from ._llamabench import EngineBenchOptions, llama_bench_argv, run_llama_bench, test_name
+from ._llamabench import EngineBenchOptions, llama_bench_argv, run_llama_bench, bench_test_label
 from ._machine import machine_info
 from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, new_run_id
 from ._speed import Session, SpeedOptions, speed_cells, speed_notes
@@ -87,7 +87,7 @@ def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label
 
 def run_context(target: Target, opts: ContextOptions, out: Path | None = None, label: str = "",
                 progress: Progress | None = None, engine: dict[str, Any] | None = None,
-                cluster: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
+                cluster: dict[str, Any] | None = None, transport: Any = None) -> tuple[BenchRun, Path]:
     """``bench context``: prefill at each length and the needle grid."""
     run = _new_run("context", label, opts.as_dict())
     run.target = target.describe() | ({"cluster": cluster} if cluster else {})
@@ -100,7 +100,7 @@ def run_context(target: Target, opts: ContextOptions, out: Path | None = None, l
             progress(rec)
 
     async def main() -> None:
-        async with BenchClient(target) as client:
+        async with BenchClient(target, transport=transport) as client:
             run.server = await client.probe()
             run.target["model"] = target.model
             run.engine = engine or _engine_from_server(run.server)
@@ -209,7 +209,7 @@ def run_engine_bench(bench: Path, model: Path, rpc: list[str], opts: EngineBench
     writer = RunWriter(run, path)
 
     def row(r: dict[str, Any]) -> None:
-        r["test"] = test_name(r)
+        r["test"] = bench_test_label(r)
         run.engine_rows.append(r)
         writer.flush()
         if on_row:
