@@ -6,7 +6,8 @@ Like ``transformers``' ``_compile_jinja_template``: an immutable sandbox with
 ``indent``, ``separators`` and ``sort_keys`` options (no HTML escaping);
 ``raise_exception(msg)`` and ``strftime_now(fmt)`` are globals.
 
-Messages go in as OpenAI dicts. An assistant tool call whose ``function.arguments`` is a
+Messages go in as OpenAI dicts. A null ``content`` is given to the template as ``""``
+(templates print None as "None" or fail on ``'</think>' in content``). An assistant tool call whose ``function.arguments`` is a
 JSON string is handed to the template as a mapping (templates iterate ``arguments.items()``
 or apply ``tojson``); other values are left as they are.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -42,10 +44,20 @@ class _GenerationBlock(Extension):
         return nodes.Scope(body, lineno=lineno)
 
 
+def _json_default(value: Any) -> Any:
+    # jinja filters such as map() hand over generators; HF would fail, llama.cpp's minja
+    # serialises them as lists. Follow minja here: it is what the templates were tested on.
+    if isinstance(value, Iterator):
+        return list(value)
+    if isinstance(value, jinja2.Undefined):
+        return None
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys, default=_json_default)
 
 
 def _raise_exception(message: str) -> None:
@@ -78,6 +90,8 @@ def _compile(template: str) -> jinja2.Template:
 def _prepare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = copy.deepcopy(messages)
     for message in out:
+        if isinstance(message, dict) and "content" in message and message["content"] is None:
+            message["content"] = ""  # templates test `'x' in content` or print "None"
         for call in message.get("tool_calls") or []:
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
@@ -133,19 +147,45 @@ def assistant_turn(template: str, history: list[dict[str, Any]], message: dict[s
     prompt = render_chat(template, history, tools, add_generation_prompt=True, **kwargs)
     full = render_chat(template, history + [message], tools, add_generation_prompt=False,
                        **kwargs)
-    common = 0
-    limit = min(len(prompt), len(full))
-    while common < limit and prompt[common] == full[common]:
-        common += 1
-    tail = full[common:]
-    # Pre-filled: the whole prompt is a prefix of the full rendering and ends with the
-    # opener, so the turn's text starts inside reasoning. When the template renders the
-    # history turn without that opener, the text holds no reasoning at all.
-    prefilled = (common == len(prompt) and reasoning_open is not None
-                 and prompt.rstrip().endswith(reasoning_open))
+    tail, prefilled = _after_header(prompt, full, end_markers, reasoning_open)
+    if tail is None:
+        tail, prefilled = _after_common_prefix(prompt, full, reasoning_open)
     for marker in end_markers:
-        cut = tail.rfind(marker)
+        cut = tail.find(marker)
         if cut >= 0:
             tail = tail[:cut]
             break
     return tail, prefilled
+
+
+def _after_header(prompt: str, full: str, end_markers: tuple[str, ...],
+                  reasoning_open: str | None) -> tuple[str | None, bool]:
+    """The text after the generation header (the prompt after its last end marker)."""
+    cuts = [prompt.rfind(m) + len(m) for m in end_markers if m in prompt]
+    if not cuts:
+        return None, False
+    header = prompt[max(cuts):]
+    candidates = [(header, False)]
+    if reasoning_open and header.rstrip().endswith(reasoning_open):
+        candidates = [(header, True), (header.rstrip()[:-len(reasoning_open)], False)]
+    for text, prefilled in candidates:
+        if text.strip() and text in full:
+            return full[full.rfind(text) + len(text):], prefilled
+    return None, False
+
+
+def _after_common_prefix(prompt: str, full: str,
+                         reasoning_open: str | None) -> tuple[str, bool]:
+    common = 0
+    limit = min(len(prompt), len(full))
+    while common < limit and prompt[common] == full[common]:
+        common += 1
+    if common < len(prompt):  # do not split a marker such as <|...|> between the two
+        k = prompt.rfind("<", 0, common)
+        if k >= 0 and ">" not in prompt[k:common]:
+            common = k
+    # Pre-filled: the whole prompt is a prefix of the full rendering and ends with the
+    # opener, so the turn's text starts inside reasoning.
+    prefilled = (common == len(prompt) and reasoning_open is not None
+                 and prompt.rstrip().endswith(reasoning_open))
+    return full[common:], prefilled

@@ -27,7 +27,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def _register() -> None:
     # Each module adds its commands to `app` when imported.
-    from . import _bench, _cluster, _demo, _engine, _fetch  # noqa: F401
+    from . import _bench, _cluster, _demo, _engine, _fetch, _template  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
