@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -36,6 +37,8 @@ class _RichEvents(Events):
         self.total = progress.add_task("total", total=total, completed=have)
         self.tasks: dict[str, TaskID] = {}
         self.lock = threading.Lock()
+        self.pending: dict[str, int] = {}
+        self.flushed = 0.0
 
     def file_started(self, path: str, size: int, resumed: int) -> None:
         with self.lock:
@@ -46,12 +49,30 @@ class _RichEvents(Events):
             self.note(f"{path}: resuming, {_size(resumed)} already on disk")
 
     def advance(self, path: str, nbytes: int) -> None:
-        task = self.tasks.get(path)
-        if task is not None:
-            self.progress.advance(task, nbytes)
-        self.progress.advance(self.total, nbytes)
+        # called per socket read from every connection: add up, hand rich a sum now and then
+        with self.lock:
+            self.pending[path] = self.pending.get(path, 0) + nbytes
+            now = time.monotonic()
+            if now - self.flushed < 0.1:
+                return
+            self.flushed = now
+            pending, self.pending = self.pending, {}
+        for p, n in pending.items():
+            task = self.tasks.get(p)
+            if task is not None:
+                self.progress.advance(task, n)
+            self.progress.advance(self.total, n)
+
+    def flush(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        for p, n in pending.items():
+            if (task := self.tasks.get(p)) is not None:
+                self.progress.advance(task, n)
+            self.progress.advance(self.total, n)
 
     def file_state(self, path: str, state: str, detail: str = "") -> None:
+        self.flush()
         task = self.tasks.get(path)
         if state == "done":
             if task is not None:

@@ -121,13 +121,13 @@ def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | N
         final = _safe_target(root, remote.path)
         ident = _identity(listing.repo_id, listing.commit, remote)
         if final.is_file() and check_existing:
-            if final.stat().st_size == remote.size and store.matches(remote):
+            if store.matches(remote, final):
                 planned.append(PlannedFile(remote, final, "skip", remote.size))
                 continue
             if final.stat().st_size == remote.size and expected_digest(remote):
                 events.file_state(remote.path, "checking")
                 if hash_file(final, remote) == expected_digest(remote):
-                    store.record(listing.repo_id, listing.commit, remote)
+                    store.record(listing.repo_id, listing.commit, remote, final)
                     planned.append(PlannedFile(remote, final, "skip", remote.size))
                     continue
             segs = load_state(final, ident)
@@ -192,7 +192,7 @@ def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None =
             return _resolve_checked(hub, plan, remote)
 
         def on_done(job: FileJob) -> None:
-            store.record(plan.repo_id, plan.commit, job.remote)
+            store.record(plan.repo_id, plan.commit, job.remote, job.final)
 
         jobs.append(FileJob(pf.remote, pf.final, ident, resolve, segs, on_done))
     before = {j.path: sum(s.done for s in j.segments) for j in jobs}

@@ -61,6 +61,7 @@ class ManifestEntry(BaseModel):
     size: int
     sha256: str | None = None
     blob_id: str | None = None
+    mtime_ns: int | None = None  # of the file when it was verified; a change means re-hash
 
     def remote(self, path: str) -> RemoteFile:
         return RemoteFile(path, self.size, self.sha256, self.blob_id)
@@ -88,20 +89,37 @@ class ManifestStore:
             raise FetchError(f"{self.path}: unreadable manifest ({exc.__class__.__name__}); "
                              "delete it and run fetch again to rebuild it") from None
 
-    def matches(self, remote: RemoteFile) -> bool:
+    def matches(self, remote: RemoteFile, target: Path) -> bool:
+        """Whether ``target`` was verified as ``remote`` and has not been touched since."""
         e = self.data.files.get(remote.path)
-        return (e is not None and e.size == remote.size and e.sha256 == remote.sha256
-                and (remote.sha256 is not None or e.blob_id == remote.blob_id))
+        if e is None or e.size != remote.size or e.sha256 != remote.sha256:
+            return False
+        if remote.sha256 is None and e.blob_id != remote.blob_id:
+            return False
+        try:
+            st = target.stat()
+        except OSError:
+            return False
+        return st.st_size == e.size and st.st_mtime_ns == e.mtime_ns
 
-    def record(self, repo_id: str, commit: str, remote: RemoteFile) -> None:
+    def record(self, repo_id: str, commit: str, remote: RemoteFile, target: Path) -> None:
         with self._lock:
             self.data.files[remote.path] = ManifestEntry(
                 repo_id=repo_id, commit=commit, size=remote.size, sha256=remote.sha256,
-                blob_id=remote.blob_id)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(self.data.model_dump_json(indent=1))
-            os.replace(tmp, self.path)
+                blob_id=remote.blob_id, mtime_ns=target.stat().st_mtime_ns)
+            self._write()
+
+    def forget(self, path: str) -> None:
+        """Drop a file that failed verification, so the next fetch replaces it."""
+        with self._lock:
+            if self.data.files.pop(path, None) is not None:
+                self._write()
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(self.data.model_dump_json(indent=1))
+        os.replace(tmp, self.path)
 
 
 @dataclass
@@ -124,7 +142,11 @@ class VerifyReport:
 
 
 def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -> VerifyReport:
-    """Re-hash every file the manifest lists and check the GGUF shard sets are whole."""
+    """Re-hash every file the manifest lists and check the GGUF shard sets are whole.
+
+    A file whose hash is wrong is dropped from the manifest, so that running the same
+    ``fetch`` again replaces it.
+    """
     store = ManifestStore(root)
     if not store.path.is_file():
         raise FetchError(f"{root}: no {MANIFEST}; --verify checks a folder made by "
@@ -146,6 +168,7 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
         if want is not None and digest != want:
             report.items.append(VerifyItem(path, entry.size, "hash",
                                            f"{hash_label(remote)} {digest[:12]}…, hub says {want[:12]}…"))
+            store.forget(path)  # the next fetch must replace it, not trust the manifest
         else:
             report.items.append(VerifyItem(path, entry.size, "ok"))
     # shard sets on disk must be whole
