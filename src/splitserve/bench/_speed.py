@@ -25,7 +25,7 @@ Emit = Callable[[RequestRecord], None]
 CACHE_MARGIN = 8
 """Tokens of cached prefix tolerated beyond the calibrated template prefix."""
 
-PROBE_WORDS = (20, 220)
+PROBE_WORDS = (20, 20, 140)
 
 
 @dataclass
@@ -89,7 +89,14 @@ class Session:
         return rec
 
     async def calibrate(self) -> Calibration:
-        """Two probes of different length: tokens per word, template overhead, shared prefix."""
+        """Three probes: two short ones, then a long one.
+
+        The short pair gives the shared template prefix: the second lands in the
+        slot of the first (llama.cpp picks the most similar slot) and its cached
+        count is that prefix.  The short and long probes give tokens per word and
+        the template overhead.  If no probe shows a cached count (a fresh slot
+        every time), the overhead estimate stands in for the prefix.
+        """
         probes = []
         for words in PROBE_WORDS:
             tag = self.tag()
@@ -99,10 +106,18 @@ class Session:
             self.emit(rec)
             probes.append({"words": words, "prompt_tokens": rec.prompt_tokens,
                            "cached_tokens": rec.cached_tokens, "error": rec.error})
-        (w1, p1), (w2, p2) = [(p["words"], p["prompt_tokens"]) for p in probes]
+        (w1, p1), (w2, p2) = (probes[0]["words"], probes[0]["prompt_tokens"]), \
+            (probes[-1]["words"], probes[-1]["prompt_tokens"])
         fit = TokenFit.from_probes(w1, p1, w2, p2) if p1 and p2 else TokenFit()
         cached = [p["cached_tokens"] for p in probes if p["cached_tokens"] is not None]
-        self.calibration = Calibration(fit, max(cached) if cached else None, probes)
+        allowance: int | None
+        if not cached:
+            allowance = None
+        elif max(cached) > 0:
+            allowance = max(cached)
+        else:
+            allowance = round(fit.overhead)
+        self.calibration = Calibration(fit, allowance, probes)
         return self.calibration
 
     async def batch(self, make: Callable[[int], tuple[str, dict[str, Any], str]], count: int,

@@ -14,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .._errors import SplitserveError, UsageError
 from ._app import app, fail
 
+PROBES = 3  # calibration requests before the cells (splitserve.bench._speed.PROBE_WORDS)
+
 bench_app = typer.Typer(
     help="Measure a served model: speed, concurrency, long context, sweeps, llama-bench, reports.\n\n"
          "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
@@ -140,7 +142,7 @@ def speed_cmd(
                             concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
                             repeat=repeat, reuse_prompt=reuse_prompt)
         path = out_path(out, "speed")
-        with progress_bar(opts.total_requests() + 2, "bench speed") as step:
+        with progress_bar(opts.total_requests() + PROBES, "bench speed") as step:
             run, path = run_speed(target, opts, path, label, step, engine or None, facts)
         finish(path, report, run.notes)
     except KeyboardInterrupt:
@@ -174,7 +176,7 @@ def context_cmd(
         opts = ContextOptions(lengths=parse_lengths(lengths), depths=parse_depths(depths), needle=needle,
                               control=control, max_tokens=max_tokens, repeat=repeat)
         path = out_path(out, "context")
-        with progress_bar(len(opts.cells()) + 2, "bench context") as step:
+        with progress_bar(len(opts.cells()) + PROBES, "bench context") as step:
             run, path = run_context(target, opts, path, label, step, engine or None, facts)
         finish(path, report, run.notes)
     except KeyboardInterrupt:
@@ -218,7 +220,7 @@ def sweep_cmd(
                 err.print(f"[dim]{ev.node}: {ev.message}[/dim]")
 
         restarter = ClusterRestarter(spec, on_event=on_event)
-        with progress_bar(len(points) * (opts.total_requests() + 2), "bench sweep") as step:
+        with progress_bar(len(points) * (opts.total_requests() + PROBES), "bench sweep") as step:
             run, path = run_sweep(restarter, points, opts, path, label, step,
                                   on_point=lambda v: err.print(f"sweep point {v}: restarting", markup=False),
                                   engine=engine_provenance(spec))
