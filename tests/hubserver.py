@@ -462,15 +462,55 @@ class _StorageHandler(_Base):
                 pass
 
 
-def main() -> None:  # pragma: no cover - manual use
+def zeros_sha256(size: int) -> str:
+    """The sha256 of ``size`` zero bytes (what a sparse file holds)."""
+    h = hashlib.sha256()
+    block = bytes(16 << 20)
+    while size > 0:
+        h.update(block[: min(size, len(block))])
+        size -= len(block)
+    return h.hexdigest()
+
+
+def main() -> None:  # pragma: no cover - used by benchmarks/bench_fetch.py and by hand
+    """``python tests/hubserver.py --repo R [--file PATH] [--sparse NAME:MIB] [--cap-mib N]``.
+
+    Prints one JSON line ``{"endpoint": ..., "storage": ...}`` when ready, serves until killed.
+    """
+    import argparse
     import sys
 
-    repo_id, *paths = sys.argv[1:]
-    with HubServer(Path(os.environ.get("TMPDIR", "/tmp")) / "hubserver") as hub:
-        for p in paths:
-            hub.add_file(repo_id, Path(p).name, Path(p))
-        print(f"HF_ENDPOINT={hub.endpoint}", flush=True)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", required=True)
+    ap.add_argument("--root", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "hubserver"))
+    ap.add_argument("--file", action="append", default=[], help="a file to serve under its name")
+    ap.add_argument("--sparse", action="append", default=[], help="NAME:MIB, a sparse zero file")
+    ap.add_argument("--cap-mib", type=float, default=0.0, help="per-connection cap, MiB/s")
+    args = ap.parse_args()
+    root = Path(args.root)
+    hub = HubServer(root)
+    for p in args.file:
+        hub.add_file(args.repo, Path(p).name, Path(p))
+    for spec in args.sparse:
+        name, mib = spec.rsplit(":", 1)
+        size = int(float(mib) * (1 << 20))
+        path = root / "sparse" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.truncate(size)
+        hub.add_file(args.repo, name, path, sha256=zeros_sha256(size), lfs=True)
+    hub.cap_bps = args.cap_mib * (1 << 20) or None
+    hub.start()
+    print(json.dumps({"endpoint": hub.endpoint, "storage": hub.storage_endpoint}), flush=True)
+    try:
         threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        hub.stop()
+        for spec in args.sparse:
+            (root / "sparse" / spec.rsplit(":", 1)[0]).unlink(missing_ok=True)
+        sys.exit(0)
 
 
 if __name__ == "__main__":  # pragma: no cover
