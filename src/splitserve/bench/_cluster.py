@@ -83,13 +83,14 @@ def cluster_target(spec_path: Path, api: str = "chat") -> tuple[Target, dict[str
 
 
 def engine_provenance(spec: ClusterSpec, key: str | None = None) -> dict[str, Any]:
-    try:
-        eng = get_engine(key) if key else resolve_engines(spec)["head"]
-    except ClusterError:
-        return {}
-    except Exception:  # an engine that is gone must not stop a bench
-        return {}
-    return dict(eng.provenance) | {"bin_dir": str(eng.bin_dir)}
+    """The head engine's provenance: the spec's engine, else the key `up` recorded; {} if gone."""
+    for pick in (lambda: resolve_engines(spec)["head"], lambda: get_engine(key)):
+        try:
+            eng = pick()
+        except Exception:  # an engine that is gone must not stop a bench
+            continue
+        return dict(eng.provenance) | {"bin_dir": str(eng.bin_dir)}
+    return {}
 
 
 def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
@@ -115,7 +116,9 @@ class ClusterRestarter:
         self.stop()
         state = up(point, engine=self.engine, on_event=self.on_event)
         self.current = point
-        facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine}
+        head = [p.argv for p in state.processes if p.role == "server"]
+        facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine,
+                                        "head_argv": head[0] if head else []}
         return Target(url=state.endpoint, api_key=point.server.api_key), facts
 
     def stop(self) -> None:

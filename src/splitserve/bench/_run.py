@@ -73,7 +73,7 @@ def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label
         async with BenchClient(target, transport=transport, max_connections=max(opts.concurrency) + 2) as client:
             run.server = await client.probe()
             run.target["model"] = target.model
-            run.engine = engine or _engine_from_server(run.server)
+            run.engine = _engine_from_server(run.server) | (engine or {})
             writer.flush()
             session = Session(client, emit)
             run.calibration = (await session.calibrate()).as_dict()
@@ -103,7 +103,7 @@ def run_context(target: Target, opts: ContextOptions, out: Path | None = None, l
         async with BenchClient(target, transport=transport) as client:
             run.server = await client.probe()
             run.target["model"] = target.model
-            run.engine = engine or _engine_from_server(run.server)
+            run.engine = _engine_from_server(run.server) | (engine or {})
             writer.flush()
             session = Session(client, emit)
             run.calibration = (await session.calibrate()).as_dict()
