@@ -28,7 +28,7 @@ from ..cluster import (
 )
 from ._app import app, fail
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 
 SpecOpt = Annotated[Optional[Path], typer.Option("-c", "--config", help="cluster spec (TOML)")]

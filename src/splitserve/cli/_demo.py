@@ -14,12 +14,13 @@ from rich.table import Table
 
 from .._demo import DEFAULT_PROMPT, run_demo
 from .._errors import SplitserveError
+from ..cluster import Event
 from ..engine import BuildOptions
 from ._app import app, fail
 from ._cluster import print_event
 from ._engine import build_with_progress
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 
 @app.command("demo")
@@ -44,8 +45,12 @@ def demo_cmd(
             sys.stdout.write(piece)
             sys.stdout.flush()
 
-        console.print(f"\nuser: {prompt}\nassistant: ", end="", markup=False)
-        result = run_demo(engine, prompt=prompt, keep=keep, port=port, on_event=print_event,  # type: ignore[arg-type]
+        def on_event(event: Event) -> None:
+            print_event(event)
+            if event.kind == "ready":
+                console.print(f"\nuser: {prompt}\nassistant: ", end="", markup=False)
+
+        result = run_demo(engine, prompt=prompt, keep=keep, port=port, on_event=on_event,  # type: ignore[arg-type]
                           on_text=on_text)
     except SplitserveError as exc:
         raise fail(exc) from None

@@ -18,7 +18,7 @@ engine_app = typer.Typer(
     help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu",
     no_args_is_help=True)
 app.add_typer(engine_app, name="engine")
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 
 def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[object, bool]:

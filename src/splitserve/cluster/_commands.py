@@ -58,7 +58,7 @@ def _library_env(engine: Engine, extra: dict[str, str]) -> dict[str, str]:
 
 def rpc_argv(engine: Engine, worker: WorkerSpec) -> list[str]:
     """ggml-rpc-server's command line for a worker."""
-    argv = [str(engine.rpc_server), "-H", worker.bind, "-p", str(worker.port)]
+    argv = [str(engine.path("rpc_server")), "-H", worker.bind, "-p", str(worker.port)]
     if worker.devices:
         argv += ["-d", ",".join(worker.devices)]
     if worker.threads:
@@ -77,7 +77,7 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
     """llama-server's command line: the RPC workers, all layers offloaded, the spec's options."""
     s = spec.server
     argv = [
-        str(engine.server),
+        str(engine.path("server")),
         "--model", str(spec.model),
         "--host", s.host,
         "--port", str(s.port),

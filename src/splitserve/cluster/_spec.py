@@ -189,7 +189,7 @@ def _loc(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
         else:
             out += ("." if out else "") + str(part)
             node = node.get(part) if isinstance(node, dict) else None
-    return out or "(top level)"
+    return out
 
 
 def _message(err: dict[str, Any]) -> str:
@@ -211,7 +211,8 @@ def parse_spec(data: dict[str, Any], source: Path | None = None) -> ClusterSpec:
         first = exc.errors()[0]
         key = _loc(tuple(first.get("loc", ())), data)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise SpecError(f"{where}: {key}: {_message(first)}{more}") from None
+        head = f"{where}: {key}: " if first.get("loc") else f"{where}: "
+        raise SpecError(f"{head}{_message(first)}{more}") from None
     base = source.parent if source else Path.cwd()
     spec.model = _resolve(spec.model, base)
     if spec.server.chat_template_file is not None:

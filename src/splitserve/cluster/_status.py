@@ -60,7 +60,9 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     if head_log is not None:
         fresh = [d.as_dict() for d in parse_load_report(head_log[0].read_log(head_log[1], 8 << 20)).devices]
         memory = fresh or memory
-    memory = [dict(d, node=_node_of(d, state)) for d in memory]
+    order = [p.node for p in state.processes]
+    memory = sorted((dict(d, node=_node_of(d, state)) for d in memory),
+                    key=lambda d: order.index(d["node"]) if d["node"] in order else len(order))
     out: dict[str, Any] = {
         "name": state.name, "phase": state.phase, "endpoint": state.endpoint, "model": state.model,
         "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,

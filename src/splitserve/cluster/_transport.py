@@ -10,6 +10,7 @@ beside it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -92,6 +93,11 @@ class LocalTransport(Transport):
 
     def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered stdio, so the log shows what the process printed as it happens
+        # (ggml-rpc-server's printf output would otherwise sit in a pipe buffer).
+        stdbuf = shutil.which("stdbuf")
+        if stdbuf:
+            argv = [stdbuf, "-oL", "-eL", *argv]
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

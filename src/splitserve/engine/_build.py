@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import platform
+import pty
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -160,31 +162,38 @@ def probe_rpc_protocol(rpc_server: Path, timeout: float = 20.0) -> str | None:
     """Start the RPC server on a loopback port and read the protocol version it prints."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    proc = subprocess.Popen([str(rpc_server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-    assert proc.stdout is not None
-    version = None
+    # A pseudo-terminal: the server's printf output is line-buffered there, block-buffered in a pipe.
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(rpc_server), "-H", "127.0.0.1", "-p", str(port)], stdout=slave,
+                            stderr=slave, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    os.close(slave)
+    fd = master
+    buf = b""
+    pattern = re.compile(rb"RPC server v(\d+\.\d+\.\d+)")
     deadline = time.monotonic() + timeout
     try:
-        os.set_blocking(proc.stdout.fileno(), False)
-        buf = ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            chunk = proc.stdout.read() or ""
-            buf += chunk
-            m = re.search(r"RPC server v(\d+\.\d+\.\d+)", buf)
-            if m:
-                version = m.group(1)
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break
+                buf += chunk
+                m = pattern.search(buf)
+                if m:
+                    return m.group(1).decode()
+            elif proc.poll() is not None:
                 break
-            time.sleep(0.05)
-        if version is None:
-            buf += proc.stdout.read() or ""
-            m = re.search(r"RPC server v(\d+\.\d+\.\d+)", buf)
-            version = m.group(1) if m else None
+        m = pattern.search(buf)
+        return m.group(1).decode() if m else None
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    return version
+        os.close(master)
 
 
 def probe_server_version(server: Path) -> dict[str, str]:
@@ -192,10 +201,18 @@ def probe_server_version(server: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     proc = subprocess.run([str(server), "--version"], capture_output=True, text=True, env=env, timeout=60)
     text = proc.stdout + proc.stderr
-    m = re.search(r"version:\s*(\S+)\s*\(([0-9a-f]+|unknown)\)", text)
     out: dict[str, str] = {}
+    # "version: 0.6.0-dev (build 0, commit unknown)" now; "version: 4567 (abc1234)" in older builds.
+    m = re.search(r"version:\s*(\S+)\s*\(build (\d+), commit (\S+?)\)", text)
     if m:
-        out["build"], out["commit"] = m.group(1), m.group(2)
+        out["server_version"], out["build"], out["commit"] = m.group(1), m.group(2), m.group(3)
+    else:
+        m = re.search(r"version:\s*(\S+)\s*\(([0-9a-f]+|unknown)\)", text)
+        if m:
+            out["build"], out["commit"] = m.group(1), m.group(2)
+    for key in ("build", "commit"):
+        if out.get(key) in ("0", "unknown"):
+            del out[key]  # a build from a tree without git: the source identity says more
     m = re.search(r"built with (.+)", text)
     if m:
         out["compiler"] = m.group(1).strip()
@@ -254,6 +271,7 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
         "source": plan.source.identity,
         "source_path": str(plan.source.path),
         "version": versions.get("build") or plan.source.version,
+        "server_version": versions.get("server_version"),
         "commit": versions.get("commit") or plan.source.identity.get("commit"),
         "compiler": versions.get("compiler"),
         "backend": plan.backend,

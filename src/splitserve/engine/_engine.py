@@ -41,13 +41,17 @@ class Engine:
         value = self.provenance.get("rpc_protocol")
         return str(value) if value else None
 
-    def binary(self, role: str) -> Path:
-        """Path of ``server``, ``rpc_server`` or ``bench``."""
-        names = self.provenance.get("binaries", {})
-        name = names.get(role)
+    def path(self, role: str) -> Path:
+        """Where the ``server``, ``rpc_server`` or ``bench`` binary is (not checked: it may be
+        another node's path)."""
+        name = self.provenance.get("binaries", {}).get(role)
         if not name:
             raise EngineError(f"engine {self.key} has no {role} binary (see {self.root / PROVENANCE})")
-        path = self.bin_dir / name
+        return self.bin_dir / name
+
+    def binary(self, role: str) -> Path:
+        """Path of ``server``, ``rpc_server`` or ``bench``, checked to exist here."""
+        path = self.path(role)
         if not path.is_file():
             raise EngineError(f"engine {self.key}: {path} is missing; rebuild with `splitserve engine build`")
         return path

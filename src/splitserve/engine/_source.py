@@ -58,7 +58,7 @@ def _find_tree(root: Path) -> Path:
 
 
 def _unpack(tarball: Path, log: Log) -> Path:
-    name = tarball.name.removesuffix(".tar.gz").removesuffix(".tgz")
+    name = tarball.name.removesuffix(".tar.gz").removesuffix(".tgz").replace("_", "-")
     dest = sources_dir() / name
     marker = dest / ".splitserve-unpacked"
     if not marker.exists():

@@ -1,0 +1,5 @@
+"""``python -m splitserve``."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,93 @@
+"""Helpers shared by the integration tests: free ports, specs for the real small
+models, process checks and a bare llama-server for comparisons."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from splitserve.engine import Engine
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [int(s.getsockname()[1]) for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def two_worker_spec(tmp_path: Path, model: Path, name: str = "t", **server: Any) -> Path:
+    """A cluster spec file: two local RPC workers and a head, on free loopback ports."""
+    w1, w2, head = free_ports(3)
+    server = {"port": head, "ctx_size": 2048, "tensor_split": [1, 1]} | server
+    lines = [f'name = "{name}"', f'model = "{model}"', "",
+             "[[workers]]", 'name = "w1"', f"port = {w1}", "",
+             "[[workers]]", 'name = "w2"', f"port = {w2}", "", "[server]"]
+    for key, value in server.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    path = tmp_path / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(pids: list[int], timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if pid_alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if pid_alive(p)]
+
+
+def greedy(endpoint: str, prompt: str, n_predict: int = 32) -> str:
+    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "seed": 7, "cache_prompt": False}
+    resp = httpx.post(f"{endpoint}/completion", json=body, timeout=120)
+    resp.raise_for_status()
+    return str(resp.json()["content"])
+
+
+@contextmanager
+def bare_server(engine: Engine, model: Path, *extra: str, ctx: int = 2048) -> Iterator[str]:
+    """llama-server on the local CPU, no RPC: the unsplit reference."""
+    (port,) = free_ports(1)
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.Popen([str(engine.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+                             "-c", str(ctx), "-ngl", "999", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "bare llama-server exited"
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
