@@ -104,6 +104,7 @@ def _result_json(result: FetchResult) -> dict[str, object]:
     return {
         "repo_id": result.plan.repo_id, "commit": result.plan.commit, "dir": str(result.plan.root),
         "seconds": round(result.seconds, 3), "fetched_bytes": result.fetched_bytes,
+        "transfer_seconds": round(result.transfer_seconds, 3), "moved_bytes": result.moved_bytes,
         "files": [o.__dict__ for o in result.outcomes],
         "models": [str(p) for p in result.models],
     }

@@ -80,8 +80,10 @@ class FileOutcome:
 class FetchResult:
     plan: FetchPlan
     outcomes: list[FileOutcome]
-    seconds: float
-    fetched_bytes: int
+    seconds: float  # the whole fetch: resolving, transfer, hashing, renames
+    fetched_bytes: int  # bytes of the files completed in this run (resumed parts excluded)
+    transfer_seconds: float = 0.0  # first byte received to last byte received
+    moved_bytes: int = 0  # bytes received and written (re-fetches included)
 
     @property
     def models(self) -> list[Path]:
@@ -209,8 +211,10 @@ def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None =
         else:
             outcomes[job.path] = FileOutcome(job.path, job.remote.size, "failed",
                                              job.error or "interrupted")
+    span = (transfer.last_byte - transfer.first_byte
+            if transfer.first_byte is not None and transfer.last_byte is not None else 0.0)
     result = FetchResult(plan, [outcomes[pf.remote.path] for pf in plan.files],
-                         time.monotonic() - t0, fetched)
+                         time.monotonic() - t0, fetched, span, transfer.bytes_moved)
     failed = [o for o in result.outcomes if o.status == "failed"]
     if transfer.fatal:
         raise FetchError(transfer.fatal)

@@ -157,6 +157,9 @@ class Transfer:
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
             follow_redirects=True)
         self.fatal: str | None = None
+        self.first_byte: float | None = None  # time.monotonic() of the first and last byte
+        self.last_byte: float | None = None
+        self.bytes_moved = 0
 
     # -- driving -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -401,10 +404,15 @@ class Transfer:
                 n = min(len(view) - off, limit - pos, SPLIT_MARGIN)
                 wrote = os.pwrite(fd, view[off:off + n], pos)
                 off += wrote
+                now = time.monotonic()
                 with self._lock:
                     seg.done += wrote
                     job.dirty = True
                     finished = seg.finished
+                    self.bytes_moved += wrote
+                    if self.first_byte is None:
+                        self.first_byte = now
+                    self.last_byte = now
                 if finished:
                     self._poke.set()  # save the state now
                     job._progress.set()  # and let the hasher look
