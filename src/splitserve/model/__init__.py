@@ -1,0 +1,21 @@
+"""GGUF headers across shards: architecture, per-layer tensor bytes, KV geometry, experts, template.
+
+Reads headers only, never tensor data.
+"""
+
+from ._arch import swa_layers, tool_call_format
+from ._gguf import GGUFFile, TensorEntry, read_gguf, shard_paths
+from ._model import LayerInfo, ModelInfo, inspect_model, model_from_gguf
+
+__all__ = [
+    "GGUFFile",
+    "LayerInfo",
+    "ModelInfo",
+    "TensorEntry",
+    "inspect_model",
+    "model_from_gguf",
+    "read_gguf",
+    "shard_paths",
+    "swa_layers",
+    "tool_call_format",
+]

@@ -1,0 +1,209 @@
+"""Reading GGUF headers, across every shard of a split model, without touching tensor data.
+
+The parsing is the ``gguf`` package's :class:`gguf.GGUFReader`, with two changes that keep a
+header read fast on a 200 GB model: large arrays (a 200k-token vocabulary, BPE merges) are
+skipped over instead of being turned into 200k numpy views, and tensors are kept as their
+table entries (name, shape, type, size, offset) rather than as views of the data.
+
+    read_gguf(path) -> GGUFFile      # any shard of a split model; finds and reads all of them
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf.gguf_reader import ReaderField
+
+from .._errors import ModelError
+
+#: arrays longer than this are skipped (only their length is kept)
+BIG_ARRAY = 4096
+_SHARD_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One row of a GGUF tensor table."""
+
+    name: str
+    shape: tuple[int, ...]  #: GGML order: ne0 (the contiguous dimension) first
+    type_name: str  #: e.g. ``Q4_K``, ``F16``; ``TYPE<n>`` for a type this ``gguf`` does not know
+    nbytes: int
+    shard: int  #: index into :attr:`GGUFFile.shards`
+    offset: int  #: absolute byte offset of the data in its shard
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class GGUFFile:
+    """The headers of one model: metadata of the first shard, tensors of all shards."""
+
+    shards: list[Path]
+    metadata: dict[str, Any]
+    tensors: list[TensorEntry]
+    array_lengths: dict[str, int] = field(default_factory=dict)  #: length of every array key
+    file_bytes: int = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+
+class _HeaderReader(GGUFReader):
+    """GGUFReader that skips large arrays and never builds tensor data views."""
+
+    def __init__(self, path: Path) -> None:
+        self.skipped: dict[str, int] = {}
+        self.entries: list[tuple[str, tuple[int, ...], int, int]] = []
+        super().__init__(path, "r")
+
+    def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple[int, list[Any], list[int], list[Any]]:
+        if GGUFValueType(raw_type) != GGUFValueType.ARRAY:
+            return super()._get_field_parts(orig_offs, raw_type)
+        offs = orig_offs
+        raw_itype = self._get(offs, np.uint32)
+        alen = self._get(offs + 4, np.uint64)
+        offs += 12
+        itype = GGUFValueType(int(raw_itype[0]))
+        n = int(alen[0])
+        nptype = self.gguf_scalar_to_np.get(itype)
+        if nptype is not None:  # numeric array: one view
+            arr = self._get(offs, nptype, n)
+            if len(arr) != n:
+                raise ValueError("array runs past the end of the file")
+            return 12 + int(arr.nbytes), [raw_itype, alen, arr], [2], [GGUFValueType.ARRAY, itype]
+        if itype == GGUFValueType.STRING and n > BIG_ARRAY:
+            end = _skip_strings(self.data, offs, n)
+            skipped = np.array([n], dtype=np.uint64)
+            return end - orig_offs, [raw_itype, alen], [], [GGUFValueType.ARRAY, itype, skipped]
+        return super()._get_field_parts(orig_offs, raw_type)
+
+    def _build_tensors(self, start_offs: int, fields: list[ReaderField]) -> None:
+        for f in fields:
+            _nl, name_data, _nd, dims, raw_dtype, offset_tensor = f.parts
+            self.entries.append((str(bytes(name_data), encoding="utf-8"), tuple(int(d) for d in dims),
+                                 int(raw_dtype[0]), start_offs + int(offset_tensor[0])))
+
+
+def _skip_strings(data: np.memmap, offs: int, n: int) -> int:
+    """Offset just past ``n`` GGUF strings starting at ``offs``."""
+    size = len(data)
+    buf = memoryview(data)  # type: ignore[arg-type]
+    unpack = struct.Struct("<Q").unpack_from
+    for _ in range(n):
+        if offs + 8 > size:
+            raise ValueError("string array runs past the end of the file")
+        (length,) = unpack(buf, offs)
+        offs += 8 + length
+    if offs > size:
+        raise ValueError("string array runs past the end of the file")
+    return offs
+
+
+def _value(f: ReaderField) -> Any:
+    if not f.types:
+        return None
+    if f.types[0] == GGUFValueType.ARRAY:
+        if not f.data:
+            return None  # skipped big array
+        if f.types[1] == GGUFValueType.STRING:
+            return [str(bytes(f.parts[i]), encoding="utf-8", errors="replace") for i in f.data]
+        return f.parts[f.data[0]].tolist()
+    if f.types[0] == GGUFValueType.STRING:
+        return str(bytes(f.parts[f.data[0]]), encoding="utf-8", errors="replace")
+    return f.parts[f.data[0]].tolist()[0]
+
+
+def _type_name(raw: int) -> str:
+    try:
+        return GGMLQuantizationType(raw).name
+    except ValueError:
+        return f"TYPE{raw}"
+
+
+def tensor_nbytes(shape: tuple[int, ...], raw_type: int) -> int:
+    """Bytes of a tensor of ``shape`` (GGML order) and GGML type number ``raw_type``."""
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(raw_type)]
+    except (ValueError, KeyError):
+        raise ModelError(f"tensor type {raw_type} is unknown to this gguf package; upgrade gguf") from None
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return (shape[0] // block) * size * n if shape else 0
+
+
+def shard_paths(path: Path) -> list[Path]:
+    """All shards of the split model ``path`` belongs to (``path`` alone when it is not split)."""
+    m = _SHARD_RE.match(path.name)
+    if not m:
+        return [path]
+    count = int(m.group("count"))
+    stem = m.group("stem")
+    paths = [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise ModelError(f"{path.parent}: shard(s) {', '.join(missing)} of {count} missing; "
+                         "download every part of the model")
+    return paths
+
+
+def _read_one(path: Path) -> _HeaderReader:
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    with path.open("rb") as fh:
+        magic = fh.read(4)
+    if magic != b"GGUF":
+        raise ModelError(f"{path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    try:
+        return _HeaderReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError, struct.error) as exc:
+        raise ModelError(f"{path}: corrupt or truncated GGUF header ({exc})") from None
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_gguf(path: str | Path) -> GGUFFile:
+    """Read the headers of the model at ``path`` (any shard of a split model)."""
+    path = Path(path)
+    paths = shard_paths(path)
+    readers = [_read_one(p) for p in paths]
+    first = readers[0]
+    metadata: dict[str, Any] = {}
+    lengths: dict[str, int] = {}
+    for name, f in first.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        metadata[name] = _value(f)
+        if f.types and f.types[0] == GGUFValueType.ARRAY:
+            lengths[name] = int(f.parts[4][0])
+    if len(paths) == 1 and int(metadata.get("split.count", 1) or 1) > 1:
+        raise ModelError(f"{path}: this is shard 1 of {metadata['split.count']} but its name does not say "
+                         "so (NAME-00001-of-0000N.gguf); rename it so the other shards can be found")
+    tensors: list[TensorEntry] = []
+    total = 0
+    for i, (p, r) in enumerate(zip(paths, readers)):
+        size = p.stat().st_size
+        total += size
+        for name, dims, raw, off in r.entries:
+            nb = tensor_nbytes(dims, raw)
+            if off + nb > size:
+                raise ModelError(f"{p}: truncated: tensor {name} ends at byte {off + nb:,} but the file has "
+                                 f"{size:,}; download it again")
+            tensors.append(TensorEntry(name, dims, _type_name(raw), nb, i, off))
+    expected = metadata.get("split.tensors.count")
+    if expected is not None and int(expected) != len(tensors):
+        raise ModelError(f"{path}: the shards hold {len(tensors)} tensors but split.tensors.count says "
+                         f"{expected}; a shard is from another model or incomplete")
+    return GGUFFile(shards=paths, metadata=metadata, tensors=tensors, array_lengths=lengths, file_bytes=total)

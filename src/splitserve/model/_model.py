@@ -1,0 +1,233 @@
+"""A model as the planner needs it, built from GGUF headers: layers, bytes, KV geometry, experts.
+
+    inspect_model(path) -> ModelInfo
+    ModelInfo.to_dict() -> the JSON of ``splitserve inspect --json``
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import ModelError
+from ._arch import KNOWN_ARCHS, swa_layers, tool_call_format
+from ._gguf import GGUFFile, TensorEntry, read_gguf
+
+_BLK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass
+class LayerInfo:
+    """One repeating layer (``blk.N``): its tensors and the KV cache llama.cpp gives it."""
+
+    index: int
+    tensor_bytes: list[int] = field(default_factory=list)  #: nbytes of each tensor (unpadded)
+    expert_bytes: int = 0  #: bytes of routed-expert tensors (``*_exps``)
+    n_head_kv: int = 0
+    k_dim: int = 0  #: K elements per token per KV head
+    v_dim: int = 0  #: V elements per token per KV head (0 for MLA: no V cache)
+    swa: bool = False
+    extra_kv: list[tuple[int, int]] = field(default_factory=list)  #: other caches: (K, V) elements/token
+    moe: bool = False
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(self.tensor_bytes)
+
+    @property
+    def k_elements(self) -> int:
+        return self.n_head_kv * self.k_dim
+
+    @property
+    def v_elements(self) -> int:
+        return self.n_head_kv * self.v_dim
+
+
+@dataclass
+class ModelInfo:
+    """Everything ``inspect`` shows and ``plan`` uses; all sizes in bytes."""
+
+    path: Path
+    shards: list[Path]
+    architecture: str
+    name: str | None
+    file_bytes: int
+    n_params: int
+    quant_mix: dict[str, dict[str, int]]  #: type -> {"tensors", "bytes", "params"}
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_vocab: int
+    n_ctx_train: int
+    layers: list[LayerInfo]
+    input_tensor_bytes: list[int]  #: tensors llama.cpp keeps on the host (token embeddings)
+    output_tensor_bytes: list[int]  #: output layer: output norm, output (or a copy of the embeddings)
+    tied_embeddings: bool
+    n_swa: int
+    n_expert: int
+    n_expert_used: int
+    n_expert_shared: int
+    n_ff: int
+    n_ff_exp: int
+    mla: bool
+    chat_template: str | None
+    tool_call_format: str | None
+    known_architecture: bool
+    estimated: list[str] = field(default_factory=list)  #: what the planner had to guess, in words
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  #: planner memo
+
+    @property
+    def weights_bytes(self) -> int:
+        return (sum(sum(layer.tensor_bytes) for layer in self.layers) + sum(self.input_tensor_bytes)
+                + sum(self.output_tensor_bytes))
+
+    @property
+    def expert_bytes(self) -> int:
+        return sum(layer.expert_bytes for layer in self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``inspect --json`` document."""
+        return {
+            "path": str(self.path),
+            "shards": [str(p) for p in self.shards],
+            "architecture": self.architecture,
+            "known_architecture": self.known_architecture,
+            "name": self.name,
+            "file_bytes": self.file_bytes,
+            "n_params": self.n_params,
+            "quant_mix": self.quant_mix,
+            "n_layer": self.n_layer,
+            "n_embd": self.n_embd,
+            "n_head": self.n_head,
+            "n_vocab": self.n_vocab,
+            "context_length": self.n_ctx_train,
+            "tied_embeddings": self.tied_embeddings,
+            "host_bytes": sum(self.input_tensor_bytes),
+            "output_bytes": sum(self.output_tensor_bytes),
+            "layers": [{
+                "index": layer.index, "weights_bytes": layer.weights_bytes, "expert_bytes": layer.expert_bytes,
+                "n_head_kv": layer.n_head_kv, "k_head_dim": layer.k_dim, "v_head_dim": layer.v_dim,
+                "sliding_window": layer.swa, "extra_kv": [list(x) for x in layer.extra_kv], "moe": layer.moe,
+            } for layer in self.layers],
+            "kv": {"sliding_window": self.n_swa or None,
+                   "swa_layers": sum(1 for layer in self.layers if layer.swa), "mla": self.mla},
+            "experts": {"count": self.n_expert, "used": self.n_expert_used, "shared": self.n_expert_shared,
+                        "ff_length": self.n_ff_exp, "bytes": self.expert_bytes} if self.n_expert else None,
+            "chat_template": {"embedded": self.chat_template is not None,
+                              "tool_call_format": self.tool_call_format},
+            "estimated": self.estimated,
+        }
+
+
+def _int(g: GGUFFile, key: str, default: int = 0) -> int:
+    v = g.get(key)
+    if v is None:
+        return default
+    if isinstance(v, list):
+        return int(max(v)) if v else default
+    return int(v)
+
+
+def _per_layer(g: GGUFFile, key: str, n_layer: int, default: int) -> list[int]:
+    v = g.get(key)
+    if v is None:
+        return [default] * n_layer
+    if isinstance(v, list):
+        vals = [int(x) for x in v][:n_layer]
+        return vals + [vals[-1] if vals else default] * (n_layer - len(vals))
+    return [int(v)] * n_layer
+
+
+def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
+    """Build a :class:`ModelInfo` from headers already read."""
+    arch = g.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelError(f"{path}: no general.architecture in the GGUF header; not a model file")
+    a = arch
+    estimated: list[str] = []
+    n_layer = _int(g, f"{a}.block_count")
+    if n_layer <= 0:
+        raise ModelError(f"{path}: no {a}.block_count in the GGUF header; cannot plan layers")
+    n_embd = _int(g, f"{a}.embedding_length")
+    n_head = _int(g, f"{a}.attention.head_count")
+    n_vocab = _int(g, f"{a}.vocab_size") or g.array_lengths.get("tokenizer.ggml.tokens", 0)
+
+    layers = [LayerInfo(index=i) for i in range(n_layer)]
+    inputs: list[int] = []
+    outputs: list[int] = []
+    mix: dict[str, dict[str, int]] = defaultdict(lambda: {"tensors": 0, "bytes": 0, "params": 0})
+    names = {t.name for t in g.tensors}
+    embd: TensorEntry | None = None
+    for t in g.tensors:
+        m = mix[t.type_name]
+        m["tensors"] += 1
+        m["bytes"] += t.nbytes
+        m["params"] += t.n_elements
+        b = _BLK.match(t.name)
+        if b:
+            il = int(b.group(1))
+            if il >= n_layer:  # e.g. MTP / NextN layers past block_count: llama.cpp skips them here
+                continue
+            layers[il].tensor_bytes.append(t.nbytes)
+            if "_exps." in t.name:
+                layers[il].expert_bytes += t.nbytes
+                layers[il].moe = True
+        elif t.name.startswith("token_embd.") and not t.name.startswith("token_embd_norm"):
+            inputs.append(t.nbytes)
+            if t.name == "token_embd.weight":
+                embd = t
+        else:
+            outputs.append(t.nbytes)
+    tied = "output.weight" not in names and embd is not None
+    if tied and embd is not None:
+        outputs.append(embd.nbytes)  # llama.cpp loads a duplicate of the embeddings as the output
+    if not n_vocab and embd is not None:
+        n_vocab = embd.shape[1] if len(embd.shape) > 1 else 0
+
+    # KV geometry, as llama_hparams computes it
+    head_kv = _per_layer(g, f"{a}.attention.head_count_kv", n_layer, n_head)
+    d_default = n_embd // n_head if n_head else 0
+    k_dim = _int(g, f"{a}.attention.key_length", d_default)
+    v_dim = _int(g, f"{a}.attention.value_length", d_default)
+    mla = g.get(f"{a}.attention.key_length_mla") is not None and g.get(f"{a}.attention.value_length_mla") is not None
+    n_swa = _int(g, f"{a}.attention.sliding_window")
+    swa = swa_layers(a, n_layer, n_swa, g.get(f"{a}.attention.sliding_window_pattern"))
+    for layer, hkv, s in zip(layers, head_kv, swa):
+        layer.n_head_kv = hkv
+        layer.k_dim = k_dim
+        layer.v_dim = 0 if mla else v_dim
+        layer.swa = s
+    if a == "minimax-m3":
+        # llama_kv_cache_msa: an indexer cache (1 head, K = indexer key_length, V = value_length) on
+        # every layer past the leading dense ones
+        n_dense = _int(g, f"{a}.leading_dense_block_count")
+        idx_k = _int(g, f"{a}.attention.indexer.key_length", k_dim)
+        for layer in layers[n_dense:]:
+            layer.extra_kv.append((idx_k, v_dim))
+    known = a in KNOWN_ARCHS
+    if not known:
+        estimated.append(f"architecture {a!r} is not one splitserve knows: KV geometry and compute buffers "
+                         "use the generic rules (every layer a full-attention GQA cache)")
+    template = g.get("tokenizer.chat_template")
+    n_params = sum(t.n_elements for t in g.tensors)
+    return ModelInfo(
+        path=path, shards=g.shards, architecture=a, name=g.get("general.name"), file_bytes=g.file_bytes,
+        n_params=n_params, quant_mix=dict(sorted(mix.items(), key=lambda kv: -kv[1]["bytes"])),
+        n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_vocab=n_vocab,
+        n_ctx_train=_int(g, f"{a}.context_length"), layers=layers, input_tensor_bytes=inputs,
+        output_tensor_bytes=outputs, tied_embeddings=tied, n_swa=n_swa,
+        n_expert=_int(g, f"{a}.expert_count"), n_expert_used=_int(g, f"{a}.expert_used_count"),
+        n_expert_shared=_int(g, f"{a}.expert_shared_count"), n_ff=_int(g, f"{a}.feed_forward_length"),
+        n_ff_exp=_int(g, f"{a}.expert_feed_forward_length"), mla=mla,
+        chat_template=template if isinstance(template, str) else None,
+        tool_call_format=tool_call_format(template if isinstance(template, str) else None),
+        known_architecture=known, estimated=estimated)
+
+
+def inspect_model(path: str | Path) -> ModelInfo:
+    """Read a GGUF model's headers (all shards, given any one) into a :class:`ModelInfo`."""
+    p = Path(path)
+    return model_from_gguf(read_gguf(p), p)

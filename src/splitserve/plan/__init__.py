@@ -1,0 +1,29 @@
+"""Memory per node, layer ranges and ``--tensor-split``, max context, decode upper bound.
+
+Pure functions of a model's headers and a list of nodes; no I/O.
+"""
+
+from ._compute import ComputeEstimate, estimate_compute
+from ._devices import BANDWIDTH_GBPS, GIB, Node, parse_node
+from ._memory import KVSettings, kv_bytes_per_token, layer_devices, layer_kv_bytes, row_size, weights_per_device
+from ._plan import NodePlan, Plan, PlanOptions, choose_split, make_plan
+
+__all__ = [
+    "BANDWIDTH_GBPS",
+    "GIB",
+    "ComputeEstimate",
+    "KVSettings",
+    "Node",
+    "NodePlan",
+    "Plan",
+    "PlanOptions",
+    "choose_split",
+    "estimate_compute",
+    "kv_bytes_per_token",
+    "layer_devices",
+    "layer_kv_bytes",
+    "make_plan",
+    "parse_node",
+    "row_size",
+    "weights_per_device",
+]
