@@ -25,14 +25,37 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _register() -> None:
-    # Each module adds its commands to `app` when imported.
-    from . import _bench, _cluster, _demo, _engine, _fetch, _template  # noqa: F401
+# Which module defines each top-level command. Only the module of the command
+# being run is imported, so `splitserve up` does not pay for the chat layer or
+# matplotlib. A new command group adds its names here.
+COMMAND_MODULES: dict[str, str] = {
+    "engine": "_engine",
+    "up": "_cluster",
+    "down": "_cluster",
+    "status": "_cluster",
+    "logs": "_cluster",
+    "demo": "_demo",
+    "bench": "_bench",
+    "fetch": "_fetch",
+    "template": "_template",
+    "parse": "_template",
+    "inspect": "_inspect",
+    "plan": "_inspect",
+}
+
+
+def _register(argv: list[str]) -> None:
+    import importlib
+
+    first = next((a for a in argv if not a.startswith("-")), None)
+    modules = [COMMAND_MODULES[first]] if first in COMMAND_MODULES else sorted(set(COMMAND_MODULES.values()))
+    for name in modules:
+        importlib.import_module(f"{__package__}.{name}")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``splitserve`` script."""
-    _register()
+    _register(sys.argv[1:] if argv is None else argv)
     try:
         app(args=argv, standalone_mode=True)
     except SplitserveError as exc:  # raised outside a command's own handler

