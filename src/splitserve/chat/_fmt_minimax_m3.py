@@ -137,7 +137,8 @@ class MinimaxM3Parser(ToolParser):
         m = _NAME_ATTR.fullmatch(attrs)
         if not m:
             return None
-        return next(g for g in m.groups() if g is not None).strip()
+        name = next(g for g in m.groups() if g is not None).strip()
+        return name or None
 
     def _step(self) -> bool:
         tok = self._lex()
@@ -217,8 +218,7 @@ class MinimaxM3Parser(ToolParser):
     def _on_invoke(self, kind: str, value: str, attrs: str, rawtext: str) -> None:
         self._call_raw.append(rawtext)
         if kind == "text":
-            if value.strip():
-                self._garbage.append(value)
+            self._garbage.append(value)  # whitespace too: chunking must not matter
             return
         if kind == "close" and value == "invoke":
             self._end_call()

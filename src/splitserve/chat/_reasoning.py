@@ -38,7 +38,7 @@ class ReasoningSplitter:
         self.spec = spec
         self._buf = ""
         self._state = _REASONING if prefilled else _START
-        self._at_reasoning_start = True
+        self._lead = 0  # 0: may drop an opener, 1: whitespace only, 2: in the text
         self._pending_ws = ""
 
     def feed(self, text: str) -> list[tuple[str, str]]:
@@ -83,21 +83,19 @@ class ReasoningSplitter:
                 self._state = _CONTENT
                 continue
             # _REASONING
-            if self._at_reasoning_start:
+            if self._lead < 2:  # drop leading whitespace and one repeated opener
                 lead = self._buf.lstrip()
-                if not lead and not eof:
-                    self._buf = ""
-                    return out
-                if lead.startswith(self.spec.open):  # repeated (pre-filled) opener
-                    lead = lead[len(self.spec.open):].lstrip()
-                    if not lead and not eof:
-                        self._buf = ""
+                if self._lead == 0:
+                    if not eof and self.spec.open.startswith(lead):
+                        self._buf = lead
                         return out
-                elif not eof and self.spec.open.startswith(lead):
-                    self._buf = lead
-                    return out
+                    self._lead = 1
+                    if lead.startswith(self.spec.open):
+                        lead = lead[len(self.spec.open):].lstrip()
                 self._buf = lead
-                self._at_reasoning_start = False
+                if not lead and not eof:
+                    return out
+                self._lead = 2
             i = self._buf.find(self.spec.close)
             if i >= 0:
                 text = self._buf[:i].rstrip()

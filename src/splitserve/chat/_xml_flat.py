@@ -70,7 +70,7 @@ class FlatXmlParser(ToolParser):
                 return "need", 0, ""
             return "no", 0, ""
         m = pattern.fullmatch(text[:end + 1])
-        if not m:
+        if not m or not m.group(1).strip():
             return "no", 0, ""
         return "ok", end + 1, m.group(1).strip()
 
@@ -170,8 +170,7 @@ class FlatXmlParser(ToolParser):
         before, marker = self.buf.scan((d.param_prefix, d.invoke_close, d.wrap_close,
                                         d.invoke_prefix))
         self._call_raw.append(before)
-        if before.strip():
-            self._garbage.append(before)
+        self._garbage.append(before)  # whitespace too: chunking must not matter
         if marker is None:
             return False
         if marker == d.param_prefix:
