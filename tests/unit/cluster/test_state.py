@@ -1,0 +1,96 @@
+"""State handling: the state file round-trips, a recycled pid is never taken for
+ours, and stopping a process group leaves nothing behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from splitserve import ClusterError
+from splitserve.cluster import ClusterState, LocalTransport, ProcessRecord, ProcessRef, read_state
+from splitserve.cluster._state import clear_state, write_state
+from splitserve.cluster._transport import start_ticks, stop
+
+
+def record(pid: int, ticks: int | None, node: str = "w1") -> ProcessRecord:
+    return ProcessRecord(node=node, role="rpc", host="local", pid=pid, start_ticks=ticks, bind="127.0.0.1",
+                         port=50052, log="/tmp/x.log", argv=["ggml-rpc-server"])
+
+
+def test_state_file_round_trips(tmp_path: Path) -> None:
+    state = ClusterState(name="c", spec_file="/s.toml", model="/m.gguf", endpoint="http://127.0.0.1:8080",
+                         engine="e", phase="ready", load_seconds=1.5, processes=[record(123, 456)],
+                         extra={"memory": [{"device": "RPC0[127.0.0.1:50052]"}]})
+    write_state(tmp_path, state)
+    assert read_state(tmp_path) == state
+    clear_state(tmp_path)
+    assert read_state(tmp_path) is None
+
+
+def test_corrupt_state_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text("{not json")
+    with pytest.raises(ClusterError, match="unreadable cluster state"):
+        read_state(tmp_path)
+
+
+def test_spawn_alive_stop_and_exit_code(tmp_path: Path) -> None:
+    transport = LocalTransport()
+    ref = transport.spawn([sys.executable, "-c", "print('hi', flush=True); import time; time.sleep(60)"],
+                          {"PATH": "/usr/bin:/bin"}, tmp_path / "p.log")
+    assert ref.start_ticks == start_ticks(ref.pid)
+    deadline = time.monotonic() + 10
+    while "hi" not in transport.read_log(tmp_path / "p.log") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "hi" in transport.read_log(tmp_path / "p.log")
+    assert transport.alive(ref)
+    assert (transport.rss_bytes(ref) or 0) > 0
+    assert stop(transport, ref, grace=5)
+    assert not transport.alive(ref)
+    assert transport.exit_code(ref) == -15
+
+
+def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
+    transport = LocalTransport()
+    child_pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time;"
+              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+              f"open({str(child_pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    ref = transport.spawn([sys.executable, "-c", script], {"PATH": "/usr/bin:/bin"}, tmp_path / "g.log")
+    deadline = time.monotonic() + 10
+    while not child_pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(child_pid_file.read_text())
+    assert stop(transport, ref, grace=5)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
+    assert gone, "the worker's own children must stop with it"
+
+
+def test_recycled_pid_is_not_ours() -> None:
+    # A process that runs, but started at another time than the one recorded: never signalled.
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        fresh = LocalTransport()  # knows no children: judges by /proc only, as `down` in a new process does
+        real = ProcessRef(sleeper.pid, start_ticks(sleeper.pid))
+        impostor = ProcessRef(sleeper.pid, (real.start_ticks or 0) + 12345)
+        assert fresh.alive(real)
+        assert not fresh.alive(impostor)
+        fresh.signal(impostor, 9)
+        assert sleeper.poll() is None, "a pid recorded with another start time must not be signalled"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_zombie_is_not_alive() -> None:
+    proc = subprocess.Popen(["true"])
+    ref = ProcessRef(proc.pid, start_ticks(proc.pid))
+    time.sleep(0.3)  # exited, not yet reaped: a zombie
+    assert not LocalTransport().alive(ref)
+    proc.wait()
