@@ -78,11 +78,12 @@ def test_sweep_restarts_the_cluster_per_point(engine, smollm2, state_home, tmp_p
         speed = [r for r in p.records if r.kind == "speed"]
         assert len(speed) == 1 and speed[0].ok and speed[0].cell["ubatch"] == ub
         argv = p.server["cluster"]["head_argv"]
-        assert argv[argv.index("--ubatch-size") + 1] == str(ub)  # the head really ran with it
+        assert argv[argv.index("--ubatch-size") + 1] == str(ub)
+        assert p.server["cluster"]["effective"]["n_ubatch"] == ub  # what the head's context really got
     assert any("the cluster is down" in n for n in run.notes)
     assert read_state(cluster_state_dir(load_spec(path))) is None
     text = (out.with_suffix("") / "report.md").read_text()
-    assert "| 32 | 48 | 1 |" in text and "| 64 | 48 | 1 |" in text
+    assert "| 32 | 48 | 1 | 1024 | 1 | 32 |" in text and "| 64 | 48 | 1 | 1024 | 1 | 64 |" in text
     assert list(out.with_suffix("").glob("sweep-*.png"))
 
 

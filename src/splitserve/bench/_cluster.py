@@ -10,6 +10,7 @@ one client at a time and llama-bench cannot share it with a running head
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,6 +101,18 @@ def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
             "server": spec.server.model_dump(mode="json", exclude={"api_key"})}
 
 
+_CTX_LINE = re.compile(r"llama_context:\s+(n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified)"
+                       r"\s+=\s+(\S+)")
+
+
+def effective_settings(log_text: str) -> dict[str, Any]:
+    """What llama-server's context really got (``llama_context: n_ubatch = 512`` ... in its log)."""
+    out: dict[str, Any] = {}
+    for name, value in _CTX_LINE.findall(log_text):
+        out[name] = int(value) if value.isdigit() else value
+    return out
+
+
 class ClusterRestarter:
     """Brings a cluster up once per sweep point with changed server options, via `up`."""
 
@@ -116,9 +129,14 @@ class ClusterRestarter:
         self.stop()
         state = up(point, engine=self.engine, on_event=self.on_event)
         self.current = point
-        head = [p.argv for p in state.processes if p.role == "server"]
+        head = [p for p in state.processes if p.role == "server"]
+        effective: dict[str, Any] = {}
+        if head:
+            from ..cluster import transport_for
+
+            effective = effective_settings(transport_for(head[0].host).read_log(Path(head[0].log)))
         facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine,
-                                        "head_argv": head[0] if head else []}
+                                        "head_argv": head[0].argv if head else [], "effective": effective}
         return Target(url=state.endpoint, api_key=point.server.api_key), facts
 
     def stop(self) -> None:

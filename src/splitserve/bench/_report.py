@@ -126,16 +126,17 @@ def sweep_section(run: BenchRun) -> str:
     if not rows:
         return "_no sweep points_"
     names = list(run.points[0].values) if run.points else []
-    head = names + ["prompt", "conc", "n_ctx", "slots", "prefill t/s (server)", "decode t/s (server)",
+    head = names + ["prompt", "conc", "n_ctx", "slots", "n_ubatch", "n_batch", "prefill t/s (server)", "decode t/s (server)",
                     "TTF token ms", "throughput t/s", "cache hits", "errors"]
     body = []
     for r in rows:
         vals = [r["values"].get(n) for n in names]
         if "error" in r:
-            body.append(vals + ["–"] * 8 + [f"start failed: {r['error']}"] + ["–"])
+            body.append(vals + ["–"] * 10 + [f"start failed: {r['error']}"] + ["–"])
             continue
         s = r["server"]
-        body.append(vals + [r["prompt_target"], r["concurrency"], s.get("n_ctx", "–"), s.get("total_slots", "–"),
+        body.append(vals + [r["prompt_target"], r["concurrency"], fmt(s.get("n_ctx")), fmt(s.get("total_slots")),
+                            fmt(s.get("n_ubatch")), fmt(s.get("n_batch")),
                             fmt(r["prefill_tps_server"]), fmt(r["decode_tps_server"]),
                             fmt(r["ttf_token_ms_p50"], 0), fmt(r["throughput_tps"]), r["cache_hits"],
                             r["errors"]])

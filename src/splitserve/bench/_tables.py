@@ -75,9 +75,9 @@ def sweep_rows(run: BenchRun) -> list[dict[str, Any]]:
 
 def _server_brief(server: dict[str, Any]) -> dict[str, Any]:
     cluster = server.get("cluster") or {}
-    opts = cluster.get("server") or {}
+    eff = cluster.get("effective") or {}
     return {"n_ctx": server.get("n_ctx"), "total_slots": server.get("total_slots"),
-            "ubatch": opts.get("ubatch"), "batch": opts.get("batch")}
+            "n_ubatch": eff.get("n_ubatch"), "n_batch": eff.get("n_batch"), "flash_attn": eff.get("flash_attn")}
 
 
 def engine_rows(run: BenchRun) -> list[dict[str, Any]]:

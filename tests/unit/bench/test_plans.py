@@ -56,3 +56,13 @@ def test_with_server_rejects_unknown_and_invalid() -> None:
         with_server(spec(), {"ubatch": "big"})  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="--set flash_attn"):
         with_server(spec(), {"fa": "maybe"})  # type: ignore[arg-type]
+
+
+def test_effective_settings_from_the_head_log() -> None:
+    from splitserve.bench._cluster import effective_settings
+
+    log = ("0.01.131.688 I llama_context: n_ctx                 = 1280\n"
+           "0.01.131.690 I llama_context: n_ubatch              = 512\n"
+           "0.01.131.693 I llama_context: flash_attn            = enabled\n"
+           "0.01.131.707 I llama_context: n_ctx_seq (1280) < n_ctx_train (8192) -- the full capacity\n")
+    assert effective_settings(log) == {"n_ctx": 1280, "n_ubatch": 512, "flash_attn": "enabled"}

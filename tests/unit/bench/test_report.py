@@ -69,7 +69,8 @@ def test_engine_and_sweep_runs_render(tmp_path: Path) -> None:
         SweepPoint(values={"ubatch": 1024}, error="port in use")])
     md, plots = write_report([sweep], tmp_path / "sw")
     out = md.read_text()
-    assert "| 512 | 20 | 1 |" in out and "start failed: port in use" in out
+    assert "| 512 | 20 | 1 | – | – | – | – | 1,500.0 |" in out, out
+    assert "start failed: port in use" in out
     assert plots and plots[0].name.startswith("sweep-")
 
 
