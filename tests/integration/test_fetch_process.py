@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -13,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hubserver import HubServer, sha256_file
+from hubserver import HubServer, sha256_file, zeros_sha256
 
 from splitserve.fetch import MANIFEST, partial_path, state_path
 from splitserve.fetch._state import read_state_segments
@@ -44,6 +43,7 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
         yield server
 
 
+@pytest.mark.slow
 def test_sigkill_mid_download_then_resume(hub: HubServer, tmp_path: Path) -> None:
     name = "Q4_K_M/Big-Q4_K_M-00001-of-00001.gguf"
     f = hub.add_file(REPO, name, os.urandom(48 * MiB))
@@ -89,16 +89,42 @@ def test_sigkill_mid_download_then_resume(hub: HubServer, tmp_path: Path) -> Non
     assert not state_path(final).exists() and not partial_path(final).exists()
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_promptly_and_the_next_run_resumes(hub: HubServer, tmp_path: Path) -> None:
+    name = "Big-Q8_0.gguf"
+    f = hub.add_file(REPO, name, os.urandom(24 * MiB))
+    hub.cap_bps = 2 * MiB
+    out = tmp_path / "out"
+    args = [REPO, "--include", name, "--dir", str(out), "--connections", "4", "--part-size", "1"]
+    proc = subprocess.Popen([*CLI, "fetch", *args], env=_env(hub, tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        while sum(1 for s, e, d in read_state_segments(out / name) if d == e - s) < 4:
+            assert proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)  # a stalled read must not hold it up
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "run the same command again to resume" in err
+    kept = sum(d for s, e, d in read_state_segments(out / name))
+    assert kept >= 4 * MiB and partial_path(out / name).exists()
+    hub.cap_bps = None
+    mark = len(hub.log)
+    _cli(hub, tmp_path, *args)
+    assert hub.bytes_served(name, since=mark) <= f.size - kept
+    assert sha256_file(out / name) == f.sha256
+
+
+@pytest.mark.slow
 def test_memory_stays_flat_on_a_multi_gb_file(hub: HubServer, tmp_path: Path) -> None:
     big = tmp_path / "big.bin"
     size = 1024 * MiB
     with open(big, "wb") as fh:
         fh.truncate(size)  # sparse: the server streams holes from disk at no cost
-    zeros = hashlib.sha256()
-    block = bytes(64 * MiB)
-    for _ in range(size // len(block)):
-        zeros.update(block)
-    hub.add_file(REPO, "big.gguf", big, sha256=zeros.hexdigest())
+    hub.add_file(REPO, "big.gguf", big, sha256=zeros_sha256(size))
     hub.add_file(REPO, "small.gguf", os.urandom(16 * MiB))
 
     def peak_rss(include: str) -> int:
@@ -142,6 +168,7 @@ def test_cli_dry_run_json_lists_the_shard_set(small_repo: HubServer, tmp_path: P
     assert small_repo.log == [] and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer,
                                                        tmp_path: Path) -> None:
     out = tmp_path / "o"

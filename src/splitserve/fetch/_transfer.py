@@ -180,23 +180,26 @@ class Transfer:
             for h in list(self._hashers):
                 while h.is_alive():
                     h.join(0.2)
-        except BaseException:
+        except BaseException:  # Ctrl-C: stop soon, keep what is on disk
             self._stop.set()
             with self._cond:
                 self._cond.notify_all()
-            for t in self._threads:
-                t.join(5)
+            deadline = time.monotonic() + 3.0
+            for t in self._threads + self._hashers:
+                t.join(max(0.0, deadline - time.monotonic()))
             raise
         finally:
             self._stop.set()
             self._poke.set()
             saver.join(10)
-            self._save_all(final=True)
-            for job in self.jobs:
-                if job.fd >= 0 and not job.closed:
-                    os.close(job.fd)
-                    job.fd = -1
-            self.client.close()
+            self._save_all(final=True)  # claims only bytes already written, threads or not
+            if not any(t.is_alive() for t in self._threads + self._hashers):
+                # a thread still blocked in a read could otherwise write into a reused fd
+                for job in self.jobs:
+                    if job.fd >= 0 and not job.closed:
+                        os.close(job.fd)
+                        job.fd = -1
+                self.client.close()
 
     def stop(self) -> None:
         self._stop.set()
