@@ -262,3 +262,15 @@ def minimax_m3_like(folder: Path, *, n_shards: int = 6, n_layer: int = 60, big_e
     folder.mkdir(parents=True, exist_ok=True)
     return write_model(folder / "MiniMax-M3-UD-IQ4_XS.gguf", "minimax-m3", kv, ts, n_vocab=m["n_vocab"],
                        n_shards=n_shards, chat_template=chat_template, name="MiniMax-M3-like")
+
+
+def minimax_m3_once(folder: Path) -> list[Path]:
+    """:func:`minimax_m3_like` into ``folder``, reusing the files when an earlier call wrote them."""
+    folder = Path(folder)
+    names = shard_names(folder / "MiniMax-M3-UD-IQ4_XS.gguf", 6)
+    done = folder / ".complete"
+    if done.exists() and all(p.exists() for p in names):
+        return names
+    paths = minimax_m3_like(folder)
+    done.write_text("ok")
+    return paths

@@ -6,7 +6,9 @@ Pure functions of a model's headers and a list of nodes; no I/O.
 from ._compute import ComputeEstimate, estimate_compute
 from ._devices import BANDWIDTH_GBPS, GIB, Node, parse_node
 from ._memory import KVSettings, kv_bytes_per_token, layer_devices, layer_kv_bytes, row_size, weights_per_device
+from ._measure import measure_spec, parse_breakdown
 from ._plan import NodePlan, Plan, PlanOptions, choose_split, make_plan
+from ._spec import plan_for_spec, preflight, require_fit, spec_nodes, spec_options
 
 __all__ = [
     "BANDWIDTH_GBPS",
@@ -23,7 +25,14 @@ __all__ = [
     "layer_devices",
     "layer_kv_bytes",
     "make_plan",
+    "measure_spec",
+    "parse_breakdown",
+    "plan_for_spec",
+    "preflight",
+    "require_fit",
     "parse_node",
     "row_size",
+    "spec_nodes",
+    "spec_options",
     "weights_per_device",
 ]

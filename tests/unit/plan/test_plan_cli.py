@@ -1,0 +1,70 @@
+"""``splitserve inspect`` and ``splitserve plan`` as a user runs them: output, JSON, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gguf_factory import dense_llama
+
+CLI = [sys.executable, "-m", "splitserve"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+
+
+def _one_line_error(res: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("splitserve: error:") and needle in lines[0], res.stderr
+
+
+def test_inspect_and_plan_json(tmp_path: Path) -> None:
+    shards = dense_llama(tmp_path / "d.gguf", n_layer=6, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=1024,
+                         n_shards=2)
+    res = run_cli("inspect", str(shards[1]), "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["architecture"] == "llama" and info["n_layer"] == 6 and len(info["shards"]) == 2
+    res = run_cli("plan", str(shards[0]), "--node", "a=1,device=h100", "--node", "b=1,bw=1000", "--ctx", "4096",
+                  "--margin", "0.25", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert [n["name"] for n in plan["nodes"]] == ["a", "b"] and plan["fits"]
+    assert plan["nodes"][0]["layers"][0] == 0 and plan["nodes"][1]["layers"][1] == 5
+    assert plan["decode_tps_upper_bound"] > 0
+
+
+def test_plan_text_output(tmp_path: Path) -> None:
+    [p] = dense_llama(tmp_path / "d.gguf", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=1024)
+    res = run_cli("plan", str(p), "--node", "a=2", "--node", "b=2", "--ctx", "2048", "--tensor-split", "1,1")
+    assert res.returncode == 0, res.stderr
+    assert "--tensor-split 1,1" in res.stdout and "max context" in res.stdout
+    res = run_cli("inspect", str(p), "--layers")
+    assert res.returncode == 0 and "quantisation mix" in res.stdout and "Q8_0" in res.stdout
+
+
+def test_plan_that_does_not_fit_says_so(tmp_path: Path) -> None:
+    [p] = dense_llama(tmp_path / "d.gguf", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=1024)
+    res = run_cli("plan", str(p), "--node", "a=0.001", "--node", "b=0.001", "--ctx", "4096")
+    assert res.returncode == 3 and "does not fit" in res.stdout and "Traceback" not in res.stderr
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("hello")
+    _one_line_error(run_cli("inspect", str(bad)), "not a GGUF file")
+    shards = dense_llama(tmp_path / "s.gguf", n_layer=4, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512,
+                         n_shards=2)
+    shards[1].unlink()
+    _one_line_error(run_cli("plan", str(shards[0]), "--node", "a=8"), "missing")
+    [p] = dense_llama(tmp_path / "d.gguf", n_layer=2, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512)
+    _one_line_error(run_cli("plan", str(p)), "--node")
+    _one_line_error(run_cli("plan", str(p), "--node", "a=x"), "not a number")
+    _one_line_error(run_cli("plan", str(p), "--node", "a=8", "--cache-type-v", "q8_0", "--flash-attn", "off"),
+                    "flash attention")
+    _one_line_error(run_cli("plan", str(p), "--node", "a=8", "--tensor-split", "1,1"), "one per node")
