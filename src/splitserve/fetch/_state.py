@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 STATE_VERSION = 1
 MiB = 1 << 20
-PART_SIZE = 64 * MiB  # the unit of work and of resume
+PART_SIZE = 32 * MiB  # the unit of work and of resume
 MIN_PART = 1 * MiB
 
 
@@ -47,10 +47,14 @@ class Segment:
 
 
 def plan_segments(size: int, connections: int, part_size: int = PART_SIZE) -> list[Segment]:
-    """Cut ``size`` bytes into parts: ``part_size`` at most, and at least one per connection."""
+    """Cut ``size`` bytes into parts: ``part_size`` at most, and about eight per connection.
+
+    Parts are taken in order, so the ranges in flight stay close together and the trailing
+    hasher is never more than about ``connections`` parts behind the last byte received.
+    """
     if size <= 0:
         return []
-    per_conn = -(-size // max(1, connections))
+    per_conn = -(-size // (8 * max(1, connections)))
     part = max(MIN_PART, min(part_size, per_conn))
     return [Segment(s, min(size, s + part)) for s in range(0, size, part)]
 

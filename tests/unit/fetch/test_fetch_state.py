@@ -11,15 +11,16 @@ MiB = 1 << 20
 
 
 def test_plan_cuts_parts_and_tiles_the_file() -> None:
-    segs = plan_segments(4000 * MiB, 16)
-    assert segs[0].end - segs[0].start == 64 * MiB
-    assert segs[0].start == 0 and segs[-1].end == 4000 * MiB
+    segs = plan_segments(40000 * MiB, 16)
+    assert segs[0].end - segs[0].start == 32 * MiB
+    assert segs[0].start == 0 and segs[-1].end == 40000 * MiB
     assert all(a.end == b.start for a, b in zip(segs, segs[1:]))
 
 
-def test_small_file_gets_at_least_one_part_per_connection() -> None:
-    assert len(plan_segments(16 * MiB, 16)) == 16
-    assert len(plan_segments(100, 16)) == 1  # but no part below 1 MiB
+def test_smaller_file_gets_about_eight_parts_per_connection() -> None:
+    assert len(plan_segments(1024 * MiB, 16)) == 128
+    assert len(plan_segments(16 * MiB, 16)) == 16  # but no part below 1 MiB
+    assert len(plan_segments(100, 16)) == 1
     assert plan_segments(0, 4) == []
 
 
