@@ -1,0 +1,180 @@
+"""The planner against what llama.cpp really allocates, per device, over loopback RPC workers.
+
+Each case starts ``ggml-rpc-server`` workers on 127.0.0.1 and ``llama-server -lv 4`` over them,
+reads the per-device "model / KV / compute buffer size" lines and the layer assignment from its
+log, stops every process by pid, and compares with ``make_plan`` for the same flags.  The bar
+(issue 6): weights and KV within 2 % per device, compute within 25 %, the same layer assignment.
+
+Set ``SPLITSERVE_PLAN_TABLE=path.json`` to keep the rows (docs/planner.md's table comes from it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gguf_factory import Q, dense_llama, mixed_quant_llama, moe_qwen3
+
+from splitserve.cluster import parse_load_report
+from splitserve.model import inspect_model
+from splitserve.plan import GIB, KVSettings, Node, PlanOptions, layer_devices, layer_kv_bytes, make_plan
+
+pytestmark = [pytest.mark.engine]
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    workers: int
+    ts: str
+    ctx: int
+    cache: str = "f16"
+    ubatch: int = 512
+    fa: str = "on"
+    parallel: int = 1
+
+
+CASES = [
+    Case("smollm2", 2, "1,1", 4096),
+    Case("smollm2", 3, "1,1,1", 8192, "q8_0"),
+    Case("gemma3", 2, "1,1", 16384, "q4_0"),
+    Case("gemma3", 3, "1,1,1", 8192, "f16", fa="off"),
+    Case("dense", 2, "1,1", 16384, "f16", ubatch=1024),
+    Case("dense", 3, "2,1,1", 8192, "q8_0", parallel=2),
+    Case("moe", 2, "1,1", 16384, "q8_0"),
+    Case("moe", 3, "2,2,3", 8192, "q4_0", ubatch=256),
+    Case("mixed", 2, "1,1", 8192, "q4_0"),
+    Case("mixed", 3, "1,1,1", 4096, "f16"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"rpc worker on {port} did not listen")
+
+
+def run_llama(engine: Any, model: Path, case: Case) -> tuple[str, list[str]]:
+    """Load ``model`` over ``case.workers`` loopback RPC workers; return the log and the worker endpoints."""
+    env = dict(os.environ, LD_LIBRARY_PATH=str(engine.bin_dir))
+    procs: list[subprocess.Popen[str]] = []
+    lines: list[str] = []
+    try:
+        ports = [_free_port() for _ in range(case.workers)]
+        for p in ports:
+            procs.append(subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(p)], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True))
+        for p in ports:
+            _wait_port(p)
+        argv = [str(engine.server), "-m", str(model), "--rpc", ",".join(f"127.0.0.1:{p}" for p in ports),
+                "-ngl", "999", "-ts", case.ts, "-c", str(case.ctx), "-ctk", case.cache, "-ctv", case.cache,
+                "-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch)), "-fa", case.fa, "-np", str(case.parallel),
+                "-fit", "off", "--no-warmup", "-lv", "4", "--host", "127.0.0.1", "--port", str(_free_port())]
+        srv = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(srv)
+        done = threading.Event()
+
+        def read() -> None:
+            assert srv.stdout is not None
+            for line in srv.stdout:
+                lines.append(line)
+                if "initializing, n_slots" in line or "exiting due to" in line:
+                    break
+            done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        done.wait(180)
+        return "".join(lines), [f"127.0.0.1:{p}" for p in ports]
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory, smollm2: Path, gemma3: Path) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("plan-accuracy")
+    return {
+        "smollm2": smollm2,
+        "gemma3": gemma3,
+        # wider than the calibration models: 1024 wide, GQA 16/4, 12 layers
+        "dense": dense_llama(d / "dense.gguf", n_layer=12, n_embd=1024, n_head=16, n_head_kv=4, n_ff=2816,
+                             n_vocab=8192, qtype=Q.Q8_0)[0],
+        # many experts: 128 routed, 8 used
+        "moe": moe_qwen3(d / "moe.gguf", n_layer=6, n_embd=512, n_head=8, n_head_kv=2, d=64, n_expert=128,
+                         n_expert_used=8, n_ff_exp=256, n_vocab=4096)[0],
+        "mixed": mixed_quant_llama(d / "mixed.gguf", n_layer=9, n_embd=512)[0],
+    }
+
+
+ROWS: list[dict[str, Any]] = []
+
+
+def _err(planned: int, measured: int) -> float:
+    return (planned - measured) / measured if measured else (0.0 if planned == 0 else float("inf"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.model}-{c.workers}w-{c.ts}-{c.ctx}-{c.cache}-ub{c.ubatch}"
+                         f"-fa{c.fa}-np{c.parallel}")
+def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case) -> None:
+    path = models[case.model]
+    log, endpoints = run_llama(engine, path, case)
+    report = parse_load_report(log)
+    measured = [report.device(ep) for ep in endpoints]
+    assert all(measured), f"no buffer lines for some worker; log tail:\n{log[-3000:]}"
+    m = inspect_model(path)
+    split = tuple(float(x) for x in case.ts.split(","))
+    options = PlanOptions(ctx=case.ctx, parallel=case.parallel, cache_type_k=case.cache, cache_type_v=case.cache,
+                          ubatch=case.ubatch, flash_attn=case.fa == "on", tensor_split=split)
+    plan = make_plan(m, [Node(f"w{i}", 64 * GIB) for i in range(case.workers)], options)
+
+    # the same layer assignment: llama.cpp assigns contiguous ranges in device order, so the layers each
+    # device got follow from its KV buffer (the debug log names every RPC device "RPC0", so it cannot say)
+    kv_layers = layer_kv_bytes(m, KVSettings(ctx=case.ctx, parallel=case.parallel, type_k=case.cache,
+                                             type_v=case.cache, ubatch=case.ubatch, flash_attn=case.fa == "on"))
+    got_counts, il = [], 0
+    for dm in measured:
+        assert dm is not None
+        n = 0
+        while il < m.n_layer and sum(kv_layers[il - n:il + 1]) <= dm.kv_bytes + 0.01 * MIB:
+            n, il = n + 1, il + 1
+        got_counts.append(n)
+    assert got_counts == [pn.n_layers for pn in plan.nodes]
+    want = layer_devices(m.n_layer, split)
+    assert [want[:-1].count(i) for i in range(case.workers)] == got_counts
+    for i, (pn, dm) in enumerate(zip(plan.nodes, measured)):
+        assert dm is not None
+        row = {"model": case.model, "workers": case.workers, "ts": case.ts, "ctx": case.ctx, "cache": case.cache,
+               "ubatch": case.ubatch, "fa": case.fa, "parallel": case.parallel, "device": i,
+               "layers": list(pn.layers) if pn.layers else None,
+               "weights": [pn.weights_bytes, dm.model_bytes], "kv": [pn.kv_bytes, dm.kv_bytes],
+               "compute": [pn.compute_bytes, dm.compute_bytes]}
+        ROWS.append(row)
+        # llama.cpp prints MiB with two decimals: allow that rounding on tiny buffers
+        assert abs(pn.weights_bytes - dm.model_bytes) <= max(0.02 * dm.model_bytes, 0.01 * MIB), row
+        assert abs(pn.kv_bytes - dm.kv_bytes) <= max(0.02 * dm.kv_bytes, 0.01 * MIB), row
+        assert abs(pn.compute_bytes - dm.compute_bytes) <= max(0.25 * dm.compute_bytes, 0.5 * MIB), row
+    out = os.environ.get("SPLITSERVE_PLAN_TABLE")
+    if out:
+        Path(out).write_text(json.dumps(ROWS, indent=1))
