@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from helpers import two_worker_spec
+
 from splitserve.bench import load_run
 from splitserve.cluster import cluster_state_dir, down, load_spec, read_state, up
 

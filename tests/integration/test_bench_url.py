@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from helpers import bare_server
+
 from splitserve.bench import load_run
 
 pytestmark = [pytest.mark.engine]

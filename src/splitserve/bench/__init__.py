@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ._client import BenchClient, Target
 from ._context import CONTROL, ContextOptions, grade, parse_depths, parse_lengths
-from ._llamabench import EngineBenchOptions, llama_bench_argv, bench_test_label
+from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv
 from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run
 from ._run import parse_set, run_context, run_engine_bench, run_speed, run_sweep
 from ._speed import SpeedOptions
@@ -26,6 +26,7 @@ __all__ = [
     "StreamTimer",
     "SweepPoint",
     "Target",
+    "bench_test_label",
     "grade",
     "llama_bench_argv",
     "load_run",
@@ -39,5 +40,4 @@ __all__ = [
     "run_speed",
     "run_sweep",
     "summarize",
-    "bench_test_label",
 ]

@@ -37,6 +37,9 @@ class Target:
     ignore_eos: bool = True
     """Send llama.cpp's ``ignore_eos`` so every request generates exactly ``max_tokens``."""
     extra_body: dict[str, Any] = field(default_factory=dict)
+    root: str = field(init=False, default="")
+    """``scheme://host:port[/prefix]`` without ``/v1``: where llama.cpp's ``/props`` is."""
+    v1: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)

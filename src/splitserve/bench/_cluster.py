@@ -23,6 +23,7 @@ from ..cluster import (
     ClusterSpec,
     Event,
     ServerSpec,
+    cluster_state_dir,
     down,
     launch_plan,
     load_spec,
@@ -31,7 +32,6 @@ from ..cluster import (
     resolve_engines,
     up,
 )
-from ..cluster import cluster_state_dir
 from ..engine import Engine, get_engine
 from ._client import Target
 
@@ -161,11 +161,12 @@ def workers_only(spec: ClusterSpec, engine: Engine | None = None) -> Iterator[tu
 
     A running cluster is stopped first and brought back afterwards.
     """
+    import time
+
     from ..cluster import port_in_use, transport_for
     from ..cluster._commands import process_env, rpc_endpoint  # the same argv and env `up` uses
     from ..cluster._run import port_answers
     from ..cluster._transport import stop
-    import time
 
     was_running = read_state(cluster_state_dir(spec)) is not None
     if was_running:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._errors import UsageError
 from ._records import RequestRecord
-from ._speed import Session
+from ._speed import Emit, Session
 
 CONTROL = "control"
 
@@ -153,7 +153,7 @@ async def context_cells(session: Session, opts: ContextOptions, n_ctx: int | Non
 
         # The emit inside batch() writes the record; grade it first so the file has the verdict.
         original = session.emit
-        def emit_graded(rec: RequestRecord, expected: str | None = expected) -> None:
+        def emit_graded(rec: RequestRecord, expected: str | None = expected, original: Emit = original) -> None:
             verdict, reason = grade(expected, rec)
             rec.extra.update(expected=expected, verdict=verdict, reason=reason)
             original(rec)

@@ -91,7 +91,7 @@ def run_llama_bench(argv: list[str], on_row: Callable[[dict[str, Any]], None],
     full_env["LD_LIBRARY_PATH"] = lib + (os.pathsep + full_env["LD_LIBRARY_PATH"]
                                          if full_env.get("LD_LIBRARY_PATH") else "")
     full_env.update(env or {})
-    errfile = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
+    errfile = open(log, "w") if log else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errfile, text=True, env=full_env)
     except OSError as exc:

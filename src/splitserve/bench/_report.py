@@ -227,14 +227,17 @@ def serving_cost(runs: Sequence[BenchRun]) -> str | None:
     h = headline(http[0])
     e = headline(eng[0])
     lines = ["## Serving path cost\n"]
+    tg, pp = e.get("tg_tps"), e.get("pp_tps")
     for key, label in (("decode_tps_server", "decode, server timings"),
                        ("decode_tps_client", "decode, client clock")):
-        if h.get(key) and e.get("tg_tps"):
-            lines.append(f"- HTTP {label} {h[key]:,.1f} t/s vs llama-bench tg {e['tg_tps']:,.1f} t/s: "
-                         f"{h[key] / e['tg_tps']:.2f}×")
-    if h.get("prefill_tps_server") and e.get("pp_tps"):
-        lines.append(f"- HTTP prefill (server timings) {h['prefill_tps_server']:,.1f} t/s vs llama-bench pp "
-                     f"{e['pp_tps']:,.1f} t/s: {h['prefill_tps_server'] / e['pp_tps']:.2f}×")
+        value = h.get(key)
+        if value and tg:
+            lines.append(f"- HTTP {label} {value:,.1f} t/s vs llama-bench tg {tg:,.1f} t/s: "
+                         f"{value / tg:.2f}×")
+    prefill = h.get("prefill_tps_server")
+    if prefill and pp:
+        lines.append(f"- HTTP prefill (server timings) {prefill:,.1f} t/s vs llama-bench pp "
+                     f"{pp:,.1f} t/s: {prefill / pp:.2f}×")
     return "\n".join(lines) + "\n"
 
 

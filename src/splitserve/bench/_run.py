@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._errors import UsageError
 from ._client import BenchClient, Target
 from ._context import ContextOptions, context_cells
-from ._llamabench import EngineBenchOptions, llama_bench_argv, run_llama_bench, bench_test_label
+from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv, run_llama_bench
 from ._machine import machine_info
 from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, new_run_id
 from ._speed import Session, SpeedOptions, speed_cells, speed_notes
@@ -40,7 +40,7 @@ def _engine_from_server(server: dict[str, Any]) -> dict[str, Any]:
     return {k: server[k] for k in ("build_info", "model_path") if k in server}
 
 
-def _finish(writer: RunWriter, body: Callable[[], None]) -> BenchRun:
+def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
     try:
         body()
     except KeyboardInterrupt:
@@ -181,7 +181,7 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
                         progress(rec)
 
                 async def main(target: Target = target, point: SweepPoint = point,
-                               facts: dict[str, Any] = facts) -> None:
+                               facts: dict[str, Any] = facts, values: dict[str, Any] = values) -> None:
                     async with BenchClient(target, max_connections=max(opts.concurrency) + 2) as client:
                         point.server = (await client.probe()) | {"cluster": facts}
                         writer.flush()

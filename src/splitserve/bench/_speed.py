@@ -97,19 +97,20 @@ class Session:
         the template overhead.  If no probe shows a cached count (a fresh slot
         every time), the overhead estimate stands in for the prefix.
         """
-        probes = []
+        probes: list[dict[str, Any]] = []
+        seen: list[tuple[int, int | None, int | None]] = []
         for words in PROBE_WORDS:
             tag = self.tag()
             text = self.maker.speed_prompt(f"{tag}/{self.nonce}", words)
             rec = await self.client.request(f"cal-{tag}", "calibration", {"words": words}, text, 1,
                                             batch=self.next_batch(), ignore_eos=True)
             self.emit(rec)
+            seen.append((words, rec.prompt_tokens, rec.cached_tokens))
             probes.append({"words": words, "prompt_tokens": rec.prompt_tokens,
                            "cached_tokens": rec.cached_tokens, "error": rec.error})
-        (w1, p1), (w2, p2) = (probes[0]["words"], probes[0]["prompt_tokens"]), \
-            (probes[-1]["words"], probes[-1]["prompt_tokens"])
+        (w1, p1, _), (w2, p2, _) = seen[0], seen[-1]
         fit = TokenFit.from_probes(w1, p1, w2, p2) if p1 and p2 else TokenFit()
-        cached = [p["cached_tokens"] for p in probes if p["cached_tokens"] is not None]
+        cached = [c for _, _, c in seen if c is not None]
         allowance: int | None
         if not cached:
             allowance = None

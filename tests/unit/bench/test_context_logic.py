@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import CONTROL, ContextOptions, RequestRecord, Target, grade, parse_depths, parse_lengths
+from splitserve.bench import (
+    CONTROL,
+    ContextOptions,
+    RequestRecord,
+    Target,
+    grade,
+    parse_depths,
+    parse_lengths,
+)
 from splitserve.bench._context import build_haystack
 from splitserve.bench._run import run_context
 from splitserve.bench._speed import Session
@@ -68,7 +76,7 @@ def test_haystack_holds_the_needle_at_its_depth_and_control_does_not() -> None:
     late = build_haystack(session, "t2", 400, 0.9, rng)
     for hay in (early, late):
         assert hay.text.count(hay.expected) == 1
-    pos = lambda h: h.text.index(h.expected) / len(h.text)  # noqa: E731
+    pos = lambda h: h.text.index(h.expected) / len(h.text)
     assert pos(early) < 0.3 < 0.7 < pos(late)
     control = build_haystack(session, "t3", 400, CONTROL, rng)
     assert control.expected not in control.text and "secret number of the" in control.text

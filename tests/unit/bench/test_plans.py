@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import EngineBenchOptions, llama_bench_argv, parse_set, bench_test_label
+from splitserve.bench import EngineBenchOptions, bench_test_label, llama_bench_argv, parse_set
 from splitserve.bench._cluster import with_server
 from splitserve.bench._llamabench import count_tests
 from splitserve.cluster import parse_spec
