@@ -89,24 +89,45 @@ class _HeaderReader(GGUFReader):
             return end - orig_offs, [raw_itype, alen], [], [GGUFValueType.ARRAY, itype, skipped]
         return super()._get_field_parts(orig_offs, raw_type)
 
-    def _build_tensors(self, start_offs: int, fields: list[ReaderField]) -> None:
-        for f in fields:
-            _nl, name_data, _nd, dims, raw_dtype, offset_tensor = f.parts
-            self.entries.append((str(bytes(name_data), encoding="utf-8"), tuple(int(d) for d in dims),
-                                 int(raw_dtype[0]), start_offs + int(offset_tensor[0])))
+    def _build_tensor_info(self, offs: int, count: int) -> tuple[int, list[Any]]:
+        # the tensor table with struct over the mapped bytes: no numpy view per field
+        buf = memoryview(self.data)  # type: ignore[arg-type]
+        size = len(buf)
+        u32, u64 = struct.Struct("<I").unpack_from, struct.Struct("<Q").unpack_from
+        rows: list[Any] = []
+        for _ in range(int(count)):
+            if offs + 8 > size:
+                raise ValueError("tensor table runs past the end of the file")
+            (n,) = u64(buf, offs)
+            name = bytes(buf[offs + 8:offs + 8 + n]).decode("utf-8")
+            offs += 8 + n
+            (n_dims,) = u32(buf, offs)
+            if n_dims > 8:
+                raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
+            dims = struct.unpack_from(f"<{n_dims}Q", buf, offs + 4)
+            offs += 4 + 8 * n_dims
+            (raw,) = u32(buf, offs)
+            (off,) = u64(buf, offs + 4)
+            offs += 12
+            rows.append((name, tuple(int(d) for d in dims), int(raw), int(off)))
+        return offs, rows
+
+    def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+        seen: set[str] = set()
+        for name, dims, raw, off in fields:
+            if name in seen:
+                raise ValueError(f"duplicated tensor {name!r}")
+            seen.add(name)
+            self.entries.append((name, dims, raw, start_offs + off))
 
 
 def _skip_strings(data: np.memmap, offs: int, n: int) -> int:
-    """Offset just past ``n`` GGUF strings starting at ``offs``."""
-    size = len(data)
+    """Offset just past ``n`` GGUF strings starting at ``offs`` (struct.error when they run off the end)."""
     buf = memoryview(data)  # type: ignore[arg-type]
     unpack = struct.Struct("<Q").unpack_from
     for _ in range(n):
-        if offs + 8 > size:
-            raise ValueError("string array runs past the end of the file")
-        (length,) = unpack(buf, offs)
-        offs += 8 + length
-    if offs > size:
+        offs += 8 + unpack(buf, offs)[0]
+    if offs > len(buf):
         raise ValueError("string array runs past the end of the file")
     return offs
 
