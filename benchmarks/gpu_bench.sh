@@ -14,6 +14,7 @@
 #   PROMPTS=512,4096       GEN=128  CONCURRENCY=1,2,4,8  REPEAT=3
 #   UBATCHES=512,1024,2048 SWEEP_PROMPT=4096
 #   LENGTHS=8k,32k,64k     DEPTHS=0.1,0.5,0.9  CONTEXT_CTX=(longest length + 1024)
+#   WORKER_CACHE=true      the RPC worker's tensor cache (-c); false for big synthetic models
 #   DECODE_BOUND=          decode upper bound in t/s, for the efficiency line
 #   MACHINE=               a name for the machine in the reports (SPLITSERVE_MACHINE)
 #   SPLITSERVE=splitserve  the command to run
@@ -75,6 +76,7 @@ name = "w1"
 bind = "127.0.0.1"
 port = $WORKER_PORT
 devices = $(toml_list "$WORKER_DEVICES")
+cache = ${WORKER_CACHE:-true}
 
 [server]
 host = "127.0.0.1"

@@ -186,7 +186,8 @@ def mixed_quant_llama(path: Path, *, n_layer: int = 8, n_embd: int = 512, n_voca
 
 def moe_qwen3(path: Path, *, n_layer: int = 6, n_embd: int = 512, n_head: int = 8, n_head_kv: int = 2,
               d: int = 64, n_expert: int = 64, n_expert_used: int = 8, n_ff_exp: int = 256,
-              n_vocab: int = 4096, qtype: Q = Q.Q8_0, n_shards: int = 1) -> list[Path]:
+              n_vocab: int = 4096, qtype: Q = Q.Q8_0, n_shards: int = 1,
+              n_ctx_train: int = 32768) -> list[Path]:
     """A Qwen3-MoE model: many experts, 3-D expert tensors, per-head QK norm."""
     ts = [T("token_embd.weight", (n_embd, n_vocab), qtype)]
     for i in range(n_layer):
@@ -197,7 +198,7 @@ def moe_qwen3(path: Path, *, n_layer: int = 6, n_embd: int = 512, n_head: int = 
                T(f"blk.{i}.ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), qtype),
                T(f"blk.{i}.ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), qtype)]
     ts += [T("output_norm.weight", (n_embd,)), T("output.weight", (n_embd, n_vocab), qtype)]
-    kv = {"{arch}.context_length": 32768, "{arch}.embedding_length": n_embd, "{arch}.block_count": n_layer,
+    kv = {"{arch}.context_length": n_ctx_train, "{arch}.embedding_length": n_embd, "{arch}.block_count": n_layer,
           "{arch}.feed_forward_length": n_ff_exp * 4, "{arch}.expert_feed_forward_length": n_ff_exp,
           "{arch}.expert_count": n_expert, "{arch}.expert_used_count": n_expert_used,
           "{arch}.attention.head_count": n_head, "{arch}.attention.head_count_kv": n_head_kv,
