@@ -35,7 +35,7 @@ from ._registry import (
 )
 from ._render import assistant_turn, make_environment, render_chat
 from ._schema import Schema, ToolSet, coerce_text, coerce_value
-from ._transplant import Recipe, load_recipe, list_recipes, transplant
+from ._transplant import Recipe, list_recipes, load_recipe, transplant
 
 __all__ = [
     "ChatParser",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
 from ._schema import Schema, allows_array, is_plain_string, property_schema
@@ -77,7 +78,7 @@ class ArgsWriter:
     def stream(self, text: str) -> None:
         """More characters of a ``stream`` parameter's value."""
         if text:
-            self._emit(json.dumps(text, ensure_ascii=False)[1:-1])
+            self._emit(encode_basestring(text)[1:-1])  # json.dumps(ensure_ascii=False), faster
 
     def close(self, raw: Any = None) -> None:
         """The open parameter ends; ``raw`` is its whole value (ignored in ``stream`` mode)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +65,8 @@ class ParseWarning:
     raw: str = ""
 
 
-Event = Union[ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd,
-              ParseWarning]
+Event = (ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd
+         | ParseWarning)
 
 
 @dataclass

@@ -68,8 +68,7 @@ class Llama3JsonParser(ToolParser):
                 return False
             rawtext = "".join(self._raw)
             text = rawtext.strip()
-            if text.startswith(PYTHON_TAG):
-                text = text[len(PYTHON_TAG):]
+            text = text.removeprefix(PYTHON_TAG)
             try:
                 calls = calls_from_json(json.loads(text), ("parameters", "arguments"))
             except ValueError:

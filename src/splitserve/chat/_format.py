@@ -209,7 +209,8 @@ def calls_from_json(value: Any, args_keys: tuple[str, ...] = ("arguments", "para
     for item in items:
         if not isinstance(item, dict):
             return None
-        fn = item.get("function") if isinstance(item.get("function"), dict) else item
+        inner = item.get("function")
+        fn: dict[str, Any] = inner if isinstance(inner, dict) else item
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             return None

@@ -36,7 +36,7 @@ class _TemplateRaised(Exception):
 class _GenerationBlock(Extension):
     """``{% generation %}...{% endgeneration %}``: HF marks assistant text with it; a no-op here."""
 
-    tags = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 (jinja2's Extension API)
 
     def parse(self, parser: Any) -> nodes.Node:
         lineno = next(parser.stream).lineno

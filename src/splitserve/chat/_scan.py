@@ -8,18 +8,25 @@ parsing stays linear in the output length however the output is chunked.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+_IN_STRING = re.compile(r'["\\\\]')
+_OUTSIDE = re.compile(r'["{}\[\]]')
 
 
 def hold_len(buf: str, markers: Sequence[str]) -> int:
     """Length of the longest suffix of ``buf`` that is a proper prefix of one of ``markers``."""
     best = 0
+    n = len(buf)
     for marker in markers:
-        top = min(len(marker) - 1, len(buf))
-        for k in range(top, best, -1):
-            if buf.endswith(marker[:k]):
-                best = k
+        first = marker[0]
+        i = buf.find(first, max(0, n - len(marker) + 1))
+        while i != -1 and n - i > best:
+            if marker.startswith(buf[i:]):
+                best = n - i  # the leftmost candidate is the longest
                 break
+            i = buf.find(first, i + 1)
     return best
 
 
@@ -36,7 +43,7 @@ def find_first(buf: str, markers: Sequence[str], start: int = 0) -> tuple[int, s
 class TextBuffer:
     """Unread text plus the end-of-output flag; the parsers' only state about input."""
 
-    __slots__ = ("text", "eof")
+    __slots__ = ("eof", "text")
 
     def __init__(self) -> None:
         self.text = ""
@@ -73,7 +80,7 @@ class TextBuffer:
 class JsonScanner:
     """Finds where one JSON value ends, fed incrementally (strings, escapes, nesting)."""
 
-    __slots__ = ("depth", "in_string", "escape", "started", "done")
+    __slots__ = ("depth", "done", "escape", "in_string", "started")
 
     def __init__(self) -> None:
         self.depth = 0
@@ -84,29 +91,45 @@ class JsonScanner:
 
     def feed(self, text: str) -> int:
         """Read ``text``; return how many characters belong to the value (all, if not done)."""
-        for pos, ch in enumerate(text):
+        pos, end = 0, len(text)
+        while pos < end:
             if self.done:
                 return pos
             if self.in_string:
                 if self.escape:
                     self.escape = False
-                elif ch == "\\":
+                    pos += 1
+                    continue
+                m = _IN_STRING.search(text, pos)
+                if m is None:
+                    return end
+                pos = m.start()
+                if text[pos] == "\\":
                     self.escape = True
-                elif ch == '"':
+                else:
                     self.in_string = False
                     if self.depth == 0:
                         self.done = True
+                pos += 1
                 continue
+            m = _OUTSIDE.search(text, pos)
+            if m is None:
+                if text[pos:].strip():
+                    self.started = True
+                return end
+            if text[pos:m.start()].strip():
+                self.started = True
+            pos = m.start()
+            ch = text[pos]
             if ch == '"':
                 self.in_string = True
                 self.started = True
             elif ch in "{[":
                 self.depth += 1
                 self.started = True
-            elif ch in "}]":
+            else:
                 self.depth -= 1
                 if self.depth <= 0:
                     self.done = True
-            elif not ch.isspace():
-                self.started = True
-        return len(text)
+            pos += 1
+        return end

@@ -64,7 +64,7 @@ def _resolve(schema: Schema, depth: int = 0) -> dict[str, Any]:
                 else:
                     merged.setdefault(key, value)
         node = merged
-    return node
+    return dict(node)
 
 
 def _pointer(root: Any, ref: str) -> Any:
@@ -260,9 +260,8 @@ def coerce_text(text: str, schema: Schema | None, bool_words: bool = False) -> A
         if not stripped:
             return []
         return [coerce_text(text, item_schema(schema, 0), bool_words)]
-    if types == {"object"} or types == {"object", "null"}:
-        if not stripped:
-            return {}
+    if (types == {"object"} or types == {"object", "null"}) and not stripped:
+        return {}
     return text
 
 

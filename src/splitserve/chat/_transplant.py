@@ -11,6 +11,7 @@ producing a quietly broken hybrid.
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -117,7 +118,7 @@ def transplant(base: str, donor: str, recipe: Recipe, base_name: str = "base",
             replacement = donor[a:b]
         spans.append((i, j, replacement, block.name))
     spans.sort()
-    for (i1, j1, _, n1), (i2, _, _, n2) in zip(spans, spans[1:]):
+    for (i1, j1, _, n1), (i2, _, _, n2) in itertools.pairwise(spans):
         if i2 < j1:
             raise TransplantError(f"blocks {n1!r} and {n2!r} overlap in {base_name}; "
                                   "fix the recipe's anchors")

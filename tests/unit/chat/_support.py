@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from splitserve.chat import (
     ContentDelta,
@@ -175,7 +177,7 @@ def splits(text: str, rng: random.Random, groupings: int = 8) -> list[list[str]]
         if not cuts:
             continue
         bounds = [0, *cuts, len(text)]
-        ways.append([text[a:b] for a, b in zip(bounds, bounds[1:])])
+        ways.append([text[a:b] for a, b in itertools.pairwise(bounds)])
     return ways
 
 

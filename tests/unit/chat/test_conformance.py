@@ -20,8 +20,8 @@ from splitserve.chat import (
 
 from ._support import (
     FORMATS,
-    assemble,
     SYNTAXES,
+    assemble,
     calls_of,
     ids,
     no_markers,
@@ -226,13 +226,13 @@ def test_c_duplicate_keys_become_a_list(fmt: str) -> None:
                        + "]<]minimax[>[<s>a]<]minimax[>[</s>]<]minimax[>[<s>b]<]minimax[>[</s>"
                        "]<]minimax[>[</invoke>"])
     elif fmt == "qwen3-coder":
-        text = s.wrap(["<function=typed>\n<parameter=arr>\n1\n</parameter>\n<parameter=arr>\n2\n"
+        text = s.wrap([("<function=typed>\n<parameter=arr>\n1\n</parameter>\n<parameter=arr>\n2\n"
                        "</parameter>\n<parameter=s>\na\n</parameter>\n<parameter=s>\nb\n"
-                       "</parameter>\n</function>\n"])
+                       "</parameter>\n</function>\n")])
     else:
-        text = s.wrap(['<invoke name="typed">\n<parameter name="arr">1</parameter>\n'
+        text = s.wrap([('<invoke name="typed">\n<parameter name="arr">1</parameter>\n'
                        '<parameter name="arr">2</parameter>\n<parameter name="s">a</parameter>\n'
-                       '<parameter name="s">b</parameter>\n</invoke>\n'])
+                       '<parameter name="s">b</parameter>\n</invoke>\n')])
     msg = parse(fmt, text, [TYPED], prefilled=False, every_boundary=False)
     (_, args), = calls_of(msg)
     assert args == {"arr": [1, 2], "s": "a"}  # a string schema keeps the first, with a warning

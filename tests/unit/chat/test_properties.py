@@ -9,6 +9,7 @@ and must give the same name and arguments.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
 import string
@@ -120,7 +121,7 @@ def test_render_then_parse_round_trip(template: str, fmt: str, args: dict[str, A
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(1, max(2, len(text))), min(len(text) - 1, 6))) if len(text) > 1 else []
     bounds = [0, *cuts, len(text)]
-    pieces = [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    pieces = [text[a:b] for a, b in itertools.pairwise(bounds)]
     msg = assemble(run(fmt, pieces, tools, prefilled))
     assert calls_of(msg) == [("fn_x", values)], text
     assert msg.warnings == []
