@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._errors import EngineError
 from ._client import BenchClient
 from ._prompts import PromptMaker, TokenFit
 from ._records import RequestRecord
@@ -108,6 +109,10 @@ class Session:
             seen.append((words, rec.prompt_tokens, rec.cached_tokens))
             probes.append({"words": words, "prompt_tokens": rec.prompt_tokens,
                            "cached_tokens": rec.cached_tokens, "error": rec.error})
+        errors = [p["error"] for p in probes if p["error"]]
+        if len(errors) == len(probes):
+            hint = "; pass --no-ignore-eos" if "ignore_eos" in errors[0] else ""
+            raise EngineError(f"{self.client.target.v1}: every probe request failed: {errors[0]}{hint}")
         (w1, p1, _), (w2, p2, _) = seen[0], seen[-1]
         fit = TokenFit.from_probes(w1, p1, w2, p2) if p1 and p2 else TokenFit()
         cached = [c for _, _, c in seen if c is not None]

@@ -75,3 +75,20 @@ def test_unreachable_endpoint_is_one_line_error(tmp_path: Path) -> None:
                   transport=httpx.MockTransport(refuse))
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["interrupted"] is True and data["complete"] is False
+
+
+def test_a_server_that_rejects_every_probe_is_one_error(tmp_path: Path) -> None:
+    import httpx
+    import pytest
+
+    from splitserve._errors import EngineError
+
+    def reject(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": []})
+        return httpx.Response(400, json={"error": {"message": "Unrecognized request argument: ignore_eos"}})
+
+    with pytest.raises(EngineError, match="every probe request failed: HTTP 400: Unrecognized request "
+                                          "argument: ignore_eos; pass --no-ignore-eos"):
+        run_speed(Target(url="http://fake:1"), SpeedOptions(), tmp_path / "r.json",
+                  transport=httpx.MockTransport(reject))
