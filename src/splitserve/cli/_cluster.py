@@ -24,6 +24,7 @@ from ..cluster import (
     load_spec,
     read_state,
     resolve_engines,
+    transport_for,
     up,
 )
 from ._app import app, fail
@@ -144,37 +145,31 @@ def logs_cmd(
         root = _root(config, name)
         state = read_state(root)
         logs_dir = root / "logs"
+        ssh = state.extra.get("ssh") if state is not None else None
         if state is not None:
-            files = {p.node: Path(p.log) for p in state.processes}
+            files = {p.node: (transport_for(p.host, ssh), Path(p.log)) for p in state.processes}
         else:
-            files = {p.stem: p for p in sorted(logs_dir.glob("*.log"))}
+            files = {p.stem: (transport_for("local"), p) for p in sorted(logs_dir.glob("*.log"))}
         if node is not None:
             if node not in files:
                 raise SplitserveError(f"no node {node!r} in cluster {root.name}; nodes: {', '.join(files) or 'none'}")
             files = {node: files[node]}
+        prefix = len(files) > 1
+        offsets = {}
+        for n, (transport, path) in files.items():
+            text, offsets[n] = transport.read_log_since(path, 0, max_bytes=64 << 20)
+            for line in text.splitlines()[-lines:]:
+                sys.stdout.write((f"{n} | " if prefix else "") + line + "\n")
+        sys.stdout.flush()
+        while follow:
+            time.sleep(0.5)
+            for n, (transport, path) in files.items():
+                text, offsets[n] = transport.read_log_since(path, offsets[n])
+                for line in text.splitlines():
+                    sys.stdout.write((f"{n} | " if prefix else "") + line + "\n")
+            sys.stdout.flush()
     except SplitserveError as exc:
         raise fail(exc) from None
-    prefix = len(files) > 1
-    handles = {}
-    for n, path in files.items():
-        try:
-            text = path.read_text(errors="replace")
-        except FileNotFoundError:
-            continue
-        for line in text.splitlines()[-lines:]:
-            sys.stdout.write((f"{n} | " if prefix else "") + line + "\n")
-        if follow:
-            fh = open(path, errors="replace")
-            fh.seek(0, 2)
-            handles[n] = fh
-    sys.stdout.flush()
-    try:
-        while follow:
-            for n, fh in handles.items():
-                for line in fh.readlines():
-                    sys.stdout.write((f"{n} | " if prefix else "") + line)
-            sys.stdout.flush()
-            time.sleep(0.2)
     except KeyboardInterrupt:
         pass
 

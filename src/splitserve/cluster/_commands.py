@@ -127,9 +127,11 @@ def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: lis
     workers = []
     for w in spec.workers:
         eng = engines[w.name]
+        # A remote worker's log lives on its own node, under its workdir.
+        log = (Path(f"{w.workdir.rstrip('/')}/clusters/{spec.name}/logs/{w.name}.log") if w.remote
+               else logs / f"{w.name}.log")
         workers.append(ProcessPlan(node=w.name, role="rpc", host=w.host, argv=rpc_argv(eng, w),
-                                   env=_library_env(eng, w.env), bind=w.bind, port=w.port,
-                                   log=logs / f"{w.name}.log"))
+                                   env=_library_env(eng, w.env), bind=w.bind, port=w.port, log=log))
     head_engine = engines["head"]
     head = ProcessPlan(node="head", role="server", host=spec.head.host,
                        argv=server_argv(head_engine, spec, tensor_split),

@@ -1,9 +1,10 @@
 """Bringing a cluster up and down: executes a :class:`LaunchPlan`.
 
 `up` stops what an earlier `up` of the same cluster left running (from its
-state folder only), starts the RPC workers, waits for their ports, starts
-llama-server and waits for real readiness (``/health`` 200 and a one-token
-completion). Any failure stops everything it started and raises a
+state folder only), runs the preflight checks, copies the engine to remote
+workers that lack it, starts the RPC workers, waits for their ports, asks each
+for its RPC protocol version, starts llama-server and waits for real readiness
+(``/health`` 200 and a one-token completion). Any failure stops everything it started and raises a
 :class:`NodeError` naming the node and the cause.
 """
 
@@ -20,9 +21,11 @@ from pathlib import Path
 from .._errors import ClusterError, NodeError, NotRunningError, SplitserveError
 from ..engine import Engine, EngineClient, EngineHTTPError, EngineUnavailable, get_engine
 from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, process_env
+from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
-from ._spec import ClusterSpec, check_files
+from ._spec import ClusterSpec, WorkerSpec, check_files, is_local_host
 from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
+from ._ssh import exit_status_from_log
 from ._transport import ProcessRef, Transport, stop, transport_for
 
 
@@ -31,7 +34,9 @@ class Event:
     """Something `up` did or saw, for progress displays and tests."""
 
     kind: str
-    """``stale``, ``worker_started``, ``worker_ready``, ``head_started``, ``loading``, ``ready``."""
+    """``stale``, ``preflight``, ``engine``, ``worker_started``, ``worker_ready``, ``protocol``,
+    ``head_started``, ``loading``, ``ready``; from supervision also ``died``, ``restarting``,
+    ``gave_up`` and ``stopping``."""
     node: str
     message: str
 
@@ -53,8 +58,17 @@ def resolve_engines(spec: ClusterSpec, engine: Engine | None = None) -> dict[str
 
     engines = {"head": pick(spec.head.engine or spec.engine)}
     for w in spec.workers:
-        engines[w.name] = pick(w.engine or spec.engine)
+        if w.remote:
+            # Paths on the worker's own node: its own build, or where the head's copy goes.
+            own = w.engine if w.engine and is_engine_path(w.engine) else None
+            engines[w.name] = node_engine(w, None if own else pick(w.engine or spec.engine), own)
+        else:
+            engines[w.name] = pick(w.engine or spec.engine)
     return engines
+
+
+def worker_transport(spec: ClusterSpec, worker: WorkerSpec) -> Transport:
+    return transport_for(worker.host, spec.ssh)
 
 
 def _log_cause(text: str) -> str:
@@ -100,17 +114,17 @@ class _Launch:
         self.plan = plan
         self.on_event = on_event
         self.started: list[tuple[ProcessPlan, Transport, ProcessRef]] = []
+        self.plan_engine_protocol: str | None = None
         self.state = ClusterState(
             name=spec.name, spec_file=str(spec.source_file) if spec.source_file else None,
             model=str(spec.model), endpoint=plan.endpoint, engine=engine_key, started_at=time.time())
+        self.state.extra["ssh"] = spec.ssh.model_dump(mode="json")
 
     def spawn(self, proc: ProcessPlan) -> ProcessRef:
-        transport = transport_for(proc.host)
-        if proc.log.exists():
-            proc.log.replace(proc.log.with_name(proc.log.name + ".1"))
-        proc.log.parent.mkdir(parents=True, exist_ok=True)
-        proc.log.write_text(f"# splitserve: {proc.shell()}\n")
-        ref = transport.spawn(proc.argv, process_env(proc), proc.log)
+        transport = transport_for(proc.host, self.spec.ssh)
+        transport.new_log(proc.log, f"# splitserve: {proc.shell()}")
+        env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
+        ref = transport.spawn(proc.argv, env, proc.log)
         self.started.append((proc, transport, ref))
         self.state.processes.append(ProcessRecord(
             node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
@@ -119,12 +133,7 @@ class _Launch:
         return ref
 
     def died(self, proc: ProcessPlan, transport: Transport, ref: ProcessRef, during: str) -> NodeError:
-        code = transport.exit_code(ref)
-        what = "llama-server" if proc.role == "server" else "ggml-rpc-server"
-        how = f"exited with code {code}" if code is not None and code >= 0 else (
-            f"was killed by signal {-code}" if code is not None else "died")
-        cause = _log_cause(transport.read_log(proc.log))
-        return NodeError(proc.node, f"{what} {how} {during}: {cause} (log: {proc.log})")
+        return NodeError(proc.node, death_message(proc.role, transport, ref, proc.log, during))
 
     def check_alive(self, during: str) -> None:
         # Workers first: a dead worker is the root cause of a head that then fails.
@@ -140,12 +149,25 @@ class _Launch:
         return leftovers
 
 
+def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, during: str) -> str:
+    """``ggml-rpc-server was killed by signal 9 during load: <last telling log line> (log: ...)``."""
+    text = transport.read_log(log, max_bytes=64 << 10)
+    code = transport.exit_code(ref)
+    if code is None:
+        code = exit_status_from_log(text)
+    what = "llama-server" if role == "server" else "ggml-rpc-server"
+    how = f"exited with code {code}" if code is not None and code >= 0 else (
+        f"was killed by signal {-code}" if code is not None else "died")
+    where = f"{transport.host}:{log}" if transport.host != "local" else str(log)
+    return f"{what} {how} {during}: {_log_cause(text)} (log: {where})"
+
+
 def stop_recorded(state: ClusterState) -> list[str]:
     """Stop every recorded process that is still ours; returns the nodes stopped."""
     stopped = []
     order = sorted(state.processes, key=lambda p: p.role != "server")  # head first
     for rec in order:
-        transport = transport_for(rec.host)
+        transport = transport_for(rec.host, state.extra.get("ssh"))
         if transport.alive(rec.ref):
             if not stop(transport, rec.ref):
                 raise ClusterError(f"{rec.node}: pid {rec.pid} did not stop after SIGKILL")
@@ -154,14 +176,17 @@ def stop_recorded(state: ClusterState) -> list[str]:
 
 
 def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
-       tensor_split: list[float] | None = None, worker_timeout: float = 60.0) -> ClusterState:
-    """Start the cluster and wait until it serves; returns its recorded state."""
+       tensor_split: list[float] | None = None, worker_timeout: float = 60.0,
+       preflight: bool = True) -> ClusterState:
+    """Start the cluster and wait until it serves; returns its recorded state.
+
+    ``preflight=False`` skips the checks of :func:`~splitserve.cluster.preflight` (`--skip-preflight`).
+    """
     t0 = time.monotonic()
     emit = on_event or (lambda _e: None)
     check_files(spec)
     engines = resolve_engines(spec, engine)
-    plan = launch_plan(spec, engines, tensor_split)
-    root = plan.state_dir
+    root = cluster_state_dir(spec)
 
     old = read_state(root)
     if old is not None:
@@ -170,11 +195,27 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
             emit(Event("stale", "cluster", f"stopped stale processes of {spec.name}: {', '.join(stopped)}"))
         clear_state(root)
 
+    if preflight:
+        _preflight_or_raise(spec, engines, emit)
+    engines = prepare_engines(spec, engines, lambda w: worker_transport(spec, w),
+                              lambda node, msg: emit(Event("engine", node, msg)))
+    if spec.drop_caches:
+        from ._preflight import drop_page_caches
+
+        for node, msg in drop_page_caches(spec):
+            emit(Event("drop_caches", node, msg))
+    plan = launch_plan(spec, engines, tensor_split)
+
     for proc in plan.processes:
-        if proc.host == "local" and port_in_use(proc.bind, proc.port):
+        if is_local_host(proc.host):
+            busy = port_in_use(proc.bind, proc.port)
+        else:
+            busy = port_answers(proc.bind, proc.port, timeout=1.0)
+        if busy:
             raise NodeError(proc.node, f"port {proc.port} on {proc.bind} is already in use by another process")
 
     launch = _Launch(spec, plan, engines["head"].key, emit)
+    launch.plan_engine_protocol = engines["head"].rpc_protocol
     try:
         _start(launch, spec, plan, emit, worker_timeout)
     except BaseException as exc:
@@ -207,6 +248,7 @@ def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, 
                             f"within {worker_timeout:.0f} s (waiting for: {names})")
         if waiting:
             time.sleep(0.01)
+    _check_protocols(launch, plan, emit)
 
     head = plan.head
     head_started = time.monotonic()
@@ -216,13 +258,13 @@ def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, 
     launch.state.load_seconds = round(time.monotonic() - head_started, 3)
     launch.state.ready_at = time.time()
     launch.state.phase = "ready"
-    text = transport_for(head.host).read_log(head.log, max_bytes=8 << 20)
+    text = transport_for(head.host, spec.ssh).read_log(head.log, max_bytes=8 << 20)
     launch.state.extra["memory"] = [d.as_dict() for d in parse_load_report(text).devices]
     emit(Event("ready", "head", f"{plan.endpoint} ready in {launch.state.load_seconds:.1f} s"))
 
 
 def _wait_ready(launch: _Launch, spec: ClusterSpec, head: ProcessPlan, emit: OnEvent) -> None:
-    transport = transport_for(head.host)
+    transport = transport_for(head.host, spec.ssh)
     deadline = time.monotonic() + spec.load_timeout
     url = launch.plan.endpoint
     last_progress = ""
@@ -250,6 +292,37 @@ def _wait_ready(launch: _Launch, spec: ClusterSpec, head: ProcessPlan, emit: OnE
             raise NodeError("head", f"the first one-token completion failed: {exc}") from None
 
 
+def _preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent) -> None:
+    from ._preflight import run_checks
+
+    # Ports are checked below, after the stale processes are gone, with the historic message.
+    rows = run_checks(spec, engines, skip=("ports",))
+    for row in rows:
+        if row.status != "pass":
+            emit(Event("preflight", row.node, f"{row.status}: {row.check}: {row.message}"))
+    failed = [r for r in rows if r.status == "fail"]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more; see `splitserve preflight`)" if len(failed) > 1 else ""
+        raise NodeError(first.node, f"preflight {first.check}: {first.message}; fix: {first.fix}{more}")
+    emit(Event("preflight", "cluster", f"{len(rows)} checks passed" if not any(
+        r.status == "warn" for r in rows) else f"{len(rows)} checks, warnings above"))
+
+
+def _check_protocols(launch: _Launch, plan: LaunchPlan, emit: OnEvent) -> None:
+    """Every worker answers HELLO with the head's protocol version, before the head starts."""
+    want = launch.plan_engine_protocol
+    for proc in plan.workers:
+        try:
+            got = rpc_hello(proc.bind, proc.port)
+        except (OSError, ClusterError) as exc:
+            raise NodeError(proc.node, f"no RPC HELLO answer from {proc.bind}:{proc.port}: {exc}") from None
+        if want and got != want:
+            raise NodeError(proc.node, f"its ggml-rpc-server speaks RPC protocol {got}, the head's engine "
+                            f"{want}: use the same llama.cpp build on every node")
+        emit(Event("protocol", proc.node, f"RPC protocol {got}"))
+
+
 def down(spec_or_root: ClusterSpec | Path) -> list[str]:
     """Stop exactly the processes `up` recorded; returns the nodes stopped."""
     root = cluster_state_dir(spec_or_root) if isinstance(spec_or_root, ClusterSpec) else spec_or_root
@@ -269,5 +342,6 @@ def require_state(spec: ClusterSpec) -> ClusterState:
     return state
 
 
-__all__ = ["Event", "down", "port_in_use", "require_state", "resolve_engines", "stop_recorded", "up"]
+__all__ = ["Event", "death_message", "down", "port_in_use", "require_state", "resolve_engines", "stop_recorded",
+           "up", "worker_transport"]
 

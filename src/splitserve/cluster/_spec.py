@@ -12,8 +12,8 @@ Example::
 
     [[workers]]
     name = "w1"
-    host = "local"                # "local" or, with the ssh transport, "user@box2"
-    bind = "127.0.0.1"            # the address the RPC server listens on
+    host = "local"                # "local", or over SSH: "user@box2" or an ~/.ssh/config alias
+    bind = "127.0.0.1"            # the address the RPC server listens on (the private link's)
     port = 50052
     devices = []                  # e.g. ["CUDA0"]; empty = all of the worker's devices
 
@@ -40,6 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .._errors import SpecError
 
+HOST_RE = r"^[A-Za-z0-9_.@:%\[\]-]{1,255}$"
+LOCAL_HOSTS = ("local", "localhost", "127.0.0.1")
+
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -65,7 +68,8 @@ class WorkerSpec(_Strict):
     """One ggml-rpc-server."""
 
     name: Annotated[str, Field(pattern=NAME_RE)]
-    host: str = "local"
+    host: Annotated[str, Field(pattern=HOST_RE)] = "local"
+    """``local``, or an SSH destination: ``user@box2``, ``box2`` or an alias from ``~/.ssh/config``."""
     bind: str = "127.0.0.1"
     """The address the RPC server listens on: the private link's address, never a wildcard by default."""
     port: Port = 50052
@@ -75,8 +79,16 @@ class WorkerSpec(_Strict):
     cache: bool = True
     """Start the RPC server with its local tensor cache (``-c``): second loads are fast."""
     engine: str | None = None
-    """This node's engine (key or folder) when it differs from the cluster's."""
+    """This node's engine when it differs from the cluster's: an engine key, or a folder. For a
+    remote node a folder is a path *on that node* holding its own build's ``ggml-rpc-server``
+    (for boxes that build their own, e.g. aarch64); then nothing is copied."""
+    workdir: str = "~/.cache/splitserve"
+    """splitserve's folder on a remote node: copied engines (``engines/``) and logs (``clusters/``)."""
     env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        return not is_local_host(self.host)
 
     @field_validator("bind")
     @classmethod
@@ -112,6 +124,32 @@ class ServerSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class SshSpec(_Strict):
+    """How the system OpenSSH client reaches remote nodes (``~/.ssh/config`` applies as usual)."""
+
+    config: Path | None = None
+    """An ssh config file to use instead of ``~/.ssh/config`` (``ssh -F``)."""
+    options: list[str] = Field(default_factory=list)
+    """Extra ``-o`` options, e.g. ``["ProxyJump=bastion"]``."""
+    connect_timeout: Annotated[float, Field(gt=0)] = 10.0
+    """Seconds for a connection to come up (``ConnectTimeout``)."""
+
+
+class SuperviseSpec(_Strict):
+    """How `up --foreground` / `splitserve run` restart a cluster whose process died."""
+
+    backoff_initial: Annotated[float, Field(ge=0)] = 1.0
+    """Seconds before the first restart; doubled after each restart that follows quickly."""
+    backoff_max: Annotated[float, Field(gt=0)] = 60.0
+    """The cap on the wait between restarts."""
+    stable_seconds: Annotated[float, Field(gt=0)] = 300.0
+    """A cluster that served this long resets the backoff."""
+    max_restarts: Annotated[int, Field(ge=0)] | None = None
+    """Give up after this many restarts in a row (none: never give up)."""
+    poll_seconds: Annotated[float, Field(gt=0)] = 0.5
+    """How often every process is checked."""
+
+
 class ClusterSpec(_Strict):
     """A whole cluster: the model, the head, the workers and the server options."""
 
@@ -127,12 +165,19 @@ class ClusterSpec(_Strict):
     """Where pids and logs go (default: ~/.local/state/splitserve/<name>)."""
     load_timeout: Annotated[float, Field(gt=0)] = 1800.0
     """Seconds to wait for the head to load the model."""
+    ssh: SshSpec = Field(default_factory=lambda: SshSpec())
+    supervise: SuperviseSpec = Field(default_factory=lambda: SuperviseSpec())
+    drop_caches: bool = False
+    """Drop each node's page cache before starting (needs root or passwordless sudo there)."""
 
     # Where the spec was read from (not a TOML key).
     source_file: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
+        if not is_local_host(self.head.host):
+            raise ValueError(f"head.host = {self.head.host!r}: the head runs where splitserve runs; "
+                             "run `splitserve up` on the head node (workers may be remote)")
         names = [w.name for w in self.workers]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -156,6 +201,11 @@ class ClusterSpec(_Strict):
                         f"workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol has no "
                         "authentication: bind to the private link's address, or set allow_public_rpc = true")
         return self
+
+
+def is_local_host(host: str) -> bool:
+    """Whether a spec's ``host`` means this machine."""
+    return host in LOCAL_HOSTS
 
 
 def device_count(spec: ClusterSpec) -> int:
@@ -219,6 +269,8 @@ def parse_spec(data: dict[str, Any], source: Path | None = None) -> ClusterSpec:
         spec.server.chat_template_file = _resolve(spec.server.chat_template_file, base)
     if spec.state_dir is not None:
         spec.state_dir = _resolve(spec.state_dir, base)
+    if spec.ssh.config is not None:
+        spec.ssh.config = _resolve(spec.ssh.config, base)
     spec.source_file = source
     return spec
 

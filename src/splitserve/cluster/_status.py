@@ -49,7 +49,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     procs = []
     head_log = None
     for rec in state.processes:
-        transport = transport_for(rec.host)
+        transport = transport_for(rec.host, state.extra.get("ssh"))
         alive = transport.alive(rec.ref)
         procs.append({"node": rec.node, "role": rec.role, "host": rec.host, "pid": rec.pid, "alive": alive,
                       "bind": rec.bind, "port": rec.port, "rss_bytes": transport.rss_bytes(rec.ref),

@@ -3,8 +3,8 @@
 :class:`Transport` is the one I/O boundary of the cluster layer: spawn a
 process with its output going to a log file, ask whether it is alive, signal
 it, read its memory and its log. :class:`LocalTransport` runs on this machine;
-an SSH transport (same four methods over the system OpenSSH client) plugs in
-beside it.
+:class:`~splitserve.cluster._ssh.SshTransport` does the same over the system
+OpenSSH client; :func:`transport_for` picks one from a spec's ``host``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._errors import ClusterError
 
@@ -54,6 +55,27 @@ class Transport(ABC):
     def rss_bytes(self, ref: ProcessRef) -> int | None:
         """Resident memory of the process, where known."""
         return None
+
+    def new_log(self, log_path: Path, header: str) -> None:
+        """Start a fresh log (the previous one kept as ``NAME.1``) holding ``header``."""
+        if log_path.exists():
+            log_path.replace(log_path.with_name(log_path.name + ".1"))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(header + "\n")
+
+    def read_log_since(self, log_path: Path, offset: int, max_bytes: int = 1 << 20) -> tuple[str, int]:
+        """What was appended to a log since byte ``offset``, and the new offset (from 0 when the
+        file was replaced by a shorter one)."""
+        try:
+            with open(log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                start = offset if size >= offset else 0
+                fh.seek(start)
+                data = fh.read(max_bytes)
+        except FileNotFoundError:
+            return "", offset
+        return data.decode("utf-8", "replace"), start + len(data)
 
     def read_log(self, log_path: Path, max_bytes: int = 1 << 20) -> str:
         """The end of a log file this transport writes."""
@@ -166,11 +188,26 @@ def stop(transport: Transport, ref: ProcessRef, grace: float = 10.0) -> bool:
     return not transport.alive(ref)
 
 
-_TRANSPORTS: dict[str, Transport] = {}
+_TRANSPORTS: dict[object, Transport] = {}
 
 
-def transport_for(host: str) -> Transport:
-    """The transport for a spec's ``host`` value (one shared instance per host)."""
+def transport_for(host: str, ssh: Any = None) -> Transport:
+    """The transport for a spec's ``host`` value (one shared instance per host and ssh settings).
+
+    ``ssh`` is the spec's :class:`~splitserve.cluster.SshSpec` (or its dict form from a state
+    file); without it the plain ``ssh`` defaults apply."""
     if host in ("local", "localhost", "127.0.0.1"):
         return _TRANSPORTS.setdefault("local", LocalTransport())
-    raise ClusterError(f"host {host!r}: only local nodes are supported by this build (host = \"local\")")
+    from ._ssh import SshTransport
+
+    if isinstance(ssh, dict):
+        cfg, options, timeout = ssh.get("config"), ssh.get("options") or [], ssh.get("connect_timeout", 10.0)
+    elif ssh is not None:
+        cfg, options, timeout = ssh.config, ssh.options, ssh.connect_timeout
+    else:
+        cfg, options, timeout = None, [], 10.0
+    key = (host, str(cfg) if cfg else None, tuple(options), float(timeout))
+    if key not in _TRANSPORTS:
+        _TRANSPORTS[key] = SshTransport(host, config=Path(cfg) if cfg else None, options=options,
+                                        connect_timeout=float(timeout))
+    return _TRANSPORTS[key]

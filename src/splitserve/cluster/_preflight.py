@@ -1,0 +1,510 @@
+"""Preflight: every check that can fail a launch, run before anything starts.
+
+One :class:`CheckRow` per check and node, each ``pass``, ``warn`` or ``fail``
+with a one-line fix. The facts of a node (free memory, OOM killers, disk,
+addresses, root/sudo) come from one small ``sh`` script, run locally for
+local nodes and over ssh for remote ones, so both paths are the same code.
+
+Checks: ``ssh`` (reachable, BatchMode), ``engine`` (present, same build or
+protocol), ``memory`` (free memory against the node's share of the weights),
+``oom-killer`` (earlyoom / systemd-oomd would SIGTERM the server mid-load),
+``link`` (TCP connect round trip from the head to the worker's bind address),
+``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
+address of the node, not public or wildcard unless allowed), ``drop-caches``
+(root or passwordless sudo when ``drop_caches = true``).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import socket
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .._errors import ClusterError, SplitserveError
+from ..engine import Engine
+from ._spec import ClusterSpec, WorkerSpec, is_local_host, unsafe_bind
+
+OOM_KILLERS = {
+    "earlyoom": "sudo systemctl disable --now earlyoom",
+    "systemd-oomd": "sudo systemctl disable --now systemd-oomd systemd-oomd.socket",
+    "oomd": "sudo systemctl disable --now oomd",
+    "nohang": "sudo systemctl disable --now nohang",
+}
+RTT_WARN_MS = 1.0
+
+FACTS_SCRIPT = r"""
+echo "uid $(id -u)"
+awk '/^MemAvailable:/ {print "memavail", $2}' /proc/meminfo 2>/dev/null
+cat /proc/[0-9]*/comm 2>/dev/null | sort -u | grep -xE 'earlyoom|systemd-oomd|oomd|nohang' | sed 's/^/oom /'
+d="${LLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llama.cpp}"
+while [ ! -d "$d" ]; do d=$(dirname "$d"); done
+echo "cachedir $d"
+df -Pk "$d" 2>/dev/null | awk 'NR==2 {print "diskfree", $4}'
+if command -v ip >/dev/null 2>&1; then ip -o addr show 2>/dev/null | awk '{print "addr", $4}'; else echo "addr ?"; fi
+if [ "$(id -u)" != 0 ] && sudo -n true 2>/dev/null; then echo "sudo yes"; fi
+true
+"""
+
+
+@dataclass
+class CheckRow:
+    """One check on one node."""
+
+    check: str
+    node: str
+    status: str
+    """``pass``, ``warn``, ``fail`` or ``skip``."""
+    message: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class NodeFacts:
+    """What the facts script reported about one host."""
+
+    host: str
+    uid: int | None = None
+    mem_available: int | None = None
+    oom_killers: list[str] = field(default_factory=list)
+    cache_dir: str | None = None
+    disk_free: int | None = None
+    addresses: list[str] | None = None
+    """None when ``ip`` is missing there."""
+    sudo: bool = False
+
+
+def parse_facts(host: str, text: str) -> NodeFacts:
+    facts = NodeFacts(host)
+    addrs: list[str] = []
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        value = value.strip()
+        if key == "uid" and value.isdigit():
+            facts.uid = int(value)
+        elif key == "memavail" and value.isdigit():
+            facts.mem_available = int(value) * 1024
+        elif key == "oom" and value:
+            facts.oom_killers.append(value)
+        elif key == "cachedir":
+            facts.cache_dir = value
+        elif key == "diskfree" and value.isdigit():
+            facts.disk_free = int(value) * 1024
+        elif key == "addr":
+            if value == "?":
+                facts.addresses = None
+                return _rest(facts, text)
+            addrs.append(value.split("/")[0])
+        elif key == "sudo":
+            facts.sudo = True
+    facts.addresses = addrs
+    return facts
+
+
+def _rest(facts: NodeFacts, text: str) -> NodeFacts:
+    facts.sudo = any(ln.strip() == "sudo yes" for ln in text.splitlines())
+    return facts
+
+
+def node_facts(spec: ClusterSpec, host: str) -> NodeFacts:
+    """Run the facts script on ``host`` (``local`` or an ssh destination)."""
+    if is_local_host(host):
+        res = subprocess.run(["sh", "-c", FACTS_SCRIPT], capture_output=True, timeout=30)
+        return parse_facts(host, res.stdout.decode("utf-8", "replace"))
+    from ._transport import transport_for
+
+    transport = transport_for(host, spec.ssh)
+    out = transport.run(FACTS_SCRIPT, check=False, timeout=30)  # type: ignore[attr-defined]
+    return parse_facts(host, out.stdout.decode("utf-8", "replace"))
+
+
+# -- estimates -------------------------------------------------------------------------------
+
+_SHARD = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
+
+
+def model_bytes(model: Path) -> int:
+    """Bytes of the model's GGUF, all shards together."""
+    m = _SHARD.match(model.name)
+    if m:
+        n = int(m.group("n"))
+        total = 0
+        for i in range(1, n + 1):
+            shard = model.with_name(f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf")
+            total += shard.stat().st_size if shard.exists() else 0
+        return total
+    return model.stat().st_size if model.exists() else 0
+
+
+def weight_shares(spec: ClusterSpec) -> dict[str, float]:
+    """Each worker's share of the weights: ``tensor_split`` when given, else equal per device."""
+    counts = [len(w.devices) or 1 for w in spec.workers]
+    split = spec.server.tensor_split
+    if split is None:
+        split = [1.0] * (sum(counts) + len(spec.head.devices))
+    total = sum(split) or 1.0
+    shares: dict[str, float] = {}
+    i = 0
+    for w, n in zip(spec.workers, counts):
+        shares[w.name] = sum(split[i:i + n]) / total
+        i += n
+    return shares
+
+
+def _mib(n: float) -> str:
+    return f"{n / 1048576:,.0f} MiB" if n < 10 << 30 else f"{n / (1 << 30):,.1f} GiB"
+
+
+def _connect_rtt_ms(host: str, port: int, tries: int = 5, timeout: float = 2.0) -> tuple[float | None, str]:
+    """Median TCP connect time (a refused connect is one round trip too)."""
+    times = []
+    for _ in range(tries):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            t0 = time.perf_counter()
+            try:
+                s.connect((host, port))
+            except ConnectionRefusedError:
+                pass
+            except OSError as exc:
+                return None, exc.strerror or str(exc)
+            times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times), ""
+
+
+def _port_answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _local_port_busy(bind: str, port: int) -> bool | None:
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            return None
+    return False
+
+
+# -- the checks ------------------------------------------------------------------------------
+
+def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
+               skip: Iterable[str] = ()) -> list[CheckRow]:
+    """Every preflight check for ``spec``; nothing is started or changed."""
+    from ._run import resolve_engines
+
+    skipped = set(skip)
+    rows: list[CheckRow] = []
+    if engines is None:
+        try:
+            engines = resolve_engines(spec)
+        except SplitserveError as exc:
+            rows.append(CheckRow("engine", "head", "fail", str(exc), "build one: splitserve engine build"))
+            return rows
+    hosts = ["local"] + [w.host for w in spec.workers if w.remote]
+    hosts = list(dict.fromkeys(hosts))
+    node_of_host: dict[str, list[str]] = {}
+    node_of_host.setdefault("local", []).append("head")
+    for w in spec.workers:
+        node_of_host.setdefault("local" if not w.remote else w.host, []).append(w.name)
+
+    facts: dict[str, NodeFacts | None] = {}
+    for host in hosts:
+        label = ",".join(node_of_host.get(host, [host]))
+        if is_local_host(host):
+            facts[host] = node_facts(spec, host)
+            continue
+        try:
+            t0 = time.perf_counter()
+            facts[host] = node_facts(spec, host)
+            rows.append(CheckRow("ssh", label, "pass", f"{host} answers ({(time.perf_counter() - t0) * 1000:.0f} ms)"))
+        except ClusterError as exc:
+            facts[host] = None
+            rows.append(CheckRow("ssh", label, "fail", str(exc),
+                                 f"make `ssh {host} true` work without a prompt (ssh-copy-id {host}, ~/.ssh/config)"))
+
+    def host_of(w: WorkerSpec) -> str:
+        return w.host if w.remote else "local"
+
+    rows += _engine_rows(spec, engines, facts, host_of)
+    rows += _memory_rows(spec, facts, host_of)
+    for host in hosts:
+        f = facts.get(host)
+        label = ",".join(node_of_host.get(host, [host]))
+        if f is None:
+            continue
+        if f.oom_killers:
+            name = f.oom_killers[0]
+            rows.append(CheckRow("oom-killer", label, "fail",
+                                 f"{', '.join(f.oom_killers)} runs on {host}: it may SIGTERM llama.cpp while the model loads",
+                                 OOM_KILLERS.get(name, f"stop {name}")))
+        else:
+            rows.append(CheckRow("oom-killer", label, "pass", "no earlyoom / systemd-oomd"))
+    rows += _link_rows(spec, facts, host_of)
+    if "ports" not in skipped:
+        rows += _port_rows(spec, facts, host_of)
+    rows += _disk_rows(spec, facts, host_of)
+    rows += _bind_rows(spec, facts, host_of)
+    if spec.drop_caches:
+        for host in hosts:
+            f = facts.get(host)
+            if f is None:
+                continue
+            label = ",".join(node_of_host.get(host, [host]))
+            if f.uid == 0 or f.sudo:
+                rows.append(CheckRow("drop-caches", label, "pass",
+                                     f"page cache will be dropped ({'root' if f.uid == 0 else 'sudo -n'})"))
+            else:
+                rows.append(CheckRow("drop-caches", label, "warn",
+                                     f"drop_caches = true needs root or passwordless sudo on {host}; not available",
+                                     "allow `sudo -n tee /proc/sys/vm/drop_caches` there, or set drop_caches = false"))
+    return rows
+
+
+def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None],
+                 host_of: Any) -> list[CheckRow]:
+    from ._distribute import check_node_engine
+    from ._transport import transport_for
+
+    rows = []
+    head = engines["head"]
+    proto = head.rpc_protocol
+    try:
+        head.binary("server")
+        rows.append(CheckRow("engine", "head", "pass", f"{head.key}, RPC protocol {proto or 'unknown'}"))
+    except SplitserveError as exc:
+        rows.append(CheckRow("engine", "head", "fail", str(exc), "splitserve engine build"))
+    for w in spec.workers:
+        eng = engines[w.name]
+        if not w.remote:
+            try:
+                eng.binary("rpc_server")
+            except SplitserveError as exc:
+                rows.append(CheckRow("engine", w.name, "fail", str(exc), "splitserve engine build"))
+                continue
+            if proto and eng.rpc_protocol and eng.rpc_protocol != proto:
+                rows.append(CheckRow("engine", w.name, "fail",
+                                     f"RPC protocol {eng.rpc_protocol} differs from the head's {proto}",
+                                     "use one engine for every node (remove the worker's `engine`)"))
+            else:
+                rows.append(CheckRow("engine", w.name, "pass", f"{eng.key} (local)"))
+            continue
+        if facts.get(w.host) is None:
+            rows.append(CheckRow("engine", w.name, "skip", "node unreachable", "fix ssh first"))
+            continue
+        try:
+            found = check_node_engine(spec, w, eng, transport_for(w.host, spec.ssh))
+        except SplitserveError as exc:
+            rows.append(CheckRow("engine", w.name, "fail", str(exc), "check the node's disk and ssh access"))
+            continue
+        own = eng.provenance.get("node_path")
+        if own:
+            if not found.present:
+                rows.append(CheckRow("engine", w.name, "fail", f"{found.detail} on {w.host}",
+                                     f"build llama.cpp with -DGGML_RPC=ON in {own} there, or remove `engine` "
+                                     "to have up copy the head's"))
+            elif proto and found.protocol != proto:
+                rows.append(CheckRow("engine", w.name, "fail",
+                                     f"{found.detail}; the head speaks {proto}",
+                                     "build the head's llama.cpp version on that node, or remove `engine` "
+                                     "to have up copy the head's build"))
+            else:
+                rows.append(CheckRow("engine", w.name, "pass", found.detail))
+        elif found.same:
+            rows.append(CheckRow("engine", w.name, "pass", f"same build as the head: {found.detail}"))
+        else:
+            rows.append(CheckRow("engine", w.name, "warn", f"{found.detail}: up will copy the head's build",
+                                 "nothing to do (or copy it now with `splitserve up`)"))
+    return rows
+
+
+def _memory_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+    rows = []
+    total = model_bytes(spec.model)
+    shares = weight_shares(spec)
+    need: dict[str, float] = {}
+    names: dict[str, list[str]] = {}
+    for w in spec.workers:
+        need[host_of(w)] = need.get(host_of(w), 0.0) + total * shares[w.name]
+        names.setdefault(host_of(w), []).append(w.name)
+    for host, want in need.items():
+        f = facts.get(host)
+        label = ",".join(names[host])
+        if f is None:
+            continue
+        if not total:
+            rows.append(CheckRow("memory", label, "skip", f"model {spec.model} not found here; cannot estimate"))
+            continue
+        if f.mem_available is None:
+            rows.append(CheckRow("memory", label, "warn", f"could not read /proc/meminfo on {host}", ""))
+            continue
+        text = (f"weights share {_mib(want)} (estimate: file size x split) vs {_mib(f.mem_available)} "
+                f"available on {host}")
+        if want > f.mem_available:
+            rows.append(CheckRow("memory", label, "fail", text,
+                                 "move layers to a bigger node with server.tensor_split, or free memory there"))
+        elif want > 0.9 * f.mem_available:
+            rows.append(CheckRow("memory", label, "warn", text + " (under 10% left for KV and compute)",
+                                 "lower ctx_size or shift server.tensor_split away from this node"))
+        else:
+            rows.append(CheckRow("memory", label, "pass", text))
+    return rows
+
+
+def _link_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+    rows = []
+    for w in spec.workers:
+        if facts.get(host_of(w)) is None:
+            continue
+        if w.bind in ("0.0.0.0", "::"):
+            rows.append(CheckRow("link", w.name, "skip", "wildcard bind: no single address to measure"))
+            continue
+        rtt, why = _connect_rtt_ms(w.bind, w.port)
+        if rtt is None:
+            # A listener with a full backlog (the ports check reports it) also times out:
+            # measure the address on a port that nothing serves instead.
+            rtt, _ = _connect_rtt_ms(w.bind, 9, tries=3)
+        if rtt is None:
+            rows.append(CheckRow("link", w.name, "fail", f"cannot reach {w.bind}:{w.port} from the head: {why}",
+                                 "check the link's addresses and routes, and that no firewall drops the port"))
+        elif rtt > RTT_WARN_MS:
+            rows.append(CheckRow("link", w.name, "warn",
+                                 f"TCP connect to {w.bind} takes {rtt:.2f} ms (over {RTT_WARN_MS:g} ms): "
+                                 "WiFi instead of the fast link?",
+                                 "set bind to the worker's address on the direct/fast link"))
+        else:
+            rows.append(CheckRow("link", w.name, "pass", f"TCP connect to {w.bind}: {rtt:.3f} ms"))
+    return rows
+
+
+def _recorded_ports(spec: ClusterSpec) -> set[tuple[str, int]]:
+    from ._commands import cluster_state_dir
+    from ._state import read_state
+
+    try:
+        state = read_state(cluster_state_dir(spec))
+    except SplitserveError:
+        return set()
+    return {(p.bind, p.port) for p in state.processes} if state else set()
+
+
+def _port_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+    rows = []
+    ours = _recorded_ports(spec)
+    items: list[tuple[str, str, str, int, str]] = [
+        (w.name, host_of(w), w.bind, w.port, f"workers[{w.name}].port") for w in spec.workers]
+    items.append(("head", "local", spec.server.host, spec.server.port, "server.port"))
+    for node, host, bind, port, key in items:
+        if facts.get(host) is None:
+            continue
+        if is_local_host(host):
+            busy = _local_port_busy(bind, port)
+            if busy is None:
+                rows.append(CheckRow("ports", node, "fail", f"{bind} is not an address of this machine",
+                                     f"use an address this machine has for {key.split('.')[0]}"))
+                continue
+        else:
+            busy = _port_answers(bind, port)
+        if not busy:
+            rows.append(CheckRow("ports", node, "pass", f"{bind}:{port} is free"))
+        elif (bind, port) in ours:
+            rows.append(CheckRow("ports", node, "warn", f"{bind}:{port} is held by this cluster (running)",
+                                 "nothing to do: up stops it first (or run `splitserve down`)"))
+        else:
+            rows.append(CheckRow("ports", node, "fail", f"{bind}:{port} is in use by another process",
+                                 f"stop that process or change {key}"))
+    return rows
+
+
+def _disk_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+    rows = []
+    total = model_bytes(spec.model)
+    shares = weight_shares(spec)
+    for w in spec.workers:
+        f = facts.get(host_of(w))
+        if f is None or not w.cache:
+            continue
+        want = total * shares[w.name]
+        if f.disk_free is None:
+            rows.append(CheckRow("disk", w.name, "warn", f"could not read free space on {w.host}"))
+        elif want > f.disk_free:
+            rows.append(CheckRow("disk", w.name, "warn",
+                                 f"RPC tensor cache needs ~{_mib(want)}, {_mib(f.disk_free)} free in {f.cache_dir}",
+                                 "free space there, point LLAMA_CACHE (worker env) elsewhere, or set cache = false"))
+        else:
+            rows.append(CheckRow("disk", w.name, "pass",
+                                 f"{_mib(f.disk_free)} free in {f.cache_dir} for ~{_mib(want)} of cache"))
+    return rows
+
+
+def _bind_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+    rows = []
+    for w in spec.workers:
+        f = facts.get(host_of(w))
+        if f is None:
+            continue
+        problem = unsafe_bind(w.bind)
+        if problem:
+            status = "warn" if spec.allow_public_rpc else "fail"
+            rows.append(CheckRow("bind", w.name, status,
+                                 f"{w.bind} is {problem}; llama.cpp's RPC has no authentication"
+                                 + (" (allowed by allow_public_rpc = true)" if spec.allow_public_rpc else ""),
+                                 "bind to the private link's address"))
+            continue
+        if w.bind in ("localhost", "127.0.0.1", "::1") or f.addresses is None:
+            rows.append(CheckRow("bind", w.name, "pass", f"{w.bind} is private"))
+        elif w.bind not in f.addresses:
+            rows.append(CheckRow("bind", w.name, "fail", f"{w.bind} is not an address of {w.host}",
+                                 f"set workers[{w.name}].bind to one of: {', '.join(a for a in f.addresses if a not in ('127.0.0.1', '::1'))[:200]}"))
+        else:
+            rows.append(CheckRow("bind", w.name, "pass", f"{w.bind} is a private address of {w.host}"))
+    return rows
+
+
+def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]:
+    """The preflight rows for ``spec`` (what `splitserve preflight` prints)."""
+    from ._run import resolve_engines
+
+    try:
+        engines = resolve_engines(spec, engine)
+    except SplitserveError as exc:
+        return [CheckRow("engine", "head", "fail", str(exc), "build one: splitserve engine build")]
+    return run_checks(spec, engines)
+
+
+def drop_page_caches(spec: ClusterSpec) -> list[tuple[str, str]]:
+    """Drop the page cache on every node (``sync; echo 3 > /proc/sys/vm/drop_caches``)."""
+    from ._transport import transport_for
+
+    script = ("sync; if [ \"$(id -u)\" = 0 ]; then echo 3 > /proc/sys/vm/drop_caches; "
+              "else echo 3 | sudo -n tee /proc/sys/vm/drop_caches > /dev/null; fi")
+    out = []
+    hosts = list(dict.fromkeys(["local"] + [w.host for w in spec.workers if w.remote]))
+    for host in hosts:
+        if is_local_host(host):
+            res = subprocess.run(["sh", "-c", script], capture_output=True, timeout=120)
+            ok = res.returncode == 0
+        else:
+            ok = transport_for(host, spec.ssh).run(script, check=False, timeout=120).returncode == 0  # type: ignore[attr-defined]
+        out.append((host, "page cache dropped" if ok else "could not drop the page cache (needs root or sudo -n)"))
+    return out
+
+
+__all__ = ["CheckRow", "NodeFacts", "drop_page_caches", "model_bytes", "parse_facts", "preflight", "run_checks",
+           "weight_shares"]
