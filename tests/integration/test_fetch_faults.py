@@ -11,8 +11,19 @@ from pathlib import Path
 import pytest
 from hubserver import HubServer, sha256_file
 
-from splitserve.fetch import (MANIFEST, DiskSpaceError, Events, FetchFailed, FetchOptions,
-                              HfHub, HubError, fetch, partial_path, plan_fetch, state_path)
+from splitserve.fetch import (
+    MANIFEST,
+    DiskSpaceError,
+    Events,
+    FetchFailed,
+    FetchOptions,
+    HfHub,
+    HubError,
+    fetch,
+    partial_path,
+    plan_fetch,
+    state_path,
+)
 
 MiB = 1 << 20
 REPO = "org/Model-GGUF"

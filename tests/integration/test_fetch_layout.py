@@ -58,6 +58,6 @@ def test_llama_cpp_loads_the_fetched_shards(served: tuple[HubServer, list[Path]]
     bench = engine.bench  # type: ignore[attr-defined]
     proc = subprocess.run([str(bench), "-m", str(result.models[0]), "-p", "8", "-n", "0",
                            "-r", "1", "-t", "1", "-o", "json"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"n_prompt": 8' in proc.stdout

@@ -10,13 +10,28 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, Progress, TaskID, TextColumn,
-                           TimeRemainingColumn, TransferSpeedColumn)
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from .._errors import SplitserveError, UsageError
-from ..fetch import (Events, FetchFailed, FetchOptions, FetchPlan, FetchResult, fetch,
-                     plan_fetch, verify_dir)
+from ..fetch import (
+    Events,
+    FetchFailed,
+    FetchOptions,
+    FetchPlan,
+    FetchResult,
+    fetch,
+    plan_fetch,
+    verify_dir,
+)
 from ._app import app, fail
 
 console = Console(highlight=False)

@@ -24,15 +24,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from ._errors import HubError
 from ._hub import Resolved
 from ._select import RemoteFile
-from ._state import (PART_SIZE, FileIdentity, Segment, partial_path, plan_segments,
-                     remove_state, save_state, state_path, written_prefix)
+from ._state import (
+    PART_SIZE,
+    FileIdentity,
+    Segment,
+    partial_path,
+    plan_segments,
+    remove_state,
+    save_state,
+    state_path,
+    written_prefix,
+)
 from ._verify import expected_digest, hash_label, new_hasher
 
 MiB = 1 << 20
@@ -376,7 +384,7 @@ class Transfer:
         if code == 206:
             cr = r.headers.get("Content-Range", "")
             try:
-                unit, _, rest = cr.partition(" ")
+                _, _, rest = cr.partition(" ")
                 span, _, total = rest.partition("/")
                 first = int(span.split("-")[0])
             except ValueError:
@@ -532,7 +540,3 @@ def _fsync_dir(path: Path) -> None:
     finally:
         os.close(fd)
 
-
-def describe(jobs: list[FileJob]) -> dict[str, Any]:
-    """A small summary (for logs and tests)."""
-    return {j.path: {"status": j.status, "error": j.error, "refetches": j.refetches} for j in jobs}

@@ -163,7 +163,11 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
             report.items.append(VerifyItem(path, entry.size, "size",
                                            f"{size} bytes on disk, hub says {entry.size}"))
             continue
-        digest = hash_file(target, remote, (lambda n, p=path: progress(p, n)) if progress else None)
+        step: Callable[[int], None] | None = None
+        if progress is not None:
+            def step(n: int, p: str = path) -> None:
+                progress(p, n)
+        digest = hash_file(target, remote, step)
         want = expected_digest(remote)
         if want is not None and digest != want:
             report.items.append(VerifyItem(path, entry.size, "hash",

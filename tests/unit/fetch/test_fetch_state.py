@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from splitserve.fetch import Segment, partial_path, plan_segments, state_path
@@ -14,7 +15,7 @@ def test_plan_cuts_parts_and_tiles_the_file() -> None:
     segs = plan_segments(40000 * MiB, 16)
     assert segs[0].end - segs[0].start == 32 * MiB
     assert segs[0].start == 0 and segs[-1].end == 40000 * MiB
-    assert all(a.end == b.start for a, b in zip(segs, segs[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(segs))
 
 
 def test_smaller_file_gets_about_eight_parts_per_connection() -> None:
