@@ -49,7 +49,7 @@ def test_speed_and_engine_bench_on_a_running_cluster(engine, smollm2, state_home
         erun = load_run(eout)
         assert [row["test"] for row in erun.engine_rows] == ["pp32", "tg4"]
         assert all(row["avg_ts"] > 0 and "RPC" in str(row.get("backends")) for row in erun.engine_rows)
-        assert "--rpc" in erun.settings["argv"]
+        assert "--rpc" in erun.settings["argv"] and erun.target["cluster"]["name"] == "benchc"
         # the head was stopped for llama-bench and is back, serving
         state = read_state(cluster_state_dir(spec))
         assert state is not None and state.phase == "ready"

@@ -95,10 +95,20 @@ def engine_provenance(spec: ClusterSpec, key: str | None = None) -> dict[str, An
 
 
 def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
-    """What a run records of the cluster: name, model, workers, server options."""
-    return {"name": spec.name, "spec_file": str(spec.source_file) if spec.source_file else None,
-            "model": str(spec.model), "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
-            "server": spec.server.model_dump(mode="json", exclude={"api_key"})}
+    """What a run records of the cluster: name, model, workers, server options, and the
+    planner's decode upper bound when the spec gives it what it needs (memory, bandwidth)."""
+    facts: dict[str, Any] = {
+        "name": spec.name, "spec_file": str(spec.source_file) if spec.source_file else None,
+        "model": str(spec.model), "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
+        "server": spec.server.model_dump(mode="json", exclude={"api_key"})}
+    try:
+        from ..plan import plan_for_spec
+
+        plan = plan_for_spec(spec)
+        facts["decode_tps_upper_bound"] = plan.decode_tps_upper_bound
+    except Exception:  # no memory sizes or bandwidth in the spec: no bound, not an error
+        pass
+    return facts
 
 
 _CTX_LINE = re.compile(r"llama_context:\s+(n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified)"

@@ -159,6 +159,3 @@ def load_run(path: Path) -> BenchRun:
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise UsageError(f"{path}: not a bench run file ({where}: {first.get('msg')})") from None
 
-
-def default_run_path(kind: str, run_id: str, out_dir: Path | None = None) -> Path:
-    return (out_dir or Path("bench-runs")) / f"{run_id}.json"

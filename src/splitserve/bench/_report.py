@@ -153,6 +153,9 @@ def engine_section(run: BenchRun) -> str:
 
 
 def run_section(run: BenchRun, decode_bound: float | None = None) -> str:
+    if decode_bound is None:
+        planned = (run.target.get("cluster") or {}).get("decode_tps_upper_bound")
+        decode_bound = float(planned) if planned else None
     body = {
         "speed": lambda: speed_section(run.records, decode_bound),
         "context": lambda: context_section(run.records),

@@ -199,11 +199,12 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
 
 def run_engine_bench(bench: Path, model: Path, rpc: list[str], opts: EngineBenchOptions,
                      out: Path | None = None, label: str = "", engine: dict[str, Any] | None = None,
-                     on_row: Callable[[dict[str, Any]], None] | None = None) -> tuple[BenchRun, Path]:
+                     on_row: Callable[[dict[str, Any]], None] | None = None,
+                     cluster: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
     """``bench engine``: llama-bench with the given RPC workers."""
     argv = llama_bench_argv(bench, model, rpc, opts)
     run = _new_run("engine", label, opts.as_dict() | {"argv": argv})
-    run.target = {"model": str(model), "rpc": rpc, "bench": str(bench)}
+    run.target = {"model": str(model), "rpc": rpc, "bench": str(bench)} | ({"cluster": cluster} if cluster else {})
     run.engine = engine or {}
     path = _out_path(run, out)
     writer = RunWriter(run, path)

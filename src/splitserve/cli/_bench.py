@@ -32,6 +32,7 @@ ApiOpt = Annotated[str, typer.Option("--api", help="chat (/v1/chat/completions) 
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="run file (.json) or folder (default ./bench-runs)")]
 LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
 ReportOpt = Annotated[bool, typer.Option("--report/--no-report", help="also write the Markdown report and plots")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for one response")]
 
 
 def ints(text: str, what: str) -> list[int]:
@@ -124,7 +125,7 @@ def speed_cmd(
     ignore_eos: Annotated[bool, typer.Option(help="ask the server to generate exactly --gen-tokens")] = True,
     reuse_prompt: Annotated[bool, typer.Option(
         help="send one prompt again and again (to see the cache-hit detector work)")] = False,
-    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False, timeout: TimeoutOpt = 600.0,
 ) -> None:
     """Prefill and decode speed, TTFT / ITL / end-to-end latency and throughput per concurrency level.
 
@@ -138,6 +139,7 @@ def speed_cmd(
     try:
         target, engine, facts = resolve_target(url, cluster, model, api_key, api)
         target.ignore_eos = ignore_eos
+        target.timeout_s = timeout
         opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"), gen_tokens=gen_tokens,
                             concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
                             repeat=repeat, reuse_prompt=reuse_prompt)
@@ -162,7 +164,7 @@ def context_cmd(
         help="add an unanswerable cell per length (asks for a needle never inserted; must be a miss)")] = False,
     max_tokens: Annotated[int, typer.Option(min=1, help="answer budget per request")] = 32,
     repeat: Annotated[int, typer.Option(min=1)] = 1,
-    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False, timeout: TimeoutOpt = 3600.0,
 ) -> None:
     """Long-prompt prefill speed and needle-in-a-haystack retrieval, graded by string match.
 
@@ -173,6 +175,7 @@ def context_cmd(
     path = Path()
     try:
         target, engine, facts = resolve_target(url, cluster, model, api_key, api)
+        target.timeout_s = timeout
         opts = ContextOptions(lengths=parse_lengths(lengths), depths=parse_depths(depths), needle=needle,
                               control=control, max_tokens=max_tokens, repeat=repeat)
         path = out_path(out, "context")
@@ -264,13 +267,14 @@ def engine_cmd(
         path = out_path(out, "engine")
         total = len(opts.prompt_tokens) + len(opts.gen_tokens)
         total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
-        with progress_bar(total, "bench engine") as _step:
-            bar_rows: list[Any] = []
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err) as bar:
+            task = bar.add_task("bench engine (llama-bench)", total=total)
 
             def on_row(row: dict[str, Any]) -> None:
-                bar_rows.append(row)
-                err.print(f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s",
-                          markup=False)
+                bar.update(task, advance=1)
+                bar.console.print(f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s",
+                                  markup=False)
 
             if cluster is not None:
                 if model or rpc:
@@ -284,8 +288,7 @@ def engine_cmd(
                     opts.ubatch = [spec.server.ubatch]
                 with workers_only(spec, eng) as (endpoints, head_engine):
                     run, path = run_engine_bench(head_engine.bench, spec.model, endpoints, opts, path, label,
-                                                 head_engine.provenance, on_row)
-                run.target["cluster"] = cluster_facts(spec)
+                                                 head_engine.provenance, on_row, cluster_facts(spec))
             else:
                 if model is None:
                     raise UsageError("give -c cluster.toml, or -m MODEL.gguf [--rpc host:port,...]")
