@@ -179,3 +179,28 @@ def test_not_enough_disk_is_refused_before_any_byte(tmp_path: Path) -> None:
             fetch(FetchOptions(REPO, dir=tmp_path / "out"), hub=HfHub(endpoint=server.endpoint))
         assert server.log == []
     assert not partial_path(tmp_path / "out" / "huge.gguf").exists()
+
+
+def test_idle_connections_take_over_half_of_a_big_part(tmp_path: Path) -> None:
+    """One 24 MiB part and four connections: the three idle ones split it, then split again."""
+    from splitserve.fetch import FileJob, Segment, Transfer, TransferOptions
+    from splitserve.fetch._fetch import _identity
+
+    with HubServer(tmp_path / "srv") as server:
+        f = server.add_file(REPO, "one.gguf", os.urandom(24 * MiB))
+        server.cap_bps = 6 * MiB  # slow enough that the part is still big when workers idle
+        hub = HfHub(endpoint=server.endpoint, token="")
+        listing = hub.list_files(REPO)
+        remote = listing.files[0]
+        final = tmp_path / "out" / "one.gguf"
+        final.parent.mkdir()
+        job = FileJob(remote, final, _identity(REPO, listing.commit, remote),
+                      lambda: hub.resolve(REPO, listing.commit, remote.path),
+                      [Segment(0, remote.size)])
+        Transfer([job], TransferOptions(connections=4, stall_timeout=5)).run()
+        assert job.status == "done", job.error
+        assert sha256_file(final) == f.sha256
+        starts = sorted(s.start for s in server.served("one.gguf"))
+        assert len(starts) >= 4 and starts[0] == 0 and len(set(starts)) == len(starts)
+        # a shrunk stream is closed early; what was in flight then is the only waste
+        assert server.bytes_served("one.gguf") < f.size + len(starts) * 4 * MiB
