@@ -1,4 +1,4 @@
-"""``splitserve up|down|status|logs``."""
+"""``splitserve up|down|status|logs|preflight|run|systemd``."""
 
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ def _root(config: Path | None, name: str | None) -> Path:
 def up_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the commands, start nothing")] = False,
+    foreground: Annotated[bool, typer.Option("--foreground", help="stay and supervise: restart the "
+                                             "whole cluster in order when a process dies; Ctrl-C stops it")] = False,
+    skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
 ) -> None:
     """Start the RPC workers and llama-server of a cluster and wait until it serves.
 
@@ -66,11 +69,109 @@ def up_cmd(
                 console.print(f"# {proc.node} ({proc.host}), log {proc.log}", markup=False)
                 console.print(proc.shell(), markup=False, soft_wrap=True)
             return
-        state = up(spec, on_event=print_event)
+        if foreground:
+            _supervise(spec, not skip_preflight)
+            return
+        state = up(spec, on_event=print_event, preflight=not skip_preflight)
     except SplitserveError as exc:
         raise fail(exc) from None
     console.print(f"ready: {state.endpoint}  (model load {state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)")
     console.print(f"stop with: splitserve down -c {config}", markup=False)
+
+
+def _supervise(spec: ClusterSpec, preflight: bool) -> None:
+    import signal
+
+    from ..cluster import supervise
+
+    sup = supervise(spec, on_event=print_event, preflight=preflight)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        err.print(f"{time.strftime('%H:%M:%S')} cluster: {signal.Signals(signum).name}: stopping")
+        sup.stop()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        sup.run(on_ready=lambda st: err.print(f"{time.strftime('%H:%M:%S')} cluster: serving {st.endpoint} "
+                                              "(supervised; Ctrl-C or SIGTERM stops it)"))
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@app.command("run")
+def run_cmd(
+    config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
+    skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
+) -> None:
+    """Run a cluster in the foreground under supervision, for a service manager (systemd):
+    restarts everything in order with backoff when a process dies, stops it all on SIGTERM.
+
+    Example: splitserve run -c cluster.toml
+    """
+    try:
+        _supervise(load_spec(config), not skip_preflight)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+
+
+@app.command("preflight")
+def preflight_cmd(
+    config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Check every node before a launch: ssh, engine, memory, OOM killers, link, ports, disk, bind
+    address, page-cache drop. One row per check and node; exit 1 when any fails.
+
+    Example: splitserve preflight -c cluster.toml
+    """
+    from ..cluster import preflight
+
+    try:
+        rows = preflight(load_spec(config))
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    if as_json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    else:
+        table = Table("check", "node", "result", "detail", "fix")
+        colour = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+        for r in rows:
+            table.add_row(r.check, r.node, f"[{colour.get(r.status, '')}]{r.status}[/]", r.message, r.fix)
+        console.print(table)
+        fails = sum(r.status == "fail" for r in rows)
+        warns = sum(r.status == "warn" for r in rows)
+        console.print(f"{len(rows)} checks: {fails} failed, {warns} warnings")
+    if any(r.status == "fail" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command("systemd")
+def systemd_cmd(
+    config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="folder to write the unit files to")] = Path("systemd"),
+) -> None:
+    """Write systemd unit files: one for the head (`splitserve run`, supervising every node) and one
+    per worker (ggml-rpc-server alone, for boxes that manage their RPC server themselves).
+
+    Example: splitserve systemd -c cluster.toml -o /etc/systemd/system
+    """
+    from ..cluster import systemd_units
+
+    try:
+        spec = load_spec(config)
+        units = systemd_units(spec, resolve_engines(spec), config)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in units.items():
+            (out / name).write_text(text)
+    except OSError as exc:
+        raise fail(SplitserveError(f"{out}: cannot write unit files: {exc.strerror}")) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    for name in units:
+        console.print(f"wrote {out / name}", markup=False)
+    console.print(f"install on the head: sudo cp {out}/splitserve-{spec.name}.service /etc/systemd/system/ && "
+                  f"sudo systemctl daemon-reload && sudo systemctl enable --now splitserve-{spec.name}", markup=False)
 
 
 @app.command("down")

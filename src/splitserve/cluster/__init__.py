@@ -4,13 +4,29 @@ from __future__ import annotations
 
 from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, rpc_argv, server_argv
 from ._logparse import DeviceMemory, LoadReport, load_progress, parse_load_report
+from ._preflight import CheckRow, preflight
 from ._run import Event, down, port_in_use, require_state, resolve_engines, up
-from ._spec import ClusterSpec, HeadSpec, ServerSpec, WorkerSpec, check_files, load_spec, parse_spec
+from ._spec import (
+    ClusterSpec,
+    HeadSpec,
+    ServerSpec,
+    SshSpec,
+    SuperviseSpec,
+    WorkerSpec,
+    check_files,
+    load_spec,
+    parse_spec,
+)
+from ._ssh import SshTransport
+from ._supervise import Backoff, Supervisor, read_supervisor_log, supervise
+from ._systemd import systemd_units
 from ._status import cluster_status, find_state_root
 from ._state import ClusterState, ProcessRecord, read_state
 from ._transport import LocalTransport, ProcessRef, Transport, transport_for
 
 __all__ = [
+    "Backoff",
+    "CheckRow",
     "ClusterSpec",
     "ClusterState",
     "DeviceMemory",
@@ -23,6 +39,10 @@ __all__ = [
     "ProcessRecord",
     "ProcessRef",
     "ServerSpec",
+    "SshSpec",
+    "SshTransport",
+    "SuperviseSpec",
+    "Supervisor",
     "Transport",
     "WorkerSpec",
     "check_files",
@@ -36,11 +56,15 @@ __all__ = [
     "parse_load_report",
     "parse_spec",
     "port_in_use",
+    "preflight",
     "read_state",
+    "read_supervisor_log",
     "require_state",
     "resolve_engines",
     "rpc_argv",
     "server_argv",
+    "supervise",
+    "systemd_units",
     "transport_for",
     "up",
 ]

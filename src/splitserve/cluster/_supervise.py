@@ -1,0 +1,186 @@
+"""Supervision: keep a cluster serving (`up --foreground`, `splitserve run`).
+
+llama.cpp cannot recover from a lost RPC worker (a dead worker aborts
+llama-server), and a head that died leaves the workers holding tensors for
+nobody. So when any process dies, the whole cluster is stopped and started
+again in order (workers, then the head), waiting ``backoff_initial`` seconds
+before the first restart and doubling the wait after each restart that follows
+quickly, up to ``backoff_max``; a cluster that served ``stable_seconds``
+resets it. Every death and restart is an :class:`Event` and a JSON line in
+``<state>/supervisor.log`` with the cause: which node, its exit status and the
+last lines of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import ClusterError, SplitserveError
+from ..engine import Engine
+from ._commands import cluster_state_dir
+from ._run import Event, OnEvent, death_message, down, up
+from ._spec import ClusterSpec
+from ._state import ClusterState
+from ._transport import transport_for
+
+SUPERVISOR_LOG = "supervisor.log"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with a cap: ``initial * 2**n``, at most ``cap`` seconds."""
+
+    initial: float = 1.0
+    cap: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        """The wait before restart number ``attempt`` (0 for the first)."""
+        return min(self.cap, self.initial * (2 ** max(0, attempt)))
+
+
+@dataclass
+class Death:
+    """A process that was found dead."""
+
+    node: str
+    role: str
+    cause: str
+    tail: list[str]
+
+
+def find_dead(state: ClusterState) -> Death | None:
+    """The first dead process of a running cluster, workers first (a dead worker is the root
+    cause when the head died with it)."""
+    ssh = state.extra.get("ssh")
+    for rec in sorted(state.processes, key=lambda p: p.role != "rpc"):
+        transport = transport_for(rec.host, ssh)
+        try:
+            alive = transport.alive(rec.ref)
+        except ClusterError as exc:
+            return Death(rec.node, rec.role, f"cannot reach the node: {exc}", [])
+        if not alive:
+            log = Path(rec.log)
+            try:
+                text = transport.read_log(log, max_bytes=32 << 10)
+                cause = death_message(rec.role, transport, rec.ref, log, "while serving")
+            except ClusterError as exc:
+                text, cause = "", f"died (its log is unreadable: {exc})"
+            tail = [ln for ln in text.splitlines() if ln.strip()][-8:]
+            return Death(rec.node, rec.role, cause, tail)
+    return None
+
+
+class Supervisor:
+    """Runs a cluster until :meth:`stop` is called (from a signal handler or another thread)."""
+
+    def __init__(self, spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
+                 preflight: bool = True, log_file: Path | None = None) -> None:
+        self.spec = spec
+        self.engine = engine
+        self.emit_user = on_event or (lambda _e: None)
+        self.preflight = preflight
+        self.log_file = log_file or cluster_state_dir(spec) / SUPERVISOR_LOG
+        self.backoff = Backoff(spec.supervise.backoff_initial, spec.supervise.backoff_max)
+        self._stop = threading.Event()
+        self.restarts = 0
+        self.state: ClusterState | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def emit(self, kind: str, node: str, message: str, **extra: object) -> None:
+        event = Event(kind, node, message)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "a") as fh:
+            fh.write(json.dumps({"time": time.time(), "kind": kind, "node": node, "message": message, **extra}) + "\n")
+        self.emit_user(event)
+
+    def _pass(self, event: Event) -> None:
+        if event.kind in ("ready", "preflight", "engine", "stale") or event.kind.startswith("restart"):
+            self.emit(event.kind, event.node, event.message)
+        else:
+            self.emit_user(event)
+
+    def run(self, on_ready: Callable[[ClusterState], None] | None = None) -> None:
+        """Start the cluster and keep it serving until stopped; stops it on the way out.
+
+        Raises :class:`ClusterError` after ``supervise.max_restarts`` restarts in a row."""
+        sup = self.spec.supervise
+        attempt = 0
+        first = True
+        try:
+            while not self.stopping:
+                started = time.monotonic()
+                try:
+                    self.state = up(self.spec, engine=self.engine, on_event=self._pass,
+                                    preflight=self.preflight and first)
+                except SplitserveError as exc:
+                    if first and not self.restarts:
+                        raise  # a cluster that never came up is a configuration problem: say so at once
+                    self.emit("start_failed", getattr(exc, "node", "cluster"), str(exc))
+                    death = None
+                else:
+                    first = False
+                    if on_ready is not None:
+                        on_ready(self.state)
+                    death = self._watch(sup.poll_seconds)
+                    if death is None:
+                        break  # stop() was called
+                    self.emit("died", death.node, death.cause, tail=death.tail)
+                if time.monotonic() - started >= sup.stable_seconds:
+                    attempt = 0
+                if sup.max_restarts is not None and attempt >= sup.max_restarts:
+                    msg = f"gave up after {attempt} restarts in a row (supervise.max_restarts)"
+                    self.emit("gave_up", "cluster", msg)
+                    raise ClusterError(f"cluster {self.spec.name}: {msg}; see {self.log_file}")
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                self.restarts += 1
+                self._down_quietly()
+                self.emit("restarting", "cluster", f"restart {self.restarts} in {delay:.1f} s "
+                          f"(stops everything, then workers, then the head)", delay=delay)
+                if self._stop.wait(delay):
+                    break
+        finally:
+            self._down_quietly()
+            self.emit("stopping", "cluster", "stopped every process")
+
+    def _watch(self, poll: float) -> Death | None:
+        assert self.state is not None
+        while not self._stop.wait(poll):
+            death = find_dead(self.state)
+            if death is not None:
+                return death
+        return None
+
+    def _down_quietly(self) -> None:
+        try:
+            down(self.spec)
+        except SplitserveError as exc:
+            self.emit("stop_failed", "cluster", str(exc))
+
+
+def supervise(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
+              preflight: bool = True) -> Supervisor:
+    """A :class:`Supervisor` for ``spec``; call ``.run()`` (blocks) and ``.stop()``."""
+    return Supervisor(spec, engine=engine, on_event=on_event, preflight=preflight)
+
+
+def read_supervisor_log(spec: ClusterSpec) -> list[dict[str, object]]:
+    path = cluster_state_dir(spec) / SUPERVISOR_LOG
+    try:
+        return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return []
+
+
+__all__ = ["Backoff", "Death", "Supervisor", "find_dead", "read_supervisor_log", "supervise"]
