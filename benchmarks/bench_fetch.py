@@ -69,7 +69,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     results: dict[str, object] = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version()},
+                    "python": platform.python_version(),
+                    "loadavg_at_start": os.getloadavg()},
         "cap_mib_per_s_per_connection": cap, "runs": [],
     }
     servers = []
@@ -118,6 +119,7 @@ def main() -> None:
             s.terminate()
             s.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
+    results["machine"]["loadavg_at_end"] = os.getloadavg()  # type: ignore[index]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
