@@ -1,0 +1,189 @@
+"""``/v1/chat/completions``: streamed and non-streamed answers from one engine stream.
+
+Both paths read the engine's token stream through a :class:`~._turn.Turn`; the streamed
+path writes each delta as an OpenAI ``chat.completion.chunk`` as soon as the parser lets
+it go, the other collects the same deltas into one ``chat.completion``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from ._errors import APIError
+from ._metrics import Metrics
+from ._translate import Plan, ServedModel, dumps
+from ._turn import CALL_ARGS, CALL_START, CONTENT, REASONING, Delta, Turn
+from ._upstream import sse_events
+
+
+@dataclass
+class Timing:
+    """Monotonic instants of one request (seconds, ``time.perf_counter``)."""
+
+    arrived: float
+    engine_called: float = 0.0
+    first_engine_token: float = 0.0
+    first_sent: float = 0.0
+
+    def added(self) -> float | None:
+        if not (self.engine_called and self.first_engine_token and self.first_sent):
+            return None
+        return (self.engine_called - self.arrived) + (self.first_sent - self.first_engine_token)
+
+
+@dataclass
+class Outcome:
+    """What the engine said at the end of the stream."""
+
+    final: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop_type(self) -> str | None:
+        value = self.final.get("stop_type")
+        return value if isinstance(value, str) else None
+
+    def usage(self) -> dict[str, Any]:
+        f = self.final
+        prompt = int(f.get("tokens_evaluated") or 0)
+        completion = int(f.get("tokens_predicted") or 0)
+        timings = f.get("timings") or {}
+        cached = int(timings.get("cache_n") or 0)
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def completion_id() -> str:
+    return "chatcmpl-" + secrets.token_hex(12)
+
+
+def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
+           warnings: list[str]) -> None:
+    usage = outcome.usage()
+    metrics.tokens.labels("prompt").inc(usage["prompt_tokens"])
+    metrics.tokens.labels("cached").inc(usage["prompt_tokens_details"]["cached_tokens"])
+    metrics.tokens.labels("completion").inc(usage["completion_tokens"])
+    timings = outcome.final.get("timings") or {}
+    tps = timings.get("predicted_per_second")
+    if isinstance(tps, (int, float)) and tps > 0 and usage["completion_tokens"] > 1:
+        metrics.tps.observe(float(tps))
+    if timing.first_sent:
+        metrics.ttft.observe(timing.first_sent - timing.arrived)
+    added = timing.added()
+    if added is not None:
+        metrics.added.observe(added)
+    if warnings:
+        metrics.warnings.inc(len(warnings))
+
+
+async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Timing
+                 ) -> AsyncIterator[list[Delta]]:
+    """Engine events -> lists of deltas; the final event lands in ``outcome``."""
+    async for data in sse_events(resp):
+        text = data.get("content")
+        if text:
+            if not timing.first_engine_token:
+                timing.first_engine_token = time.perf_counter()
+            deltas = turn.feed(text)
+            if deltas:
+                yield deltas
+        if data.get("stop"):
+            outcome.final = data
+            break
+    deltas = turn.finish()
+    if deltas:
+        yield deltas
+
+
+def _wire_delta(d: Delta) -> dict[str, Any] | None:
+    if d.kind == CONTENT:
+        return {"content": d.text}
+    if d.kind == REASONING:
+        return {"reasoning_content": d.text}
+    if d.kind == CALL_START:
+        return {"tool_calls": [{"index": d.index, "id": d.id, "type": "function",
+                                "function": {"name": d.name, "arguments": ""}}]}
+    if d.kind == CALL_ARGS:
+        return {"tool_calls": [{"index": d.index, "function": {"arguments": d.text}}]}
+    return None  # CALL_END: nothing on the wire
+
+
+async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn: Turn,
+                      timing: Timing, metrics: Metrics,
+                      release: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed chat completion; closes the engine stream however it ends."""
+    cid = completion_id()
+    created = int(time.time())
+    head = (f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},'
+            f'"model":{dumps(model.id)},"choices":[{{"index":0,"delta":').encode()
+    tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+    outcome = Outcome()
+    try:
+        yield head + b'{"role":"assistant","content":""}' + tail
+        try:
+            async for deltas in _drive(resp, turn, outcome, timing):
+                parts = []
+                for d in deltas:
+                    wire = _wire_delta(d)
+                    if wire is not None:
+                        parts.append(head + dumps(wire).encode() + tail)
+                if parts:
+                    if not timing.first_sent:
+                        timing.first_sent = time.perf_counter()
+                    yield b"".join(parts)
+        except APIError as exc:
+            yield b"data: " + exc.body_bytes() + b"\n\n"
+            return
+        warnings = turn.final_warnings(outcome.stop_type)
+        last: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                                "model": model.id,
+                                "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                             "finish_reason": turn.finish_reason(
+                                                 outcome.stop_type)}]}
+        if warnings:
+            last["splitserve"] = {"warnings": warnings}
+        chunks = [b"data: " + dumps(last).encode() + b"\n\n"]
+        if plan.include_usage:
+            chunks.append(b"data: " + dumps({"id": cid, "object": "chat.completion.chunk",
+                                              "created": created, "model": model.id,
+                                              "choices": [], "usage": outcome.usage()}).encode()
+                          + b"\n\n")
+        chunks.append(b"data: [DONE]\n\n")
+        yield b"".join(chunks)
+        record(metrics, outcome, timing, turn, warnings)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await resp.aclose()
+            await release()
+
+
+async def collect_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn: Turn,
+                       timing: Timing, metrics: Metrics) -> dict[str, Any]:
+    """The whole ``chat.completion`` object (the caller closes ``resp``)."""
+    outcome = Outcome()
+    async for _ in _drive(resp, turn, outcome, timing):
+        if not timing.first_sent:
+            timing.first_sent = time.perf_counter()
+    warnings = turn.final_warnings(outcome.stop_type)
+    body: dict[str, Any] = {
+        "id": completion_id(), "object": "chat.completion", "created": int(time.time()),
+        "model": model.id,
+        "choices": [{"index": 0, "message": turn.message(), "logprobs": None,
+                     "finish_reason": turn.finish_reason(outcome.stop_type)}],
+        "usage": outcome.usage(),
+    }
+    if warnings:
+        body["splitserve"] = {"warnings": warnings}
+    timing.first_sent = 0.0  # a whole answer has no first token on the wire
+    record(metrics, outcome, timing, turn, warnings)
+    return body
+
+
+__all__ = ["Outcome", "Timing", "collect_chat", "stream_chat"]

@@ -1,0 +1,149 @@
+"""An OpenAI chat request -> the engine's raw ``/completion`` body, and the parser for its output.
+
+The prompt is the chat template rendered in Python (:func:`splitserve.chat.render_chat`),
+with the request's tools and ``chat_template_kwargs``. Sampling fields map one to one;
+llama.cpp's own fields pass through; ``response_format`` becomes the engine's
+``json_schema`` constraint; ``cache_prompt`` is on unless the client turns it off, so an
+agent loop re-sending its history costs only the new tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat import ChatParser, TemplateError, ToolCallFormat, get_format, render_chat
+from ._errors import APIError, bad_request
+from ._plain import PLAIN
+from ._schemas import ENGINE_FIELDS, ChatRequest
+
+
+@dataclass
+class ServedModel:
+    """What the gateway serves: the model's id, its chat template and tool-call format."""
+
+    id: str
+    template: str
+    format: ToolCallFormat
+    bos_token: str = ""
+    eos_token: str = ""
+    aliases: tuple[str, ...] = ()
+    n_ctx: int | None = None
+    created: int = 0
+
+    def answers_to(self, name: str) -> bool:
+        return name == self.id or name in self.aliases
+
+
+@dataclass
+class Plan:
+    """One chat request, translated: the engine body and how to read the output."""
+
+    body: dict[str, Any]
+    prompt: str
+    prefilled: bool
+    tools: list[dict[str, Any]] | None
+    tool_choice: str | None            # "none" | "auto" | "required" | None
+    named_tool: str | None
+    parallel: bool
+    include_usage: bool
+    warnings: list[str] = field(default_factory=list)
+
+    def parser(self, fmt: ToolCallFormat) -> ChatParser:
+        return fmt.parser(self.tools, prefilled=self.prefilled)
+
+
+def gbnf_literal(text: str) -> str:
+    """A GBNF grammar whose only sentence is ``text`` (the test-only ``force_output`` hook)."""
+    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               .replace("\r", "\\r").replace("\t", "\\t"))
+    return f'root ::= "{escaped}"\n'
+
+
+def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False) -> Plan:
+    """Render the prompt and build the engine body; 400 for what cannot be served."""
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    messages = [m.to_template() for m in req.messages]
+    kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
+    kwargs.setdefault("bos_token", model.bos_token)
+    kwargs.setdefault("eos_token", model.eos_token)
+    try:
+        prompt = render_chat(model.template, messages, tools, add_generation_prompt=True, **kwargs)
+    except TemplateError as exc:
+        raise bad_request(f"messages: {exc}", "messages") from None
+    if model.bos_token and prompt.startswith(model.bos_token):
+        prompt = prompt[len(model.bos_token):]  # the engine adds BOS when it tokenizes
+
+    body: dict[str, Any] = {"prompt": prompt, "cache_prompt": True}
+    extra = req.model_extra or {}
+    for key, value in extra.items():
+        if key in ENGINE_FIELDS:
+            body[key] = value
+    limit = req.max_completion_tokens or req.max_tokens
+    body["n_predict"] = limit if limit is not None else -1
+    for key in ("temperature", "top_p", "seed"):
+        value = getattr(req, key)
+        if value is not None:
+            body[key] = value
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stops) > 16:
+        raise bad_request("stop: at most 16 sequences", "stop")
+    body["stop"] = stops + [m for m in model.format.end_markers if m not in stops]
+
+    rf = req.response_format
+    if rf is not None and rf.type != "text":
+        if "grammar" in body or "json_schema" in body:
+            raise bad_request("response_format cannot be combined with grammar or json_schema",
+                              "response_format")
+        if rf.type == "json_object":
+            body["json_schema"] = {"type": "object"}
+        else:
+            spec = rf.json_schema or {}
+            schema = spec.get("schema") if isinstance(spec.get("schema"), dict) else None
+            if schema is None:
+                raise bad_request("response_format.json_schema.schema: a JSON Schema object is "
+                                  "required", "response_format.json_schema.schema")
+            body["json_schema"] = schema
+    if req.force_output is not None:
+        if not test_hooks:
+            raise bad_request("force_output is a test-only hook; start the gateway with "
+                              "--test-hooks to use it", "force_output")
+        body.pop("json_schema", None)
+        body["grammar"] = gbnf_literal(req.force_output)
+
+    choice = req.tool_choice
+    named = None
+    if isinstance(choice, dict):
+        named = choice["function"]["name"]
+        choice = "required"
+    if choice is None:
+        choice = "auto" if tools else "none"
+    if not tools:
+        choice = "none"
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return Plan(body=body, prompt=prompt, prefilled=model.format.prefilled_by(prompt),
+                tools=tools, tool_choice=choice, named_tool=named,
+                parallel=req.parallel_tool_calls, include_usage=include_usage)
+
+
+def resolve_format(name: str | None, template: str) -> ToolCallFormat:
+    """The format named on the command line, the one the template is detected as, or plain."""
+    from ..chat import detect_format
+
+    if name:
+        if name == PLAIN.name:
+            return PLAIN
+        try:
+            return get_format(name)
+        except Exception as exc:  # UnknownFormatError, a SplitserveError with the known names
+            raise APIError(500, str(exc), type_="server_error") from None
+    detected = detect_format(template)
+    return get_format(detected) if detected else PLAIN
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+__all__ = ["Plan", "ServedModel", "gbnf_literal", "plan_chat", "resolve_format"]

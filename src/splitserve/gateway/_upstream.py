@@ -1,0 +1,118 @@
+"""The engine behind the gateway: an async HTTP client for llama-server's raw endpoints.
+
+``/completion`` is always asked with ``stream: true``, non-streamed chat answers included:
+one code path, and a client that goes away can always be cancelled by closing the engine
+connection (llama-server stops a slot whose connection closed). Errors are converted here:
+
+- connection refused / reset / timed out while connecting -> 503 ``Retry-After: 5``;
+- the engine's 503 (model still loading) -> 503 ``Retry-After: 2``;
+- the engine's 400 (prompt longer than the context, bad grammar) -> 400 with its message;
+- any other engine status -> 502.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from ._errors import APIError, engine_unavailable
+
+
+def _engine_message(text: str) -> str:
+    try:
+        data = json.loads(text)
+        err = data.get("error", data)
+        return str(err.get("message", text)) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        return text.strip()[:300]
+
+
+def error_from_status(status: int, text: str) -> APIError:
+    """The client-facing error for an engine response with this status and body."""
+    msg = _engine_message(text)
+    if status == 503:
+        return engine_unavailable(f"the engine is not ready: {msg}", retry_after=2)
+    if status in (400, 422):
+        return APIError(400, f"the engine refused the request: {msg}")
+    if status == 404:
+        return APIError(502, f"the engine has no such endpoint: {msg}", type_="server_error")
+    return APIError(502, f"the engine answered HTTP {status}: {msg}", type_="server_error")
+
+
+class Upstream:
+    """llama-server at ``base_url``; one pooled async connection set for the gateway."""
+
+    def __init__(self, base_url: str, api_key: str | None = None,
+                 connect_timeout: float = 5.0, max_connections: int = 256) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers,
+            timeout=httpx.Timeout(None, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _down(self, path: str, exc: Exception) -> APIError:
+        return engine_unavailable(f"the engine at {self.base_url} is not reachable "
+                                  f"({type(exc).__name__} on {path}); retry when it is up")
+
+    async def get_json(self, path: str, timeout: float = 5.0) -> Any:
+        try:
+            resp = await self._http.get(path, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise self._down(path, exc) from None
+        if resp.status_code != 200:
+            raise error_from_status(resp.status_code, resp.text)
+        return resp.json()
+
+    async def open(self, method: str, path: str, body: Any,
+                   headers: dict[str, str] | None = None) -> httpx.Response:
+        """Send a request and return the response with its body unread (status checked)."""
+        req = self._http.build_request(method, path, json=body, headers=headers)
+        try:
+            resp = await self._http.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._down(path, exc) from None
+        if resp.status_code != 200:
+            try:
+                text = (await resp.aread()).decode("utf-8", "replace")
+            except httpx.HTTPError:
+                text = ""
+            finally:
+                await resp.aclose()
+            raise error_from_status(resp.status_code, text)
+        return resp
+
+    async def completion(self, body: dict[str, Any]) -> httpx.Response:
+        """Open a streamed ``/completion``; iterate it with :func:`sse_events`."""
+        return await self.open("POST", "/completion", {**body, "stream": True})
+
+
+async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an engine's server-sent events; an ``error`` event raises."""
+    try:
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            payload = line[6:]
+            if payload == "[DONE]":
+                return
+            data = json.loads(payload)
+            if "error" in data and "content" not in data:
+                err = data["error"]
+                raise APIError(502, f"the engine failed mid-stream: "
+                               f"{err.get('message', err) if isinstance(err, dict) else err}",
+                               type_="server_error")
+            yield data
+    except httpx.HTTPError as exc:
+        raise APIError(502, f"the engine connection broke mid-stream: {type(exc).__name__}",
+                       type_="server_error") from None
+
+
+__all__ = ["Upstream", "error_from_status", "sse_events"]
