@@ -204,3 +204,19 @@ def test_idle_connections_take_over_half_of_a_big_part(tmp_path: Path) -> None:
         assert len(starts) >= 4 and starts[0] == 0 and len(set(starts)) == len(starts)
         # a shrunk stream is closed early; what was in flight then is the only waste
         assert server.bytes_served("one.gguf") < f.size + len(starts) * 4 * MiB
+
+
+def test_partial_of_another_commit_is_started_over(hub: HubServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    hub.add_fault("status", path=SHARDS[0], status=500, times=1000, min_start=4 * MiB)
+    with pytest.raises(FetchFailed):
+        _fetch(hub, out, retries=1)
+    assert state_path(out / SHARDS[0]).is_file()
+    hub.faults.clear()
+    hub.repos[REPO].commit = "f" * 40  # the branch moved on: the partial is of another version
+    rec = Recorder()
+    mark = len(hub.log)
+    _fetch(hub, out, rec)
+    assert any("another version" in n for n in rec.notes)
+    assert hub.bytes_served(SHARDS[0], since=mark) == hub.repos[REPO].files[SHARDS[0]].size
+    _assert_intact(hub, out)

@@ -18,7 +18,8 @@ from .._errors import UsageError
 from ._errors import DiskSpaceError, FetchError, HubError
 from ._hub import HfHub, Hub, Resolved
 from ._select import RemoteFile, ShardSet, incomplete_sets, select_files, shard_sets
-from ._state import PART_SIZE, FileIdentity, load_state, plan_segments, remove_state
+from ._state import (PART_SIZE, FileIdentity, load_state, partial_path, plan_segments,
+                     remove_state)
 from ._transfer import Events, FileJob, Transfer, TransferOptions
 from ._verify import ManifestStore, expected_digest, hash_file, hash_label
 
@@ -186,6 +187,9 @@ def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None =
         ident = _identity(plan.repo_id, plan.commit, pf.remote)
         segs = load_state(pf.final, ident)
         if segs is None:
+            if partial_path(pf.final).exists():
+                events.note(f"{pf.remote.path}: the partial download on disk is of another "
+                            "version of the file (or its state is unreadable); starting it over")
             remove_state(pf.final)
             segs = plan_segments(pf.remote.size, options.connections, options.part_size)
         pf.final.parent.mkdir(parents=True, exist_ok=True)
