@@ -162,52 +162,65 @@ def _fits(model: ModelInfo, nodes: list[Node], o: PlanOptions, a: _Alloc) -> boo
 
 
 def choose_split(model: ModelInfo, nodes: list[Node], o: PlanOptions, s: KVSettings) -> list[float]:
-    """Layer counts per node (usable as ``--tensor-split``) that even out the fill of every node.
+    """Layer counts per node (usable as ``--tensor-split``) that fill every node to the same fraction.
 
-    Finds the smallest fill fraction at which a contiguous assignment (layers in order, the
-    output layer last) fits every node, using each layer's weights + KV and each node's fixed
-    compute and host bytes.
+    Each node's room is its memory less the margin and its fixed bytes (compute buffer, and the
+    host side on the head's node); the layers (weights + KV, the output layer last) are cut into
+    contiguous ranges whose bytes are proportional to that room, like llama.cpp's default split by
+    free memory but with what the node must hold anyway taken out first; then single layers move
+    across the cuts while that raises the smallest headroom (as a fraction of the node's memory).
     """
     n = len(nodes)
     kv = layer_kv_bytes(model, s) + [0]
     cost = [w + k for w, k in zip(padded_layer_bytes(model), kv)]
-    # fixed bytes per node: compute (estimated with an even split) and the host share
     even = _allocate(model, n, [1.0] * n, s)
     fixed = list(even.compute)
-    if n > 1:
-        fixed = [max(even.compute[1:] or [0])] * n
-        fixed[0] = even.compute[0]
     if o.host_node is not None and 0 <= o.host_node < n:
         fixed[o.host_node] += host_bytes(model) + even.host_compute
-    cap = [max(0, node.memory_bytes - o.margin_bytes - f) for node, f in zip(nodes, fixed)]
-
-    def assign(phi: float) -> list[int] | None:
-        counts = [0] * n
-        i, last = 0, len(cost) - 1  # cost[last] is the output layer: always on the last node
-        for dev in range(n - 1):
-            budget, used = phi * cap[dev], 0
-            while i < last and used + cost[i] <= budget:
-                used += cost[i]
-                counts[dev] += 1
-                i += 1
-        counts[-1] = len(cost) - i
-        return counts if sum(cost[i:]) <= phi * cap[-1] else None
-
-    lo, hi = 0.0, 1.0
-    best = assign(hi)
-    while best is None and hi < 1e6:
-        hi *= 2
-        best = assign(hi)
-    if best is None:  # a node with no room at all: llama.cpp's default, proportional to memory
+    room = [max(0, node.memory_bytes - o.margin_bytes - f) for node, f in zip(nodes, fixed)]
+    if sum(room) <= 0:  # nothing has room: llama.cpp's default, proportional to memory
         return [float(node.memory_bytes // GIB or 1) for node in nodes]
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        got = assign(mid)
-        if got is None:
-            lo = mid
-        else:
-            hi, best = mid, got
-    return [float(c) for c in best]
+    total = sum(cost)
+    cum = [0]
+    for c in cost:
+        cum.append(cum[-1] + c)
+    counts: list[int] = []
+    start, share = 0, 0
+    for dev in range(n - 1):
+        share += room[dev]
+        target = total * share / sum(room)
+        # the cut (after layer k) nearest the target; leave at least the output layer for the last node
+        k = min(range(start, len(cost)), key=lambda j: abs(cum[j] - target))
+        k = min(k, len(cost) - 1)
+        counts.append(k - start)
+        start = k
+    counts.append(len(cost) - start)
+    # then move single layers across the cuts while that raises the smallest relative headroom
+    avail = [node.memory_bytes - o.margin_bytes - f for node, f in zip(nodes, fixed)]
+
+    def worst(cs: list[int]) -> float:
+        out, i = [], 0
+        for dev, c in enumerate(cs):
+            out.append((avail[dev] - (cum[i + c] - cum[i])) / max(1, nodes[dev].memory_bytes))
+            i += c
+        return min(out)
+
+    best = worst(counts)
+    for _ in range(4 * len(cost)):
+        moved = False
+        for b in range(n - 1):
+            for step in (1, -1):
+                cand = list(counts)
+                cand[b] -= step
+                cand[b + 1] += step
+                if min(cand) < 0 or cand[-1] < 1:
+                    continue
+                w = worst(cand)
+                if w > best:
+                    best, counts, moved = w, cand, True
+        if not moved:
+            break
+    return [float(c) for c in counts]
 
 
 def _ranges(devices: list[int], n_dev: int) -> list[tuple[int, int] | None]:

@@ -109,8 +109,9 @@ def test_link_cost_lowers_the_bound(tmp_path: Path) -> None:
     [path] = dense_llama(tmp_path / "d.gguf", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=1024)
     m = inspect_model(path)
     nodes = [Node("a", GIB, "h200"), Node("b", GIB, "h200")]
-    fast = make_plan(m, nodes, PlanOptions(ctx=1024, margin_bytes=0))
-    slow = make_plan(m, nodes, PlanOptions(ctx=1024, margin_bytes=0, link_gbps=10, link_latency_us=50))
+    fast = make_plan(m, nodes, PlanOptions(ctx=1024, margin_bytes=0, tensor_split=(1, 1)))
+    slow = make_plan(m, nodes, PlanOptions(ctx=1024, margin_bytes=0, tensor_split=(1, 1), link_gbps=10,
+                                           link_latency_us=50))
     assert slow.hop_seconds is not None and slow.hop_seconds > 50e-6
     assert fast.decode_tps_upper_bound > slow.decode_tps_upper_bound  # type: ignore[operator]
     none = make_plan(m, [Node("a", GIB), Node("b", GIB)], PlanOptions(ctx=1024, margin_bytes=0))
