@@ -18,8 +18,7 @@ from .._errors import UsageError
 from ._errors import DiskSpaceError, FetchError, HubError
 from ._hub import HfHub, Hub, Resolved
 from ._select import RemoteFile, ShardSet, incomplete_sets, select_files, shard_sets
-from ._state import (PART_SIZE, FileIdentity, load_state, partial_path, plan_segments,
-                     remove_state)
+from ._state import PART_SIZE, FileIdentity, load_state, partial_path, plan_segments, remove_state
 from ._transfer import Events, FileJob, Transfer, TransferOptions
 from ._verify import ManifestStore, expected_digest, hash_file, hash_label
 
