@@ -152,6 +152,19 @@ def engine_section(run: BenchRun) -> str:
                    r["model_type"], r["backends"], r["n_gpu_layers"]] for r in rows])
 
 
+HEADLINE_LABELS = {
+    "prefill_tps_server": "prefill t/s (server, lowest concurrency)",
+    "decode_tps_server": "decode t/s (server, lowest concurrency)",
+    "decode_tps_client": "decode t/s (client, lowest concurrency)",
+    "ttf_token_ms_p50": "time to first token ms (p50)",
+    "max_throughput_tps": "best aggregate throughput t/s",
+    "prefill_tps_server_longest": "prefill t/s at the longest length (server)",
+    "retrieval_found_fraction": "needles found (fraction of graded cells)",
+    "pp_tps": "llama-bench pp t/s", "tg_tps": "llama-bench tg t/s",
+    "best_prefill_tps_server": "best prefill t/s (server)", "best_decode_tps_server": "best decode t/s (server)",
+}
+
+
 def run_section(run: BenchRun, decode_bound: float | None = None) -> str:
     if decode_bound is None:
         planned = (run.target.get("cluster") or {}).get("decode_tps_upper_bound")
@@ -162,7 +175,12 @@ def run_section(run: BenchRun, decode_bound: float | None = None) -> str:
         "sweep": lambda: sweep_section(run),
         "engine": lambda: engine_section(run),
     }[run.kind]()
-    return f"## {run.kind}: {run.name}\n\n{_header(run)}\n\n{body}\n"
+    heads = {k: v for k, v in headline(run).items() if v is not None}
+    top = ""
+    if heads:
+        top = "Headline: " + "; ".join(f"{HEADLINE_LABELS.get(k, k)} **{fmt(v, 2 if v < 10 else 1)}**"
+                                       for k, v in heads.items()) + "\n\n"
+    return f"## {run.kind}: {run.name}\n\n{_header(run)}\n\n{top}{body}\n"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -193,7 +211,7 @@ def comparison_section(runs: Sequence[BenchRun]) -> str:
     heads = [headline(r) for r in runs]
     names = sorted({k for h in heads for k in h})
     out.append(table(["headline"] + [r.name for r in runs] + [f"{r.name} / {runs[0].name}" for r in runs[1:]],
-                     [[n] + [fmt(h.get(n), 2) for h in heads] + [_ratio(heads[0].get(n), h.get(n))
+                     [[HEADLINE_LABELS.get(n, n)] + [fmt(h.get(n), 2) for h in heads] + [_ratio(heads[0].get(n), h.get(n))
                                                                 for h in heads[1:]] for n in names]) + "\n")
     kinds = {r.kind for r in runs}
     if kinds == {"speed"}:
