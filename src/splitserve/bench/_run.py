@@ -47,7 +47,11 @@ def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
         writer.close(interrupted=True)
         raise
     except BaseException:
-        writer.run.notes.append("the run stopped on an error; the records up to it are kept")
+        run = writer.run
+        if not (run.records or run.points or run.engine_rows):
+            writer.path.unlink(missing_ok=True)  # nothing measured: leave no empty run behind
+            raise
+        run.notes.append("the run stopped on an error; the records up to it are kept")
         writer.close(interrupted=True)
         raise
     writer.close()
