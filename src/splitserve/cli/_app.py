@@ -44,6 +44,9 @@ COMMAND_MODULES: dict[str, str] = {
     "parse": "_template",
     "inspect": "_inspect",
     "plan": "_inspect",
+    "serve": "_gateway",
+    "keys": "_gateway",
+    "doctor": "_gateway",
 }
 
 

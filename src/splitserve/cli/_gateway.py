@@ -1,0 +1,132 @@
+"""``splitserve serve``, ``splitserve keys add`` and ``splitserve doctor tools``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .._errors import SplitserveError, UsageError
+from ._app import app, fail
+
+console = Console(highlight=False, soft_wrap=True)
+
+keys_app = typer.Typer(help="API keys for the gateway, stored hashed.\n\n"
+                            "Example: splitserve keys add keys.txt --name alice",
+                       no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+doctor_app = typer.Typer(help="Probe endpoints.\n\nExample: splitserve doctor tools "
+                              "http://127.0.0.1:8000", no_args_is_help=True)
+app.add_typer(doctor_app, name="doctor")
+
+
+@app.command("serve")
+def serve_cmd(
+    engine: Annotated[str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080")],
+    model_format: Annotated[Optional[str], typer.Option(
+        help="tool-call format (default: detected from the chat template; 'plain' for none)")] = None,
+    host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    api_key: Annotated[Optional[str], typer.Option(
+        help="accepted API key (or set SPLITSERVE_API_KEY)")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option(help="file of hashed keys (`splitserve keys add`)")] = None,
+    chat_template: Annotated[Optional[Path], typer.Option(
+        help="jinja chat template file (default: the engine's, from /props)")] = None,
+    model_name: Annotated[Optional[str], typer.Option(help="model id to serve (default: the GGUF's file name)")] = None,
+    engine_api_key: Annotated[Optional[str], typer.Option(help="key the engine itself expects")] = None,
+    max_concurrent: Annotated[int, typer.Option(help="requests at once per API key")] = 16,
+    max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = 64,
+    max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = 8 * 1024 * 1024,
+    test_hooks: Annotated[bool, typer.Option(help="allow the test-only force_output field")] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
+) -> None:
+    """Serve an OpenAI-compatible API in front of a llama-server (chat template and tool calls in Python).
+
+    Example: splitserve serve --engine http://127.0.0.1:8080 --port 8000
+    """
+    from ..gateway import GatewayConfig, KeyRing, load_template, serve
+
+    try:
+        if model_format:
+            from ..chat import get_format
+
+            if model_format != "plain":
+                get_format(model_format)
+        keys = KeyRing.build(api_key or os.environ.get("SPLITSERVE_API_KEY"), keys_file)
+        config = GatewayConfig(
+            engine_url=engine, host=host, port=port, keys=keys, model_format=model_format,
+            model_name=model_name,
+            chat_template=load_template(chat_template) if chat_template else None,
+            engine_api_key=engine_api_key, max_concurrent=max_concurrent, max_queue=max_queue,
+            max_body_bytes=max_body_bytes, test_hooks=test_hooks)
+        if max_concurrent < 1 or max_queue < 0:
+            raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
+        console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
+                      f"{' (auth on)' if keys.enabled else ''}", markup=False)
+        serve(config, log_level=log_level)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+
+
+@keys_app.command("add")
+def keys_add_cmd(
+    keys_file: Annotated[Path, typer.Argument(help="the keys file (created if missing)")],
+    name: Annotated[str, typer.Option(help="who the key is for")],
+) -> None:
+    """Create an API key, store its SHA-256 in KEYS_FILE and print the key once.
+
+    Example: splitserve keys add ~/.config/splitserve/keys.txt --name alice
+    """
+    from ..gateway import add_key
+
+    try:
+        key = add_key(keys_file, name)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    console.print(key, markup=False)
+
+
+@doctor_app.command("tools")
+def doctor_tools_cmd(
+    url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible endpoint")],
+    model: Annotated[Optional[str], typer.Option(help="model id (default: the first of /v1/models)")] = None,
+    api_key: Annotated[Optional[str], typer.Option(help="API key for the endpoint")] = None,
+    force_template: Annotated[Optional[Path], typer.Option(
+        help="splitserve gateway with --test-hooks only: force each answer to what this "
+             "chat template writes for the expected reply (exercises parsing with any model)")] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="write the report here")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="write the results as JSON")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds per request")] = 120.0,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens of each probe")] = 256,
+) -> None:
+    """Probe an endpoint's tool calling: single, multi-turn, parallel, required, none, reasoning, streaming.
+
+    Example: splitserve doctor tools http://127.0.0.1:8000 --markdown report.md
+    """
+    from ..gateway._doctor import probe_tools, report_markdown
+
+    try:
+        template = force_template.read_text() if force_template else None
+        report = probe_tools(url, model=model, api_key=api_key, force_template=template,
+                             timeout=timeout, max_tokens=max_tokens)
+    except OSError as exc:
+        raise fail(UsageError(f"{force_template}: {exc.strerror}")) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    for check in report.checks:
+        mark = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[check.status]
+        console.print(f"{mark}  {check.name:<12} {check.detail}", markup=False)
+    console.print(f"{report.passed}/{len(report.checks)} passed ({report.url}, model "
+                  f"{report.model})", markup=False)
+    if markdown:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(report_markdown(report))
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    if report.failed:
+        raise typer.Exit(1)
