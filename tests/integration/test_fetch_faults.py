@@ -15,6 +15,7 @@ from splitserve.fetch import (
     MANIFEST,
     DiskSpaceError,
     Events,
+    FetchError,
     FetchFailed,
     FetchOptions,
     HfHub,
@@ -219,4 +220,20 @@ def test_partial_of_another_commit_is_started_over(hub: HubServer, tmp_path: Pat
     _fetch(hub, out, rec)
     assert any("another version" in n for n in rec.notes)
     assert hub.bytes_served(SHARDS[0], since=mark) == hub.repos[REPO].files[SHARDS[0]].size
+    _assert_intact(hub, out)
+
+
+def test_one_fetch_per_folder(hub: HubServer, tmp_path: Path) -> None:
+    import fcntl
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".splitserve-fetch.lock", "w") as held:
+        held.write("4242\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(FetchError, match="another fetch .pid 4242."):
+            _fetch(hub, out)
+    assert hub.log == []
+    _fetch(hub, out)  # the lock is free again
     _assert_intact(hub, out)

@@ -180,7 +180,7 @@ def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer,
     proc = _cli(small_repo, tmp_path, REPO, "--quant", "UD-IQ2_XXS", "--dir", str(out), "--json")
     result = json.loads(proc.stdout)
     assert result["models"] == [str(out / "Big-UD-IQ2_XXS-00001-of-00003.gguf")]
-    assert sorted(p.name for p in out.iterdir()) == [MANIFEST] + [
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, ".splitserve-fetch.lock"] + [
         f"Big-UD-IQ2_XXS-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     ok = _cli(small_repo, tmp_path, "--verify", str(out))
     assert "3 of 3 files verified" in ok.stdout

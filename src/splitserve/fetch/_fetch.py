@@ -8,9 +8,12 @@ disk space is checked against what is left, and :class:`~._transfer.Transfer` mo
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -172,6 +175,33 @@ def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None =
         events.note(w)
     check_disk(plan)
     plan.root.mkdir(parents=True, exist_ok=True)
+    with _dir_lock(plan.root):
+        return _fetch_locked(options, hub, events, plan, t0)
+
+
+LOCK = ".splitserve-fetch.lock"
+
+
+@contextlib.contextmanager
+def _dir_lock(root: Path) -> Iterator[None]:
+    """One fetch per folder at a time (the kernel drops the lock if the process dies)."""
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise FetchError(f"{root}: another fetch (pid {other}) is writing into this folder; "
+                             "wait for it or choose another --dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _fetch_locked(options: FetchOptions, hub: Hub, events: Events, plan: FetchPlan,
+                  t0: float) -> FetchResult:
     store = ManifestStore(plan.root)
     topt = TransferOptions(connections=options.connections, stall_timeout=options.stall_timeout,
                            retries=options.retries, backoff=options.backoff,
