@@ -178,3 +178,37 @@ def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case
     out = os.environ.get("SPLITSERVE_PLAN_TABLE")
     if out:
         Path(out).write_text(json.dumps(ROWS, indent=1))
+
+
+def test_plan_measure_puts_llama_cpp_beside_the_plan(engine: Any, smollm2: Path, tmp_path: Path) -> None:
+    """``plan -c SPEC --measure`` with the workers up: llama.cpp's fit breakdown next to the plan."""
+    import sys
+
+    ports = [_free_port(), _free_port()]
+    spec = tmp_path / "cluster.toml"
+    spec.write_text(f'name = "measure"\nmodel = "{smollm2}"\nengine = "{engine.root}"\n'
+                    + "".join(f'[[workers]]\nname = "w{i + 1}"\nport = {p}\n' for i, p in enumerate(ports))
+                    + '[server]\nctx_size = 8192\ncache_type_k = "q8_0"\ncache_type_v = "q8_0"\n'
+                      'flash_attn = "on"\n')
+    env = dict(os.environ, LD_LIBRARY_PATH=str(engine.bin_dir))
+    workers = [subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(p)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+    try:
+        for p in ports:
+            _wait_port(p)
+        res = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
+                              "--node", "w2=8", "--measure", "--json"], capture_output=True, text=True, timeout=300)
+    finally:
+        for w in workers:
+            w.kill()
+        for w in workers:
+            w.wait(timeout=30)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    rows = out["measured"]
+    assert {r["node"] for r in rows} == {"w1", "w2", "host"}
+    assert [n["name"] for n in out["plan"]["nodes"]] == ["w1", "w2"]
+    for r in rows:
+        slack = {"weights": 0.02, "kv": 0.02, "compute": 0.25}[r["what"]]
+        # the breakdown is in whole MiB
+        assert abs(r["planned"] - r["measured"]) <= slack * r["measured"] + MIB, r

@@ -206,6 +206,7 @@ def choose_split(model: ModelInfo, nodes: list[Node], o: PlanOptions, s: KVSetti
         return min(out)
 
     best = worst(counts)
+    floor = 1 if len(cost) >= n and min(counts) >= 1 else 0
     for _ in range(4 * len(cost)):
         moved = False
         for b in range(n - 1):
@@ -213,7 +214,7 @@ def choose_split(model: ModelInfo, nodes: list[Node], o: PlanOptions, s: KVSetti
                 cand = list(counts)
                 cand[b] -= step
                 cand[b + 1] += step
-                if min(cand) < 0 or cand[-1] < 1:
+                if min(cand) < floor or cand[-1] < 1:  # every node given keeps a layer when there are enough
                     continue
                 w = worst(cand)
                 if w > best:

@@ -68,3 +68,16 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     _one_line_error(run_cli("plan", str(p), "--node", "a=8", "--cache-type-v", "q8_0", "--flash-attn", "off"),
                     "flash attention")
     _one_line_error(run_cli("plan", str(p), "--node", "a=8", "--tensor-split", "1,1"), "one per node")
+
+
+def test_plan_from_a_spec(tmp_path: Path) -> None:
+    [p] = dense_llama(tmp_path / "d.gguf", n_layer=6, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=1024)
+    spec = tmp_path / "cluster.toml"
+    spec.write_text(f'model = "{p}"\n[[workers]]\nname = "w1"\nport = 50052\n[[workers]]\nname = "w2"\n'
+                    'port = 50053\n[server]\nctx_size = 4096\ncache_type_k = "q8_0"\ncache_type_v = "q8_0"\n')
+    res = run_cli("plan", "-c", str(spec), "--node", "w1=2", "--node", "w2=2", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["settings"]["ctx"] == 4096 and plan["settings"]["cache_type_k"] == "q8_0"
+    assert [n["name"] for n in plan["nodes"]] == ["w1", "w2"]
+    _one_line_error(run_cli("plan", "-c", str(spec)), "no memory size for w1, w2")
