@@ -163,7 +163,7 @@ def _probe_own_build(worker: WorkerSpec, path: str, transport: object) -> Engine
     if "MISSING" in out:
         return EngineCheck(worker.name, False, None, None, f"no ggml-rpc-server in {path}")
     binary = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("BINARY ")), "ggml-rpc-server")
-    proto = next((ln.split("v", 1)[1] for ln in out.splitlines() if ln.startswith("RPC server v")), None)
+    proto = next((ln.rsplit(" v", 1)[1] for ln in out.splitlines() if ln.startswith("RPC server v")), None)
     return EngineCheck(worker.name, True, None, proto,
                        f"{binary} in {path}, RPC protocol {proto or 'unknown (it printed no version)'}")
 

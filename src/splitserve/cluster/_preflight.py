@@ -181,12 +181,18 @@ def _connect_rtt_ms(host: str, port: int, tries: int = 5, timeout: float = 2.0) 
     return statistics.median(times), ""
 
 
-def _port_answers(host: str, port: int) -> bool:
+def probe_port(host: str, port: int, timeout: float = 1.0) -> str:
+    """``open`` (something accepts), ``closed`` (refused) or ``timeout`` (nothing answered: a
+    firewall dropping it, or a listener whose backlog is full because it never accepts)."""
     try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
+        with socket.create_connection((host, port), timeout=timeout):
+            return "open"
+    except ConnectionRefusedError:
+        return "closed"
+    except (socket.timeout, TimeoutError):
+        return "timeout"
     except OSError:
-        return False
+        return "closed"
 
 
 def _local_port_busy(bind: str, port: int) -> bool | None:
@@ -420,7 +426,13 @@ def _port_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
                                      f"use an address this machine has for {key.split('.')[0]}"))
                 continue
         else:
-            busy = _port_answers(bind, port)
+            probe = probe_port(bind, port)
+            if probe == "timeout":
+                rows.append(CheckRow("ports", node, "fail", f"{bind}:{port} does not answer (connect timed out): "
+                                     "a listener that never accepts, or a firewall dropping the port",
+                                     f"find the process holding it on {host}, or change {key}"))
+                continue
+            busy = probe == "open"
         if not busy:
             rows.append(CheckRow("ports", node, "pass", f"{bind}:{port} is free"))
         elif (bind, port) in ours:

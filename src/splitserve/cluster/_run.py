@@ -210,7 +210,9 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
         if is_local_host(proc.host):
             busy = port_in_use(proc.bind, proc.port)
         else:
-            busy = port_answers(proc.bind, proc.port, timeout=1.0)
+            from ._preflight import probe_port
+
+            busy = probe_port(proc.bind, proc.port) != "closed"
         if busy:
             raise NodeError(proc.node, f"port {proc.port} on {proc.bind} is already in use by another process")
 
