@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gguf_factory import minimax_m3_like  # noqa: E402
+from gguf_factory import minimax_m3_like
 
-from splitserve.model import inspect_model  # noqa: E402
-from splitserve.plan import PlanOptions, make_plan, parse_node  # noqa: E402
+from splitserve.model import inspect_model
+from splitserve.plan import PlanOptions, make_plan, parse_node
 
 
 def _drop_cache(paths: list[Path]) -> None:

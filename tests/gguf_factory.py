@@ -12,9 +12,10 @@ models built this way load in llama.cpp like any other GGUF.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
@@ -209,8 +210,8 @@ def moe_qwen3(path: Path, *, n_layer: int = 6, n_embd: int = 512, n_head: int = 
 
 # MiniMax-M3 (config of MiniMaxAI/MiniMax-M3; tensor set from src/models/minimax-m3.cpp of the pinned
 # llama.cpp): 60 layers, 3 leading dense, 128 routed experts (4 used) + 1 shared, GQA 64/4 x 128.
-M3 = dict(n_layer=60, n_dense=3, n_embd=6144, n_head=64, n_head_kv=4, d=128, n_ff_dense=12288,
-          n_ff_exp=3072, n_expert=128, n_expert_used=4, n_vocab=200064, idx_heads=4, idx_dim=128)
+M3 = {"n_layer": 60, "n_dense": 3, "n_embd": 6144, "n_head": 64, "n_head_kv": 4, "d": 128, "n_ff_dense": 12288,
+      "n_ff_exp": 3072, "n_expert": 128, "n_expert_used": 4, "n_vocab": 200064, "idx_heads": 4, "idx_dim": 128}
 
 
 def minimax_m3_like(folder: Path, *, n_shards: int = 6, n_layer: int = 60, big_expert_layers: int = 9,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,11 +18,11 @@ from ._app import app, fail
 console = Console(highlight=False)
 
 
-def _gib(n: int | float) -> str:
+def _gib(n: float) -> str:
     return f"{n / GIB:,.2f} GiB"
 
 
-def _size(n: int | float) -> str:
+def _size(n: float) -> str:
     for unit, div in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= div:
             return f"{n / div:,.2f} {unit}"
@@ -115,24 +115,24 @@ def _split(value: str | None) -> tuple[float, ...] | None:
 
 @app.command("plan")
 def plan_cmd(
-    model: Annotated[Optional[Path], typer.Argument(help="a GGUF file (any shard); default: the spec's model")] = None,
-    node: Annotated[Optional[list[str]], typer.Option(
+    model: Annotated[Path | None, typer.Argument(help="a GGUF file (any shard); default: the spec's model")] = None,
+    node: Annotated[list[str] | None, typer.Option(
         "--node", help="NAME=GIB[,device=KIND][,bw=GBPS], in llama.cpp's device order; repeatable")] = None,
-    config: Annotated[Optional[Path], typer.Option("-c", "--config", help="a cluster spec (TOML)")] = None,
-    ctx: Annotated[Optional[int], typer.Option("--ctx", help="context size (default: the model's)")] = None,
+    config: Annotated[Path | None, typer.Option("-c", "--config", help="a cluster spec (TOML)")] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", help="context size (default: the model's)")] = None,
     parallel: Annotated[int, typer.Option("--parallel", help="server slots (-np)")] = 1,
     kv_unified: Annotated[bool, typer.Option("--kv-unified", help="one KV pool shared by all slots")] = False,
     cache_type_k: Annotated[str, typer.Option("--cache-type-k", help="f16, q8_0, q4_0, ...")] = "f16",
     cache_type_v: Annotated[str, typer.Option("--cache-type-v", help="f16, q8_0, q4_0, ...")] = "f16",
     ubatch: Annotated[int, typer.Option("--ubatch", help="physical batch (-ub)")] = 512,
     flash_attn: Annotated[str, typer.Option("--flash-attn", help="on, off or auto")] = "on",
-    tensor_split: Annotated[Optional[str], typer.Option("--tensor-split", help="fix the split, e.g. 30,31")] = None,
+    tensor_split: Annotated[str | None, typer.Option("--tensor-split", help="fix the split, e.g. 30,31")] = None,
     margin: Annotated[float, typer.Option("--margin", help="headroom to keep per node, GiB")] = 1.0,
-    host_node: Annotated[Optional[str], typer.Option(
+    host_node: Annotated[str | None, typer.Option(
         "--host-node", help="node whose memory also holds the head's host-side bytes (default: the first; "
                             "'none' to leave them out)")] = None,
-    link_gbps: Annotated[Optional[float], typer.Option("--link-gbps", help="link bandwidth between nodes, Gbit/s")] = None,
-    link_latency_us: Annotated[Optional[float], typer.Option("--link-latency-us", help="one hop's latency, µs")] = None,
+    link_gbps: Annotated[float | None, typer.Option("--link-gbps", help="link bandwidth between nodes, Gbit/s")] = None,
+    link_latency_us: Annotated[float | None, typer.Option("--link-latency-us", help="one hop's latency, µs")] = None,
     measure: Annotated[bool, typer.Option("--measure", help="with -c and the workers up: ask llama.cpp too")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -142,8 +142,8 @@ def plan_cmd(
     """
     try:
         if config is not None:
-            from ..plan import plan_for_spec, spec_nodes
             from ..cluster import load_spec
+            from ..plan import plan_for_spec, spec_nodes
 
             spec = load_spec(config)
             nodes = [parse_node(n) for n in node] if node else spec_nodes(spec)

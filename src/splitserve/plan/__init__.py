@@ -5,8 +5,15 @@ Pure functions of a model's headers and a list of nodes; no I/O.
 
 from ._compute import ComputeEstimate, estimate_compute
 from ._devices import BANDWIDTH_GBPS, GIB, Node, parse_node
-from ._memory import KVSettings, kv_bytes_per_token, layer_devices, layer_kv_bytes, row_size, weights_per_device
 from ._measure import measure_spec, parse_breakdown
+from ._memory import (
+    KVSettings,
+    kv_bytes_per_token,
+    layer_devices,
+    layer_kv_bytes,
+    row_size,
+    weights_per_device,
+)
 from ._plan import NodePlan, Plan, PlanOptions, choose_split, make_plan
 from ._spec import plan_for_spec, preflight, require_fit, spec_nodes, spec_options
 
@@ -27,10 +34,10 @@ __all__ = [
     "make_plan",
     "measure_spec",
     "parse_breakdown",
+    "parse_node",
     "plan_for_spec",
     "preflight",
     "require_fit",
-    "parse_node",
     "row_size",
     "spec_nodes",
     "spec_options",

@@ -13,8 +13,16 @@ from .._errors import UsageError
 from ..model import ModelInfo
 from ._compute import estimate_compute
 from ._devices import GIB, Node
-from ._memory import (KVSettings, host_bytes, kv_bytes_per_token, layer_devices, layer_kv_bytes, pad,
-                      padded_layer_bytes, weights_per_device)
+from ._memory import (
+    KVSettings,
+    host_bytes,
+    kv_bytes_per_token,
+    layer_devices,
+    layer_kv_bytes,
+    pad,
+    padded_layer_bytes,
+    weights_per_device,
+)
 
 MAX_CTX_TYPES = ("f16", "q8_0", "q4_0")
 PARALLEL_STEPS = (1, 2, 4, 8)
@@ -276,8 +284,9 @@ def _decode(model: ModelInfo, nodes: list[Node], a: _Alloc, o: PlanOptions) -> t
     if missing:
         notes.append(f"no memory bandwidth for {', '.join(missing)}: give device= or bw= to get a decode bound")
         return None, None, sum(per_dev), hop_s, notes
-    t = sum(per_dev[i] / (nodes[i].bandwidth * 1e9) for i in active)  # type: ignore[operator]
-    t_kv = sum(a.kv[i] / (nodes[i].bandwidth * 1e9) for i in active)  # type: ignore[operator]
+    bw = [(nodes[i].bandwidth or 1.0) * 1e9 for i in range(len(nodes))]
+    t = sum(per_dev[i] / bw[i] for i in active)
+    t_kv = sum(a.kv[i] / bw[i] for i in active)
     link = hops * (hop_s or 0.0)
     return 1.0 / (t + link), 1.0 / (t + t_kv + link), sum(per_dev), hop_s, notes
 

@@ -36,8 +36,8 @@ def spec_nodes(spec: Any) -> list[Node]:
     """The spec's devices as planner nodes, in llama.cpp's order."""
     nodes: list[Node] = []
     missing: list[str] = []
-    bw_of = lambda obj: getattr(obj, "bandwidth_gbps", None)  # noqa: E731
-    dev_of = lambda obj: getattr(obj, "device_kind", None)  # noqa: E731
+    bw_of = lambda obj: getattr(obj, "bandwidth_gbps", None)
+    dev_of = lambda obj: getattr(obj, "device_kind", None)
     for w in spec.workers:
         devs = list(w.devices) or [None]
         mem = _memory_list(w, len(devs), f"workers[{w.name}]")

@@ -13,7 +13,7 @@ CLI = [sys.executable, "-m", "splitserve"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*CLI, *args], check=False, capture_output=True, text=True, timeout=120)
 
 
 def _one_line_error(res: subprocess.CompletedProcess[str], needle: str) -> None:

@@ -9,7 +9,15 @@ from gguf_factory import dense_llama
 
 from splitserve._errors import UsageError
 from splitserve.cluster import load_spec
-from splitserve.plan import GIB, Node, parse_breakdown, plan_for_spec, preflight, spec_nodes, spec_options
+from splitserve.plan import (
+    GIB,
+    Node,
+    parse_breakdown,
+    plan_for_spec,
+    preflight,
+    spec_nodes,
+    spec_options,
+)
 
 SPEC = """
 name = "t"
