@@ -215,12 +215,14 @@ M3 = {"n_layer": 60, "n_dense": 3, "n_embd": 6144, "n_head": 64, "n_head_kv": 4,
 
 
 def minimax_m3_like(folder: Path, *, n_shards: int = 6, n_layer: int = 60, big_expert_layers: int = 9,
-                    chat_template: str | None = None) -> list[Path]:
+                    chat_template: str | None = None, experts: Q | None = None,
+                    stem: str = "MiniMax-M3-UD-IQ4_XS") -> list[Path]:
     """A header-true MiniMax-M3 stand-in in a UD-IQ4_XS-like mix (~194 GiB), split into shards.
 
     Experts: down IQ4_XS; gate/up IQ4_XS in the first ``big_expert_layers`` MoE layers, IQ3_S after;
     attention, shared expert and dense FFN Q8_0; embeddings Q6_K; norms/router F32 (as the
-    converter forces the indexer to F32).
+    converter forces the indexer to F32).  ``experts=Q.Q8_0`` puts every expert tensor in that
+    type instead (~421 GiB, like an 8-bit release).
     """
     m = M3
     e, d, H, Hkv = m["n_embd"], m["d"], m["n_head"], m["n_head_kv"]
@@ -231,13 +233,16 @@ def minimax_m3_like(folder: Path, *, n_shards: int = 6, n_layer: int = 60, big_e
             ts += _ffn(i, e, m["n_ff_dense"], Q.Q8_0, Q.Q8_0)
             continue
         gu = Q.IQ4_XS if i - m["n_dense"] < big_expert_layers else Q.IQ3_S
+        down = Q.IQ4_XS
+        if experts is not None:
+            gu = down = experts
         f, n = m["n_ff_exp"], m["n_expert"]
         ts += [T(f"blk.{i}.ffn_norm.weight", (e,)),
                T(f"blk.{i}.ffn_gate_inp.weight", (e, n)),
                T(f"blk.{i}.exp_probs_b.bias", (n,)),
                T(f"blk.{i}.ffn_gate_exps.weight", (e, f, n), gu),
                T(f"blk.{i}.ffn_up_exps.weight", (e, f, n), gu),
-               T(f"blk.{i}.ffn_down_exps.weight", (f, e, n), Q.IQ4_XS),
+               T(f"blk.{i}.ffn_down_exps.weight", (f, e, n), down),
                T(f"blk.{i}.ffn_gate_shexp.weight", (e, f), Q.Q8_0),
                T(f"blk.{i}.ffn_up_shexp.weight", (e, f), Q.Q8_0),
                T(f"blk.{i}.ffn_down_shexp.weight", (f, e), Q.Q8_0),
@@ -262,7 +267,7 @@ def minimax_m3_like(folder: Path, *, n_shards: int = 6, n_layer: int = 60, big_e
           "{arch}.attention.indexer.local_blocks": 1}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    return write_model(folder / "MiniMax-M3-UD-IQ4_XS.gguf", "minimax-m3", kv, ts, n_vocab=m["n_vocab"],
+    return write_model(folder / f"{stem}.gguf", "minimax-m3", kv, ts, n_vocab=m["n_vocab"],
                        n_shards=n_shards, chat_template=chat_template, name="MiniMax-M3-like")
 
 

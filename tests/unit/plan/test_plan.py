@@ -131,3 +131,16 @@ def test_parse_node() -> None:
     n = parse_node("box=80,device=h100,bw=3000")
     assert (n.name, n.memory_bytes, n.bandwidth) == ("box", 80 * GIB, 3000.0)
     assert parse_node("s=121,device=gb10").bandwidth == 273.0
+
+
+def test_a_450_gb_standin_over_four_nodes(tmp_path: Path) -> None:
+    from gguf_factory import Q, minimax_m3_like
+
+    shards = minimax_m3_like(tmp_path / "q8", n_shards=9, experts=Q.Q8_0, stem="MiniMax-M3-Q8_0")
+    m = inspect_model(shards[4])
+    assert 440e9 < m.file_bytes < 460e9 and len(m.shards) == 9
+    nodes = [parse_node(f"n{i}=128,device=h100") for i in range(4)]
+    p = make_plan(m, nodes, PlanOptions(ctx=32768, cache_type_k="q8_0", cache_type_v="q8_0"))
+    assert p.fits and sum(p.tensor_split) == 61
+    assert all(n.n_layers >= 14 for n in p.nodes)
+    assert not make_plan(m, nodes[:3], PlanOptions(ctx=32768)).fits
