@@ -237,3 +237,18 @@ def test_one_fetch_per_folder(hub: HubServer, tmp_path: Path) -> None:
     assert hub.log == []
     _fetch(hub, out)  # the lock is free again
     _assert_intact(hub, out)
+
+
+def test_files_already_on_disk_are_adopted_after_a_hash_check(hub: HubServer,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for p in SHARDS:  # e.g. downloaded earlier with another tool
+        (out / p).parent.mkdir(parents=True, exist_ok=True)
+        (out / p).write_bytes(hub.repos[REPO].files[p].source.read_bytes())
+    plan = plan_fetch(FetchOptions(REPO, quants=["UD-IQ4_XS"], dir=out),
+                      hub=HfHub(endpoint=hub.endpoint, token=""))
+    assert [f.action for f in plan.files] == ["skip", "skip"] and plan.todo == 0
+    assert not (out / MANIFEST).exists()  # planning writes nothing
+    result = _fetch(hub, out, includes=[])
+    assert hub.log == [] and (out / MANIFEST).is_file()
+    assert {o.status for o in result.outcomes} == {"skipped"}  # type: ignore[attr-defined]

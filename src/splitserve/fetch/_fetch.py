@@ -50,6 +50,7 @@ class PlannedFile:
     final: Path
     action: str  # skip | resume | new | replace
     have: int = 0  # bytes already on disk (a partial's done bytes, or the whole file)
+    record: bool = False  # on disk and hashing right, but not yet in the manifest
 
 
 @dataclass
@@ -108,7 +109,7 @@ def _identity(repo_id: str, commit: str, remote: RemoteFile) -> FileIdentity:
 
 def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None = None,
                check_existing: bool = True) -> FetchPlan:
-    """List and select; decide per file what is left to do.  Moves no bytes."""
+    """List and select; decide per file what is left to do.  Moves no bytes, writes nothing."""
     if options.connections < 1 or options.connections > 256:
         raise UsageError(f"--connections {options.connections}: use 1 to 256")
     hub = hub or HfHub()
@@ -132,8 +133,7 @@ def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | N
             if final.stat().st_size == remote.size and expected_digest(remote):
                 events.file_state(remote.path, "checking")
                 if hash_file(final, remote) == expected_digest(remote):
-                    store.record(listing.repo_id, listing.commit, remote, final)
-                    planned.append(PlannedFile(remote, final, "skip", remote.size))
+                    planned.append(PlannedFile(remote, final, "skip", remote.size, record=True))
                     continue
             segs = load_state(final, ident)
             have = sum(s.done for s in segs) if segs else 0
@@ -210,6 +210,8 @@ def _fetch_locked(options: FetchOptions, hub: Hub, events: Events, plan: FetchPl
     outcomes: dict[str, FileOutcome] = {}
     for pf in plan.files:
         if pf.action == "skip":
+            if pf.record:
+                store.record(plan.repo_id, plan.commit, pf.remote, pf.final)
             outcomes[pf.remote.path] = FileOutcome(pf.remote.path, pf.remote.size, "skipped",
                                                    "already there and verified")
             continue
