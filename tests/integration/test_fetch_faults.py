@@ -252,3 +252,16 @@ def test_files_already_on_disk_are_adopted_after_a_hash_check(hub: HubServer,
     result = _fetch(hub, out, includes=[])
     assert hub.log == [] and (out / MANIFEST).is_file()
     assert {o.status for o in result.outcomes} == {"skipped"}  # type: ignore[attr-defined]
+
+
+def test_urls_that_expire_with_time_are_renewed(tmp_path: Path) -> None:
+    with HubServer(tmp_path / "srv", url_ttl=1.0) as server:  # presigned for one second only
+        f = server.add_file(REPO, "slow.gguf", os.urandom(12 * MiB))
+        server.cap_bps = 2 * MiB  # about three seconds on two connections
+        rec = Recorder()
+        fetch(FetchOptions(REPO, dir=tmp_path / "out", connections=2, part_size=MiB,
+                           backoff=0.05), hub=HfHub(endpoint=server.endpoint, token=""),
+              events=rec)
+        assert sha256_file(tmp_path / "out" / "slow.gguf") == f.sha256
+        assert server.resolves >= 2 and any(s.status == 403 for s in server.served())
+        assert any("fresh URL" in n for n in rec.notes)
