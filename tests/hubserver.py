@@ -73,6 +73,8 @@ class Repo:
     repo_id: str
     commit: str
     files: dict[str, HubFile] = field(default_factory=dict)
+    gated: bool = False  # answer 403 GatedRepo unless the request carries the server's token
+    private: bool | None = None  # 401 without the token; None: private iff the server has one
 
 
 @dataclass
@@ -286,7 +288,16 @@ class _HubHandler(_Base):
         hub = self.server.hub
         url = urlsplit(self.path)
         path = unquote(url.path)
-        if hub.token is not None and self.headers.get("Authorization") != f"Bearer {hub.token}":
+        authorized = (hub.token is not None
+                      and self.headers.get("Authorization") == f"Bearer {hub.token}")
+        m = _API.match(path) or _RESOLVE.match(path)
+        target = hub.repos.get(m["repo"]) if m else None
+        if target is not None and target.gated and not authorized:
+            self._json(403, {"error": "Access to this model is restricted"},
+                       {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated repository"})
+            return
+        private = hub.token is not None if target is None or target.private is None else target.private
+        if private and not authorized and not (target is not None and target.gated):
             self._json(401, {"error": "Invalid credentials in Authorization header"},
                        {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid credentials"})
             return

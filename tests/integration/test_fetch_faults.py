@@ -265,3 +265,16 @@ def test_urls_that_expire_with_time_are_renewed(tmp_path: Path) -> None:
         assert sha256_file(tmp_path / "out" / "slow.gguf") == f.sha256
         assert server.resolves >= 2 and any(s.status == 403 for s in server.served())
         assert any("fresh URL" in n for n in rec.notes)
+
+
+def test_gated_repo_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with HubServer(tmp_path / "srv", token="hf_ok") as server:
+        server.add_file(REPO, "m.gguf", os.urandom(MiB))
+        server.repos[REPO].gated = True
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        with pytest.raises(HubError, match="gated.*HF_TOKEN"):
+            plan_fetch(FetchOptions(REPO, dir=tmp_path / "o"),
+                       hub=HfHub(endpoint=server.endpoint, token=""))
+        monkeypatch.setenv("HF_TOKEN", "hf_ok")
+        fetch(FetchOptions(REPO, dir=tmp_path / "o"), hub=HfHub(endpoint=server.endpoint))
+        assert (tmp_path / "o" / "m.gguf").stat().st_size == MiB and server.auth_leaks == 0
