@@ -6,7 +6,8 @@ then times, over ``--repeat`` runs with a cold page cache where possible (``posi
 DONTNEED on every shard before each run):
 
 - ``inspect_model`` in-process (the headers of all six shards),
-- ``splitserve inspect --json`` as a user runs it (interpreter start-up included),
+- ``splitserve inspect --json`` as a user runs it (interpreter start-up and imports included; its
+  CPU time too, which a busy machine does not inflate the way it inflates wall time),
 - ``make_plan`` for two GB10 nodes at 64k q8_0 (split search, max context per KV type, parallel).
 
     .venv/bin/python benchmarks/bench_inspect.py --out benchmarks/results/inspect.json
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -54,7 +56,7 @@ def main() -> None:
         build_s = time.perf_counter() - t0
         paper = sum(p.stat().st_size for p in shards)
         disk = sum(p.stat().st_blocks * 512 for p in shards)
-        lib, cli, plan = [], [], []
+        lib, cli, cli_cpu, plan = [], [], [], []
         for _ in range(args.repeat):
             _drop_cache(shards)
             t = time.perf_counter()
@@ -62,9 +64,12 @@ def main() -> None:
             lib.append(time.perf_counter() - t)
             _drop_cache(shards)
             t = time.perf_counter()
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             proc = subprocess.run([sys.executable, "-m", "splitserve", "inspect", str(shards[2]), "--json"],
                                   capture_output=True, text=True, check=True)
             cli.append(time.perf_counter() - t)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cli_cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
             assert json.loads(proc.stdout)["n_layer"] == 60
             nodes = [parse_node("spark1=121,device=gb10"), parse_node("spark2=121,device=gb10")]
             t = time.perf_counter()
@@ -78,6 +83,8 @@ def main() -> None:
         "build_seconds": round(build_s, 3),
         "inspect_seconds": {"median": round(statistics.median(lib), 4), "max": round(max(lib), 4), "runs": lib},
         "cli_inspect_seconds": {"median": round(statistics.median(cli), 4), "max": round(max(cli), 4), "runs": cli},
+        "cli_inspect_cpu_seconds": {"median": round(statistics.median(cli_cpu), 4), "runs": cli_cpu},
+        "load_average": os.getloadavg(),
         "plan_seconds": {"median": round(statistics.median(plan), 4), "max": round(max(plan), 4), "runs": plan},
         "target_seconds": 2.0,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "system": platform.platform()},
@@ -88,6 +95,8 @@ def main() -> None:
     print(f"inspect (library): median {result['inspect_seconds']['median']:.3f} s, max {max(lib):.3f} s")
     print(f"splitserve inspect --json (CLI, process start included): median "
           f"{result['cli_inspect_seconds']['median']:.3f} s, max {max(cli):.3f} s")
+    print(f"  CPU time of that process (user + system): median {statistics.median(cli_cpu):.3f} s; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"plan (2 x GB10, 64k q8_0): median {result['plan_seconds']['median']:.3f} s")
     print(f"wrote {args.out}")
 
