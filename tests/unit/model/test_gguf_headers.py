@@ -125,6 +125,22 @@ def test_smollm2_template_and_geometry(smollm2: Path) -> None:
     assert m.chat_template is not None and m.tool_call_format is None  # ChatML without tools
 
 
+def test_tool_call_formats_agree_with_the_chat_layer() -> None:
+    from splitserve.chat import detect_format
+    from splitserve.engine import resolve_source
+
+    templates = sorted((resolve_source(None).path / "models" / "templates").glob("*.jinja"))
+    assert len(templates) > 20
+    seen = set()
+    for p in templates:
+        text = p.read_text()
+        ours, theirs = tool_call_format(text), detect_format(text)
+        if theirs is not None:  # what the gateway parses, inspect names the same way
+            assert ours == theirs, p.name
+            seen.add(ours)
+    assert {"minimax-m2", "minimax-m3", "hermes", "qwen3-coder"} <= seen
+
+
 def test_tool_call_formats() -> None:
     assert tool_call_format("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}") == "hermes"
     assert tool_call_format("<minimax:tool_call><invoke name=") == "minimax-m2"
