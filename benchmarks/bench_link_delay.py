@@ -29,14 +29,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "multihost")]
 
-from delay_proxy import DelayProxy  # noqa: E402
-from helpers import free_ports  # noqa: E402
+from delay_proxy import DelayProxy
+from helpers import free_ports
 
-from splitserve._assets import smollm2_path  # noqa: E402
-from splitserve.cluster import parse_spec, rpc_argv, server_argv  # noqa: E402
-from splitserve.cluster._commands import _library_env  # noqa: E402
-from splitserve.cluster._run import port_answers  # noqa: E402
-from splitserve.engine import get_engine  # noqa: E402
+from splitserve._assets import smollm2_path
+from splitserve.cluster import parse_spec, rpc_argv, server_argv
+from splitserve.cluster._commands import _library_env
+from splitserve.cluster._run import port_answers
+from splitserve.engine import get_engine
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 

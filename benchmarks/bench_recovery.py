@@ -34,11 +34,17 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "multihost")]
 
-from helpers import free_ports, two_worker_spec  # noqa: E402
+from helpers import free_ports, two_worker_spec
 
-from splitserve._assets import smollm2_path  # noqa: E402
-from splitserve.cluster import Supervisor, cluster_state_dir, load_spec, read_state, read_supervisor_log  # noqa: E402
-from splitserve.engine import get_engine  # noqa: E402
+from splitserve._assets import smollm2_path
+from splitserve.cluster import (
+    Supervisor,
+    cluster_state_dir,
+    load_spec,
+    read_state,
+    read_supervisor_log,
+)
+from splitserve.engine import get_engine
 
 
 def wait_ready(root: Path, after: float, timeout: float = 300) -> dict[str, int]:

@@ -80,6 +80,11 @@ class ArgsWriter:
         if text:
             self._emit(encode_basestring(text)[1:-1])  # json.dumps(ensure_ascii=False), faster
 
+    def stream_raw(self, escaped: str) -> None:
+        """More of a ``stream`` value that is already JSON-escaped (from a JSON format)."""
+        if escaped:
+            self._emit(escaped)
+
     def close(self, raw: Any = None) -> None:
         """The open parameter ends; ``raw`` is its whole value (ignored in ``stream`` mode)."""
         key, mode = self.key, self.mode

@@ -12,61 +12,31 @@ V3 / R1 (a type, the name on its own line, a fenced JSON block)::
     ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
 
 Reasoning is ``<think>``. Rules, pinned: the markers are special tokens, so they never occur
-inside arguments; a call begin without the calls-begin wrapper is accepted; a call whose
-body is not a name and a JSON object is skipped with a warning (content if the block held no
-call at all); the end of output inside a call drops it.
+inside arguments; a call begin without the calls-begin wrapper is accepted; the call starts
+when its name is read and its string arguments stream; a call whose arguments are not a JSON
+object is dropped with a warning, text in the block that is not a call is ignored with one
+(content if the block held no call at all); the end of output inside a call drops it.
 """
 
 from __future__ import annotations
 
-import json
 import re
 
+from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser
+from ._json_args import JsonArgsStreamer, json_coerce
 from ._reasoning import ReasoningSpec
-from ._schema import ToolSet, coerce_value
+from ._schema import ToolSet
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
 CALL_BEGIN = "<｜tool▁call▁begin｜>"
 CALL_END = "<｜tool▁call▁end｜>"
 SEP = "<｜tool▁sep｜>"
-_TEXT, _CALLS, _CALL = range(3)
-_FENCED = re.compile(r"\s*([^\n`]+?)\s*\n\s*```(?:json)?\s*(.*?)\s*```\s*", re.DOTALL)
-
-
-def _parse_body(body: str) -> tuple[str, dict[str, object]] | None:
-    if SEP not in body:
-        return None
-    head, rest = body.split(SEP, 1)
-    head = head.strip()
-    if head == "function" or not head:
-        m = _FENCED.fullmatch(rest)
-        if m:
-            name, args_text = m.group(1), m.group(2)
-        else:
-            first, _, args_text = rest.strip().partition("\n")
-            name = first
-    else:
-        name, args_text = head, rest
-        m = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", rest, re.DOTALL)
-        if m:
-            args_text = m.group(1)
-    name = name.strip()
-    if not name:
-        return None
-    try:
-        args = json.loads(args_text) if args_text.strip() else {}
-    except ValueError:
-        return None
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return name, args
+_TEXT, _CALLS, _HEAD, _NAME, _FENCE, _ARGS, _CLOSE, _SKIP = range(8)
+_ENDS = (CALL_END, CALLS_END, CALL_BEGIN)
+_FENCE_OPEN = re.compile(r"\s*(?:```(?:json)?)?\s*(?=\{)")
+_FENCE_PARTIAL = re.compile(r"\s*(?:`{1,3}(?:j(?:s(?:o(?:n)?)?)?)?)?\s*")
 
 
 class DeepseekV3Parser(ToolParser):
@@ -74,13 +44,18 @@ class DeepseekV3Parser(ToolParser):
         super().__init__(tools, id_factory)
         self._state = _TEXT
         self._raw: list[str] = []
-        self._body: list[str] = []
+        self._head: list[str] = []
         self._calls = 0
         self._junk: list[str] = []
+        self._name = ""
+        self._streamer: JsonArgsStreamer | None = None
+        self._index = -1
+        self._tail: list[str] = []
 
     def _step(self) -> bool:
         buf = self.buf
-        if self._state == _TEXT:
+        state = self._state
+        if state == _TEXT:
             before, marker = buf.scan((CALLS_BEGIN, CALL_BEGIN))
             self.content(before)
             if marker is None:
@@ -90,7 +65,7 @@ class DeepseekV3Parser(ToolParser):
                 self._raw.append(buf.take(len(marker)))
             self._state = _CALLS
             return True
-        if self._state == _CALLS:
+        if state == _CALLS:
             before, marker = buf.scan((CALL_BEGIN, CALLS_END))
             self._raw.append(before)
             self._junk.append(before)
@@ -100,28 +75,99 @@ class DeepseekV3Parser(ToolParser):
             if marker == CALLS_END:
                 self._end_block()
             else:
-                self._body = []
-                self._state = _CALL
+                self._head = []
+                self._state = _HEAD
             return True
-        before, marker = buf.scan((CALL_END, CALLS_END, CALL_BEGIN))
-        self._body.append(before)
+        if state == _HEAD:  # the name (V3.1) or the type "function" (V3), up to the separator
+            before, marker = buf.scan((SEP, *_ENDS))
+            self._head.append(before)
+            self._raw.append(before)
+            if marker is None:
+                return False
+            if marker != SEP:
+                self._junk.append("".join(self._head))
+                self._state = _CALLS
+                return True
+            self._raw.append(buf.take(len(SEP)))
+            head = "".join(self._head).strip()
+            if head in ("", "function"):
+                self._head = []
+                self._state = _NAME
+            else:
+                self._start(head)
+            return True
+        if state == _NAME:  # V3: the name on its own line, then a fenced JSON block
+            before, marker = buf.scan(("\n", *_ENDS))
+            self._head.append(before)
+            self._raw.append(before)
+            if marker is None:
+                return False
+            if marker != "\n" or not "".join(self._head).strip():
+                self._junk.append("".join(self._head))
+                self._state = _CALLS
+                return True
+            self._raw.append(buf.take(1))
+            self._start("".join(self._head).strip())
+            return True
+        if state == _FENCE:  # optional ```json before the arguments object
+            m = _FENCE_OPEN.match(buf.text)
+            if m is None:
+                if not buf.eof and _FENCE_PARTIAL.fullmatch(buf.text):
+                    return False
+                self._fail()
+                return True
+            self._raw.append(buf.take(m.end()))
+            self._state = _ARGS
+            return True
+        if state == _ARGS:
+            assert self._streamer is not None
+            before, marker = buf.scan(_ENDS)
+            used = self._streamer.feed(before)
+            self._raw.append(before[:used])
+            buf.text = before[used:] + buf.text
+            if self._streamer.done:
+                self._streamer.finish()
+                self._tail = []
+                self._state = _CLOSE
+                return True
+            if self._streamer.failed or marker is not None:
+                self._fail()
+                return True
+            return False
+        if state == _CLOSE:  # optional closing fence, then the call's end
+            before, marker = buf.scan(_ENDS)
+            self._raw.append(before)
+            self._tail.append(before)  # all of it, whitespace too: chunking must not matter
+            if marker is None:
+                return False
+            tail = "".join(self._tail)
+            if tail.strip().strip("`").strip():
+                self._junk.append(tail)
+            if marker == CALL_END:
+                self._raw.append(buf.take(len(marker)))
+            self.end_call(self._index)
+            self._calls += 1
+            self._state = _CALLS
+            return True
+        # _SKIP: a failed call's remaining text, up to its end
+        before, marker = buf.scan(_ENDS)
         self._raw.append(before)
         if marker is None:
             return False
         if marker == CALL_END:
             self._raw.append(buf.take(len(marker)))
-        self._emit("".join(self._body))
         self._state = _CALLS
         return True
 
-    def _emit(self, body: str) -> None:
-        parsed = _parse_body(body)
-        if parsed is None:
-            self._junk.append(body)
-            return
-        name, args = parsed
-        self.whole_call(name, coerce_value(args, self.schema(name)))
-        self._calls += 1
+    def _start(self, name: str) -> None:
+        self._index = self.start_call(name)
+        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, name, json_coerce))
+        self._state = _FENCE
+
+    def _fail(self) -> None:
+        self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped",
+                  "".join(self._raw))
+        self._state = _SKIP
 
     def _end_block(self) -> None:
         rawtext = "".join(self._raw)
@@ -136,9 +182,13 @@ class DeepseekV3Parser(ToolParser):
         self._state = _TEXT
 
     def _at_eof(self) -> None:
-        if self._state == _CALL:
-            self.warn("a tool call was cut off by the end of the output; dropped "
-                      "(earlier calls kept)", "".join(self._body))
+        if self._state in (_FENCE, _ARGS, _CLOSE, _SKIP):
+            if self._state != _SKIP:
+                self.warn("a tool call was cut off by the end of the output; dropped "
+                          "(earlier calls kept)", "".join(self._raw))
+            self._state = _CALLS
+        elif self._state in (_HEAD, _NAME):
+            self._junk.append("".join(self._head))
             self._state = _CALLS
         if self._state == _CALLS:
             self._end_block()

@@ -12,7 +12,9 @@ Optional ``<think>`` reasoning (Qwen3). Rules, pinned:
 - a call is emitted as soon as its JSON value is complete (a block never closed keeps it);
   several objects, or a JSON list of them, in one block are several calls;
 - a block whose body is not a call (not JSON, no name): its raw text is content, a warning;
-- the end of output inside the JSON drops that call; arguments arrive in one fragment.
+- a call that opens ``{"name": ..., "arguments": {`` starts at once and its string arguments
+  stream (see _json_args); any other shape is read whole, then emitted;
+- the end of output inside the JSON drops that call.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from __future__ import annotations
 import json
 
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._json_args import JsonCallReader
 from ._reasoning import ReasoningSpec
-from ._scan import JsonScanner
 from ._schema import ToolSet, coerce_value
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -33,8 +35,7 @@ class HermesParser(ToolParser):
         super().__init__(tools, id_factory)
         self._state = _TEXT
         self._raw: list[str] = []
-        self._json: list[str] = []
-        self._scanner = JsonScanner()
+        self._reader = JsonCallReader(self)
         self._block_calls = 0
 
     def _step(self) -> bool:
@@ -53,7 +54,7 @@ class HermesParser(ToolParser):
             if not buf.text:
                 return False
             if buf.text[0] in "{[":
-                self._json, self._scanner = [], JsonScanner()
+                self._reader = JsonCallReader(self)
                 self._state = _JSON
                 return True
             if buf.text.startswith(CLOSE):
@@ -65,13 +66,19 @@ class HermesParser(ToolParser):
             self._state = _RAW
             return True
         if self._state == _JSON:
-            n = self._scanner.feed(buf.text)
-            piece = buf.take(n)
-            self._json.append(piece)
+            piece = buf.take(self._reader.feed(buf.text))
             self._raw.append(piece)
-            if not self._scanner.done:
+            if not self._reader.done:
                 return False
-            self._on_json("".join(self._json))
+            outcome = self._reader.close()
+            if outcome == "whole":
+                self._on_json(self._reader.text)
+            elif outcome == "ok":
+                self._block_calls += 1
+                self._raw = []
+                self._state = _AFTER
+            else:
+                self._state = _RAW
             return True
         # _RAW: text in the block that is not JSON, up to the closer
         before, marker = buf.scan((CLOSE,))

@@ -17,7 +17,7 @@ import json
 import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
-from ._scan import JsonScanner
+from ._json_args import JsonCallReader
 from ._schema import ToolSet, coerce_value
 
 PYTHON_TAG = "<|python_tag|>"
@@ -40,7 +40,7 @@ class Llama3JsonParser(ToolParser):
         super().__init__(tools, id_factory)
         self._state = _START
         self._raw: list[str] = []
-        self._scanner = JsonScanner()
+        self._reader = JsonCallReader(self)
         self._calls = 0
 
     def _step(self) -> bool:
@@ -58,15 +58,24 @@ class Llama3JsonParser(ToolParser):
             lead = buf.text[:m.end()]
             brace = lead.index("{")
             self._raw = [buf.take(brace)]
-            self._scanner = JsonScanner()
+            self._reader = JsonCallReader(self)
             self._state = _JSON
             return True
         if self._state == _JSON:
-            n = self._scanner.feed(buf.text)
-            self._raw.append(buf.take(n))
-            if not self._scanner.done:
+            self._raw.append(buf.take(self._reader.feed(buf.text)))
+            if not self._reader.done:
                 return False
+            outcome = self._reader.close()
+            if outcome == "ok":
+                self._calls += 1
+                self._raw = []
+                self._state = _AFTER
+                return True
             rawtext = "".join(self._raw)
+            if outcome == "failed":
+                self.content(rawtext)
+                self._state = _PASS
+                return True
             text = rawtext.strip()
             text = text.removeprefix(PYTHON_TAG)
             try:

@@ -404,7 +404,7 @@ def test_f_marker_inside_an_argument_is_data(fmt: str) -> None:
 
 # -- H: streaming shape -------------------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", XML)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_h_string_arguments_stream_before_the_call_ends(fmt: str) -> None:
     text = syn(fmt).one("get_weather", {"location": "Paris, the capital of France", "days": 3})
     parser = get_format(fmt).parser(TOOLS, prefilled=False)
@@ -420,6 +420,20 @@ def test_h_string_arguments_stream_before_the_call_ends(fmt: str) -> None:
     parser.finish()
     assert seen_start is not None and seen_start.name == "get_weather" and seen_start.id
     assert fragments_before_close >= 20  # the string arrived piece by piece
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3-json"])
+def test_h_json_calls_in_other_shapes_are_read_whole(fmt: str) -> None:
+    key = "arguments" if fmt == "hermes" else "parameters"
+    body = json.dumps({key: {"location": "Paris"}, "name": "get_weather"})
+    text = f"<tool_call>{body}</tool_call>" if fmt == "hermes" else body
+    parser = get_format(fmt).parser(TOOLS, prefilled=False)
+    events = [e for ch in text for e in parser.feed(ch)] + parser.finish()
+    assert [type(e).__name__ for e in events] == ["ToolCallStart", "ToolCallArgsDelta",
+                                                  "ToolCallEnd"]
+    bad = '<tool_call>{"name": "get_weather", "arguments": {"location": Paris}}</tool_call>'
+    msg = parse("hermes", bad)
+    assert msg.tool_calls == [] and msg.content == bad and msg.warnings
 
 
 def test_h_parsers_are_isolated() -> None:

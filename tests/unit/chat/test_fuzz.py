@@ -109,3 +109,17 @@ def test_mutated_calls_never_raise_and_are_chunk_invariant(fmt: str, seed: int, 
     pieces = [text[k:k + 3] for k in range(0, len(text), 3)]
     assert coalesce(run(fmt, pieces, TOOLS, prefilled)) == coalesce(reference)
     assert coalesce(run(fmt, list(text), TOOLS, prefilled)) == coalesce(reference)
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3-json", "deepseek-v3"])
+@settings(max_examples=80, deadline=None)
+@given(body=st.text(st.sampled_from(list('\\"u0aF9\n\t\x01 x}{,:é')), max_size=24))
+def test_streamed_json_strings_with_any_escapes_stay_valid_json(fmt: str, body: str) -> None:
+    args = '{"location": "' + body + '", "days": 3}'
+    text = {"hermes": f'<tool_call>{{"name": "get_weather", "arguments": {args}}}</tool_call>',
+            "llama3-json": f'{{"name": "get_weather", "parameters": {args}}}',
+            "deepseek-v3": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+                            f"{args}<｜tool▁call▁end｜><｜tool▁calls▁end｜>")}[fmt]
+    reference = run(fmt, [text], TOOLS, False)
+    check_shape(reference)  # every ended call's fragments form valid JSON
+    assert coalesce(run(fmt, list(text), TOOLS, False)) == coalesce(reference)
