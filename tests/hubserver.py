@@ -379,7 +379,8 @@ class _StorageHandler(_Base):
             m = _RANGE.match(rng.strip())
             if not m or int(m[1]) >= size:
                 self._reply(416, b"", {"Content-Range": f"bytes */{size}"})
-                hub.log.append(Served(f.path, start, end, 416, 0))
+                with hub._lock:
+                    hub.log.append(Served(f.path, start, end, 416, 0))
                 return
             start = int(m[1])
             end = min(int(m[2]), size - 1) if m[2] else size - 1
@@ -391,7 +392,8 @@ class _StorageHandler(_Base):
         if fault is not None and fault.kind == "status":
             headers = {"Content-Range": f"bytes */{size}"} if fault.status == 416 else {}
             self._reply(fault.status, b"", headers)
-            hub.log.append(Served(f.path, start, end, fault.status, 0, "status"))
+            with hub._lock:
+                hub.log.append(Served(f.path, start, end, fault.status, 0, "status"))
             return
         length = end - start + 1
         self.send_response(206 if ranged else 200)
