@@ -123,17 +123,18 @@ class MessageAssembler:
         """The message so far; calls without an end are dropped."""
         calls = []
         dropped = 0
+        warnings = list(self._warnings)
         for index in sorted(self._calls):
             if index not in self._ended:
                 dropped += 1
                 continue
-            call = self._calls[index]
+            call = {**self._calls[index], "function": dict(self._calls[index]["function"])}
             args = "".join(self._args.get(index, []))
             try:
                 json.loads(args)
             except ValueError:  # a parser defect; never hand invalid JSON to a client
                 dropped += 1
-                self._warnings.append(f"tool call {index}: arguments were not valid JSON; dropped")
+                warnings.append(f"tool call {index}: arguments were not valid JSON; dropped")
                 continue
             call["function"]["arguments"] = args
             calls.append(call)
@@ -142,7 +143,7 @@ class MessageAssembler:
         return ParsedMessage(
             content=content if content.strip() else None,
             reasoning_content=reasoning if reasoning.strip() else None,
-            tool_calls=calls, warnings=list(self._warnings), dropped_calls=dropped)
+            tool_calls=calls, warnings=warnings, dropped_calls=dropped)
 
 
 def coalesce(events: list[Event]) -> list[Event]:

@@ -8,6 +8,8 @@ optionally after ``<|python_tag|>``, several separated by ``;``. Rules, pinned:
   anything else streams as content at once, and so does a ``{`` in prose;
 - a JSON object with a string ``name`` and an object ``parameters`` (or ``arguments``) is a
   call; any other JSON, or invalid JSON, is content;
+- ``{"name": ..., "parameters": {`` starts the call at once and its string arguments
+  stream (see _json_args); other shapes are read whole;
 - text after the calls is content; the end of output inside the JSON drops that call.
 """
 
