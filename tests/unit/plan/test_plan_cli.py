@@ -5,18 +5,41 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_factory import dense_llama
+from typer.testing import CliRunner
+
+import splitserve.cli._inspect  # noqa: F401  (registers inspect and plan)
+from splitserve.cli._app import app
 
 CLI = [sys.executable, "-m", "splitserve"]
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], check=False, capture_output=True, text=True, timeout=120)
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def _one_line_error(res: subprocess.CompletedProcess[str], needle: str) -> None:
+def run_cli(*args: str) -> Result:
+    """The command in-process (fast); ``test_the_installed_entry_point`` runs the real one."""
+    r = CliRunner().invoke(app, list(args))
+    return Result(r.exit_code, r.stdout, r.stderr)
+
+
+def test_the_installed_entry_point(tmp_path: Path) -> None:
+    [p] = dense_llama(tmp_path / "d.gguf", n_layer=2, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512)
+    res = subprocess.run([*CLI, "inspect", str(p), "--json"], check=False, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and json.loads(res.stdout)["n_layer"] == 2
+    bad = subprocess.run([*CLI, "plan", str(p)], check=False, capture_output=True, text=True, timeout=120)
+    _one_line_error(Result(bad.returncode, bad.stdout, bad.stderr), "--node")
+
+
+def _one_line_error(res: Result, needle: str) -> None:
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
