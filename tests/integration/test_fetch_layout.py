@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,12 @@ def test_quant_lands_as_one_folder_of_llama_cpp_shards(served: tuple[HubServer, 
     assert shard_paths(first) == [out / "Q8_0" / p.name for p in shards]
     info = inspect_model(first)
     assert info.architecture == "llama" and info.n_layer == 4
+    # and so does `splitserve inspect`, on the path the fetch printed
+    proc = subprocess.run([sys.executable, "-c", "from splitserve.cli import main; main()",
+                           "inspect", str(first)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 shards" in proc.stdout
 
 
 @pytest.mark.engine
