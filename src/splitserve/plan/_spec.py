@@ -90,7 +90,19 @@ def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path 
     expected = sum(len(w.devices) or 1 for w in spec.workers) + len(spec.head.devices)
     if len(nodes) != expected:
         raise UsageError(f"{len(nodes)} --node given but the spec has {expected} devices; give one per device")
-    return make_plan(inspect_model(model or spec.model), nodes, spec_options(spec))
+    info = inspect_model(model or spec.model)
+    plan = make_plan(info, nodes, spec_options(spec))
+    s = spec.server
+    if s.n_gpu_layers < info.n_layer + 1:
+        plan.estimated.append(f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "
+                              "assumes every layer offloaded")
+    overrides = {"-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"}
+    if overrides & set(s.extra_args):
+        plan.estimated.append("tensor overrides in server.extra_args (-ot / --cpu-moe) move tensors the plan "
+                              "does not move")
+    if s.split_mode != "layer":
+        plan.estimated.append(f"split_mode = {s.split_mode!r}: the plan models --split-mode layer")
+    return plan
 
 
 def preflight(spec: Any) -> Plan | None:
