@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import free_ports
 from netns_hosts import Hosts, remote_spec
+
 from splitserve import NodeError
 from splitserve.cluster import Event, load_spec, preflight, up
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from helpers import free_ports, wait_dead
 from netns_hosts import Hosts, remote_spec
+
 from splitserve.cluster import cluster_state_dir, load_spec, read_state, read_supervisor_log
 
 pytestmark = [pytest.mark.engine, pytest.mark.multihost]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from netns_hosts import Hosts, remote_spec
 from helpers import free_ports, wait_dead
+from netns_hosts import Hosts, remote_spec
+
 from splitserve.cluster import Event, cluster_state_dir, cluster_status, down, load_spec, up
 
 pytestmark = [pytest.mark.engine, pytest.mark.multihost]

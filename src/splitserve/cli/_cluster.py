@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,8 +32,8 @@ from ._app import app, fail
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 
-SpecOpt = Annotated[Optional[Path], typer.Option("-c", "--config", help="cluster spec (TOML)")]
-NameOpt = Annotated[Optional[str], typer.Option("--name", help="cluster name (instead of -c)")]
+SpecOpt = Annotated[Path | None, typer.Option("-c", "--config", help="cluster spec (TOML)")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="cluster name (instead of -c)")]
 
 
 def _mib(n: Any) -> str:
@@ -233,7 +233,7 @@ def status_cmd(config: SpecOpt = None, name: NameOpt = None,
 
 @app.command("logs")
 def logs_cmd(
-    node: Annotated[Optional[str], typer.Argument(help="head or a worker name (default: all)")] = None,
+    node: Annotated[str | None, typer.Argument(help="head or a worker name (default: all)")] = None,
     config: SpecOpt = None, name: NameOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing new lines")] = False,
     lines: Annotated[int, typer.Option("-n", "--lines", help="lines from the end of each log")] = 50,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, rpc_argv, server_argv
+from ._commands import (
+    LaunchPlan,
+    ProcessPlan,
+    cluster_state_dir,
+    launch_plan,
+    rpc_argv,
+    server_argv,
+)
 from ._logparse import DeviceMemory, LoadReport, load_progress, parse_load_report
 from ._preflight import CheckRow, preflight
 from ._run import Event, down, port_in_use, require_state, resolve_engines, up
@@ -18,10 +25,10 @@ from ._spec import (
     parse_spec,
 )
 from ._ssh import SshTransport
+from ._state import ClusterState, ProcessRecord, read_state
+from ._status import cluster_status, find_state_root
 from ._supervise import Backoff, Supervisor, read_supervisor_log, supervise
 from ._systemd import systemd_units
-from ._status import cluster_status, find_state_root
-from ._state import ClusterState, ProcessRecord, read_state
 from ._transport import LocalTransport, ProcessRef, Transport, transport_for
 
 __all__ = [
@@ -46,8 +53,8 @@ __all__ = [
     "Transport",
     "WorkerSpec",
     "check_files",
-    "cluster_status",
     "cluster_state_dir",
+    "cluster_status",
     "down",
     "find_state_root",
     "launch_plan",

@@ -22,9 +22,10 @@ import socket
 import statistics
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .._errors import ClusterError, SplitserveError
 from ..engine import Engine
@@ -189,7 +190,7 @@ def probe_port(host: str, port: int, timeout: float = 1.0) -> str:
             return "open"
     except ConnectionRefusedError:
         return "closed"
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return "timeout"
     except OSError:
         return "closed"
@@ -340,6 +341,43 @@ def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str,
     return rows
 
 
+def planned_need(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> dict[str, float] | None:
+    """Bytes each host must hold (weights + KV + compute of its workers' devices) from the
+    planner, planning against each host's available memory; None when it cannot plan (no
+    readable GGUF headers, an unreachable node)."""
+    try:
+        from ..model import inspect_model
+        from ..plan import Node, make_plan, spec_options
+
+        per_host: dict[str, int] = {}
+        for w in spec.workers:
+            per_host[host_of(w)] = per_host.get(host_of(w), 0) + (len(w.devices) or 1)
+        nodes, hosts = [], []
+        for w in spec.workers:
+            f = facts.get(host_of(w))
+            if f is None or f.mem_available is None:
+                return None
+            devices: list[str | None] = list(w.devices) or [None]
+            for d in devices:
+                nodes.append(Node(w.name if d is None else f"{w.name}/{d}", f.mem_available // per_host[host_of(w)]))
+                hosts.append(host_of(w))
+        for d in spec.head.devices:
+            f = facts.get("local")
+            if f is None or f.mem_available is None:
+                return None
+            nodes.append(Node(f"head/{d}", f.mem_available))
+            hosts.append("local")
+        options = spec_options(spec)
+        plan = make_plan(inspect_model(spec.model), nodes, options)
+    except Exception:  # the planner is an estimate: any failure falls back to the file-size share
+        return None
+    need: dict[str, float] = {}
+    for node, host in zip(plan.nodes, hosts):
+        if not node.name.startswith("head/"):
+            need[host] = need.get(host, 0.0) + node.total_bytes
+    return need
+
+
 def _memory_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
     rows = []
     total = model_bytes(spec.model)
@@ -349,6 +387,10 @@ def _memory_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of:
     for w in spec.workers:
         need[host_of(w)] = need.get(host_of(w), 0.0) + total * shares[w.name]
         names.setdefault(host_of(w), []).append(w.name)
+    planned = planned_need(spec, facts, host_of) if total else None
+    how = "planner: weights + KV + compute" if planned else "estimate: file size x split"
+    if planned:
+        need.update(planned)
     for host, want in need.items():
         f = facts.get(host)
         label = ",".join(names[host])
@@ -360,8 +402,7 @@ def _memory_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of:
         if f.mem_available is None:
             rows.append(CheckRow("memory", label, "warn", f"could not read /proc/meminfo on {host}", ""))
             continue
-        text = (f"weights share {_mib(want)} (estimate: file size x split) vs {_mib(f.mem_available)} "
-                f"available on {host}")
+        text = f"needs {_mib(want)} ({how}) vs {_mib(f.mem_available)} available on {host}"
         if want > f.mem_available:
             rows.append(CheckRow("memory", label, "fail", text,
                                  "move layers to a bigger node with server.tensor_split, or free memory there"))

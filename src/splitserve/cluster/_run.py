@@ -24,8 +24,8 @@ from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, 
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
 from ._spec import ClusterSpec, WorkerSpec, check_files, is_local_host
-from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
 from ._ssh import exit_status_from_log
+from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
 from ._transport import ProcessRef, Transport, stop, transport_for
 
 
@@ -76,7 +76,7 @@ def _log_cause(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     tail = lines[-40:]
     for pattern in (r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception",):
-        hits = [ln for ln in tail if re.search(pattern, ln, re.I)]
+        hits = [ln for ln in tail if re.search(pattern, ln, re.IGNORECASE)]
         if hits:
             return hits[-1][:300]
     return tail[-1][:300] if tail else "no output"

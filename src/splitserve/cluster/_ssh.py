@@ -27,8 +27,8 @@ import re
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .._errors import ClusterError
 from ._transport import ProcessRef, Transport

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .._errors import NotRunningError
+from .._errors import ClusterError, EngineError, NotRunningError
 from .._paths import state_dir
-from .._errors import EngineError
 from ..engine import EngineClient
 from ._logparse import parse_load_report
 from ._state import ClusterState, read_state
@@ -50,10 +49,15 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     head_log = None
     for rec in state.processes:
         transport = transport_for(rec.host, state.extra.get("ssh"))
-        alive = transport.alive(rec.ref)
-        procs.append({"node": rec.node, "role": rec.role, "host": rec.host, "pid": rec.pid, "alive": alive,
-                      "bind": rec.bind, "port": rec.port, "rss_bytes": transport.rss_bytes(rec.ref),
-                      "log": rec.log})
+        entry: dict[str, Any] = {"node": rec.node, "role": rec.role, "host": rec.host, "pid": rec.pid,
+                                 "alive": False, "bind": rec.bind, "port": rec.port, "rss_bytes": None,
+                                 "log": rec.log}
+        try:
+            entry["alive"] = transport.alive(rec.ref)
+            entry["rss_bytes"] = transport.rss_bytes(rec.ref)
+        except ClusterError as exc:  # an unreachable node: say so in its row, keep the others
+            entry["error"] = str(exc)
+        procs.append(entry)
         if rec.role == "server":
             head_log = (transport, Path(rec.log))
     memory = state.extra.get("memory") or []
