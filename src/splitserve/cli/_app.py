@@ -25,6 +25,13 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+@app.callback()
+def _root() -> None:
+    # Keeps Typer in group mode when the lazy registry imports a module with a single
+    # command (otherwise `splitserve fetch REPO` would parse REPO as a stray argument).
+    pass
+
+
 # Which module defines each top-level command. Only the module of the command
 # being run is imported, so `splitserve up` does not pay for the chat layer or
 # matplotlib. A new command group adds its names here.
