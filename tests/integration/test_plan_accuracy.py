@@ -50,13 +50,16 @@ class Case:
     ubatch: int = 512
     fa: str = "on"
     parallel: int = 1
+    unified: bool = False
 
 
 CASES = [
     Case("smollm2", 2, "1,1", 4096),
     Case("smollm2", 3, "1,1,1", 8192, "q8_0"),
+    Case("smollm2", 2, "1,1", 32768, "q8_0", ubatch=2048),
     Case("gemma3", 2, "1,1", 16384, "q4_0"),
     Case("gemma3", 3, "1,1,1", 8192, "f16", fa="off"),
+    Case("gemma3", 2, "1,1", 8192, "f16", parallel=3, unified=True),
     Case("dense", 2, "1,1", 16384, "f16", ubatch=1024),
     Case("dense", 3, "2,1,1", 8192, "q8_0", parallel=2),
     Case("moe", 2, "1,1", 16384, "q8_0"),
@@ -98,6 +101,8 @@ def run_llama(engine: Any, model: Path, case: Case) -> tuple[str, list[str]]:
                 "-ngl", "999", "-ts", case.ts, "-c", str(case.ctx), "-ctk", case.cache, "-ctv", case.cache,
                 "-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch)), "-fa", case.fa, "-np", str(case.parallel),
                 "-fit", "off", "--no-warmup", "-lv", "4", "--host", "127.0.0.1", "--port", str(_free_port())]
+        if case.unified:
+            argv.append("--kv-unified")
         srv = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(srv)
         done = threading.Event()
@@ -144,7 +149,7 @@ def _err(planned: int, measured: int) -> float:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.model}-{c.workers}w-{c.ts}-{c.ctx}-{c.cache}-ub{c.ubatch}"
-                         f"-fa{c.fa}-np{c.parallel}")
+                         f"-fa{c.fa}-np{c.parallel}{'-kvu' if c.unified else ''}")
 def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case) -> None:
     path = models[case.model]
     log, endpoints = run_llama(engine, path, case)
@@ -153,13 +158,15 @@ def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case
     assert all(measured), f"no buffer lines for some worker; log tail:\n{log[-3000:]}"
     m = inspect_model(path)
     split = tuple(float(x) for x in case.ts.split(","))
-    options = PlanOptions(ctx=case.ctx, parallel=case.parallel, cache_type_k=case.cache, cache_type_v=case.cache,
+    options = PlanOptions(ctx=case.ctx, parallel=case.parallel, unified=case.unified, cache_type_k=case.cache,
+                          cache_type_v=case.cache,
                           ubatch=case.ubatch, flash_attn=case.fa == "on", tensor_split=split)
     plan = make_plan(m, [Node(f"w{i}", 64 * GIB) for i in range(case.workers)], options)
 
     # the same layer assignment: llama.cpp assigns contiguous ranges in device order, so the layers each
     # device got follow from its KV buffer (the debug log names every RPC device "RPC0", so it cannot say)
-    kv_layers = layer_kv_bytes(m, KVSettings(ctx=case.ctx, parallel=case.parallel, type_k=case.cache,
+    kv_layers = layer_kv_bytes(m, KVSettings(ctx=case.ctx, parallel=case.parallel, unified=case.unified,
+                                             type_k=case.cache,
                                              type_v=case.cache, ubatch=case.ubatch, flash_attn=case.fa == "on"))
     got_counts, il = [], 0
     for dm in measured:
@@ -174,7 +181,7 @@ def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case
     for i, (pn, dm) in enumerate(zip(plan.nodes, measured)):
         assert dm is not None
         row = {"model": case.model, "workers": case.workers, "ts": case.ts, "ctx": case.ctx, "cache": case.cache,
-               "ubatch": case.ubatch, "fa": case.fa, "parallel": case.parallel, "device": i,
+               "ubatch": case.ubatch, "fa": case.fa, "parallel": case.parallel, "unified": case.unified, "device": i,
                "layers": list(pn.layers) if pn.layers else None,
                "weights": [pn.weights_bytes, dm.model_bytes], "kv": [pn.kv_bytes, dm.kv_bytes],
                "compute": [pn.compute_bytes, dm.compute_bytes]}
