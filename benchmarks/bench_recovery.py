@@ -127,12 +127,14 @@ def main() -> None:
             ready = next(e for e in log if e["kind"] == "ready")
             row = {"run": i + 1, "killed": node, "recovery_s": round(recovery, 3),
                    "detect_s": round(float(died["time"]) - t_kill, 3),  # type: ignore[arg-type]
+                   "stop_s": round(float(restarting["time"]) - float(died["time"]), 3),  # type: ignore[arg-type]
                    "backoff_s": restarting.get("delay"),
                    "restart_s": round(float(ready["time"]) - float(restarting["time"]) - float(restarting.get("delay") or 0), 3),  # type: ignore[arg-type]
                    "cause": died["message"]}
             runs.append(row)
             print(f"run {i + 1}: killed {node}, recovered in {recovery:.2f} s "
-                  f"(detect {row['detect_s']:.2f}, backoff {row['backoff_s']}, restart {row['restart_s']:.2f})",
+                  f"(detect {row['detect_s']:.2f}, stop {row['stop_s']:.2f}, backoff {row['backoff_s']}, "
+                  f"restart {row['restart_s']:.2f})",
                   flush=True)
     finally:
         sup.stop()

@@ -162,14 +162,15 @@ def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, d
     return f"{what} {how} {during}: {_log_cause(text)} (log: {where})"
 
 
-def stop_recorded(state: ClusterState) -> list[str]:
-    """Stop every recorded process that is still ours; returns the nodes stopped."""
+def stop_recorded(state: ClusterState, grace: float = 10.0) -> list[str]:
+    """Stop every recorded process that is still ours (SIGTERM, SIGKILL after ``grace`` seconds);
+    returns the nodes stopped."""
     stopped = []
     order = sorted(state.processes, key=lambda p: p.role != "server")  # head first
     for rec in order:
         transport = transport_for(rec.host, state.extra.get("ssh"))
         if transport.alive(rec.ref):
-            if not stop(transport, rec.ref):
+            if not stop(transport, rec.ref, grace=grace):
                 raise ClusterError(f"{rec.node}: pid {rec.pid} did not stop after SIGKILL")
             stopped.append(rec.node)
     return stopped
@@ -325,13 +326,14 @@ def _check_protocols(launch: _Launch, plan: LaunchPlan, emit: OnEvent) -> None:
         emit(Event("protocol", proc.node, f"RPC protocol {got}"))
 
 
-def down(spec_or_root: ClusterSpec | Path) -> list[str]:
-    """Stop exactly the processes `up` recorded; returns the nodes stopped."""
+def down(spec_or_root: ClusterSpec | Path, grace: float = 10.0) -> list[str]:
+    """Stop exactly the processes `up` recorded; returns the nodes stopped. Each gets SIGTERM,
+    then SIGKILL after ``grace`` seconds."""
     root = cluster_state_dir(spec_or_root) if isinstance(spec_or_root, ClusterSpec) else spec_or_root
     state = read_state(root)
     if state is None:
         return []
-    stopped = stop_recorded(state)
+    stopped = stop_recorded(state, grace=grace)
     clear_state(root)
     return stopped
 

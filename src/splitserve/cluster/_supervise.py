@@ -29,6 +29,8 @@ from ._state import ClusterState
 from ._transport import transport_for
 
 SUPERVISOR_LOG = "supervisor.log"
+DEAD_GRACE = 1.0
+"""Seconds a process of a broken cluster gets between SIGTERM and SIGKILL."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,9 @@ class Supervisor:
                 delay = self.backoff.delay(attempt)
                 attempt += 1
                 self.restarts += 1
-                self._down_quietly()
+                # A head whose worker died cannot shut down cleanly (it waits on the lost RPC
+                # connection): a short grace, then SIGKILL.
+                self._down_quietly(grace=DEAD_GRACE)
                 self.emit("restarting", "cluster", f"restart {self.restarts} in {delay:.1f} s "
                           f"(stops everything, then workers, then the head)", delay=delay)
                 if self._stop.wait(delay):
@@ -162,9 +166,9 @@ class Supervisor:
                 return death
         return None
 
-    def _down_quietly(self) -> None:
+    def _down_quietly(self, grace: float = 10.0) -> None:
         try:
-            down(self.spec)
+            down(self.spec, grace=grace)
         except SplitserveError as exc:
             self.emit("stop_failed", "cluster", str(exc))
 
