@@ -65,7 +65,8 @@ def running_gateway(config: GatewayConfig) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def engine_url(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    with bare_server(engine, smollm2, "--parallel", "2", ctx=4096) as url:
+    # one thread: on a shared, oversubscribed CI box two spinning threads are several times slower
+    with bare_server(engine, smollm2, "--parallel", "2", "-t", "1", ctx=4096) as url:
         yield url
 
 
@@ -127,7 +128,7 @@ def test_chat_stream_equals_non_stream_and_usage_is_real(plain: str) -> None:
 def test_engine_sampling_fields_pass_through(plain: str) -> None:
     c, m = client(plain), model_id(plain)
     r = c.chat.completions.create(model=m, messages=[{"role": "user", "content": "Count."}],
-                                  max_tokens=3, extra_body={"grammar": 'root ::= "1, 2, 3"',
+                                  max_tokens=12, extra_body={"grammar": 'root ::= "1, 2, 3"',
                                                             "top_k": 1})
     assert r.choices[0].message.content == "1, 2, 3" and r.choices[0].finish_reason == "stop"
 
@@ -270,6 +271,40 @@ def test_engine_down_is_503_with_retry_after() -> None:
         assert r.json()["error"]["code"] == "engine_unavailable"
         h = httpx.get(f"{url}/health")
         assert h.status_code == 503 and "retry-after" in h.headers
+
+
+def test_engine_loading_is_503_with_retry_after(engine, smollm2) -> None:  # type: ignore[no-untyped-def]
+    """A real llama-server that is still loading (a large context takes seconds to set up)."""
+    import os
+    import subprocess
+
+    port, = free_ports(1)
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.Popen([str(engine.server), "-m", str(smollm2), "--host", "127.0.0.1",
+                             "--port", str(port), "-c", "65536", "-t", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    engine_url = f"http://127.0.0.1:{port}"
+    try:
+        with running_gateway(GatewayConfig(engine_url=engine_url)) as url:
+            seen: list[httpx.Response] = []
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    state = httpx.get(f"{engine_url}/health", timeout=5).status_code
+                except httpx.HTTPError:
+                    time.sleep(0.02)
+                    continue
+                if state != 503:
+                    break
+                seen.append(httpx.post(f"{url}/v1/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": "x"}]}))
+            loading = [r for r in seen if r.status_code == 503]
+            assert loading, "never caught the engine loading"
+            r = loading[0]
+            assert r.headers["retry-after"] == "2" and "not ready" in r.json()["error"]["message"]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_auth_required_and_keys_file(engine_url: str, tmp_path: Path) -> None:
