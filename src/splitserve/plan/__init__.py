@@ -15,7 +15,7 @@ from ._memory import (
     weights_per_device,
 )
 from ._plan import NodePlan, Plan, PlanOptions, choose_split, make_plan
-from ._spec import plan_for_spec, preflight, require_fit, spec_nodes, spec_options
+from ._spec import plan_for_spec, preflight, require_fit, spec_nodes, spec_options, split_for_up
 
 __all__ = [
     "BANDWIDTH_GBPS",
@@ -41,5 +41,6 @@ __all__ = [
     "row_size",
     "spec_nodes",
     "spec_options",
+    "split_for_up",
     "weights_per_device",
 ]

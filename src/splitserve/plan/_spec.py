@@ -4,6 +4,7 @@
     plan_for_spec(spec, nodes=None) -> Plan
     preflight(spec) -> Plan | None            # None when the spec says no memory sizes
     require_fit(plan)                         # raises ClusterError naming the nodes and numbers
+    split_for_up(spec) -> [float] | None      # both, for `up`: refuse, else the split to fill in
 
 The spec's devices are the RPC workers in order (a worker with several ``devices`` gives one
 node each), then the head's own devices.  Memory per device comes from ``memory_gib`` on a
@@ -124,3 +125,14 @@ def require_fit(plan: Plan) -> None:
              + f") of {n.memory_bytes / GIB:.1f} GiB" for n in plan.nodes if n.headroom_bytes < 0]
     raise ClusterError(f"the model will not fit: {'; '.join(short)}; lower ctx_size, use q8_0/q4_0 KV "
                        "(cache_type_k/v), or add a worker (see `splitserve plan -c SPEC`)")
+
+
+def split_for_up(spec: Any) -> list[float] | None:
+    """What ``up`` needs in one call: raise :class:`ClusterError` when the spec will not fit, else the
+    ``--tensor-split`` to pass when the spec leaves it out (None: keep the spec's, or nothing to plan with).
+    """
+    plan = preflight(spec)
+    if plan is None:
+        return None
+    require_fit(plan)
+    return None if spec.server.tensor_split is not None else list(plan.tensor_split)

@@ -84,3 +84,26 @@ def test_parse_breakdown() -> None:
     assert t["RPC0 (127.0.0.1:58331)"] == {"model": 33 * mib, "context": 48 * mib, "compute": 43 * mib}
     assert t["Host"] == {"model": 28 * mib, "context": 0, "compute": 27 * mib}
     assert parse_breakdown("no table here") == {}
+
+
+def test_split_for_up_refuses_or_fills_the_split(spec_file: Path) -> None:
+    from types import SimpleNamespace
+
+    from splitserve._errors import ClusterError
+    from splitserve.plan import split_for_up
+
+    spec = load_spec(spec_file)
+    assert split_for_up(spec) is None  # no memory sizes: nothing to plan against
+
+    def with_memory(gib: float, split: list[float] | None = None) -> SimpleNamespace:
+        # the spec as it will look once workers carry memory_gib
+        workers = [SimpleNamespace(**w.model_dump(), memory_gib=gib) for w in spec.workers]
+        server = spec.server.model_copy(update={"tensor_split": split})
+        return SimpleNamespace(workers=workers, head=spec.head, server=server, model=spec.model,
+                               source_file=spec_file)
+
+    split = split_for_up(with_memory(2))
+    assert split is not None and sum(split) == 7  # 6 layers + output
+    assert split_for_up(with_memory(2, [1.0, 1.0])) is None  # the spec's own split is kept
+    with pytest.raises(ClusterError, match="will not fit: w1 needs"):
+        split_for_up(with_memory(0.01))
