@@ -15,6 +15,7 @@ from ._translate import Plan, ServedModel, gbnf_literal, plan_chat
 from ._turn import Delta, Turn
 
 __all__ = [
+    "PLAIN",
     "APIError",
     "Delta",
     "EngineStream",
@@ -22,7 +23,6 @@ __all__ = [
     "GatewayConfig",
     "KeyLimiter",
     "KeyRing",
-    "PLAIN",
     "Plan",
     "ServedModel",
     "Turn",

@@ -134,7 +134,7 @@ class Gateway:
                            "--chat-template FILE", type_="server_error")
         path = str(props.get("model_path") or props.get("model_alias") or "model")
         base = os.path.basename(path)
-        stem = base[:-5] if base.endswith(".gguf") else base
+        stem = base.removesuffix(".gguf")
         alias = str(props.get("model_alias") or "")
         aliases = tuple(a for a in {path, base, stem, alias} if a)
         settings = props.get("default_generation_settings") or {}
@@ -313,7 +313,7 @@ def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Respons
             response = await handler(request)
         except APIError as exc:
             response = _error(exc)
-        except Exception as exc:  # a gateway defect: still an OpenAI-shaped answer
+        except Exception as exc:  # noqa: BLE001 - a gateway defect: still an OpenAI-shaped answer
             response = _error(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
                                        type_="server_error"))
         gw.metrics.requests.labels(name, str(response.status_code)).inc()

@@ -46,7 +46,7 @@ class FunctionCall(_Model):
             except ValueError:
                 raise ValueError("must be a JSON object text; got invalid JSON") from None
             if not isinstance(parsed, dict):
-                raise ValueError("must be a JSON object text")
+                raise ValueError("must be a JSON object text")  # noqa: TRY004 - pydantic wants ValueError
         return value
 
 
@@ -146,7 +146,7 @@ class CompletionRequest(_Model):
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 
-def _loc(err: dict[str, Any]) -> str:
+def _loc(err: Any) -> str:
     """The error's field path without pydantic's union-branch tags (``str``, ``list[...]``)."""
     parts = [str(p) for p in err.get("loc", ())
              if isinstance(p, int) or (p not in _TYPE_TAGS and not any(c in p for c in "[]()'"))]

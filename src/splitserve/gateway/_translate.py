@@ -129,14 +129,14 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
 
 def resolve_format(name: str | None, template: str) -> ToolCallFormat:
     """The format named on the command line, the one the template is detected as, or plain."""
-    from ..chat import detect_format
+    from ..chat import UnknownFormatError, detect_format
 
     if name:
         if name == PLAIN.name:
             return PLAIN
         try:
             return get_format(name)
-        except Exception as exc:  # UnknownFormatError, a SplitserveError with the known names
+        except UnknownFormatError as exc:  # names the known formats
             raise APIError(500, str(exc), type_="server_error") from None
     detected = detect_format(template)
     return get_format(detected) if detected else PLAIN

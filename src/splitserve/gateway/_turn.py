@@ -94,15 +94,15 @@ class Turn:
                 self._args.append([])
                 out.append(Delta(CALL_START, index=idx, id=ev.id, name=ev.name))
             elif isinstance(ev, ToolCallArgsDelta):
-                idx = self._out.get(ev.index)
-                if idx is not None and ev.text:
-                    self._args[idx].append(ev.text)
-                    out.append(Delta(CALL_ARGS, ev.text, index=idx))
+                at = self._out.get(ev.index)
+                if at is not None and ev.text:
+                    self._args[at].append(ev.text)
+                    out.append(Delta(CALL_ARGS, ev.text, index=at))
             elif isinstance(ev, ToolCallEnd):
-                idx = self._out.get(ev.index)
-                if idx is not None:
-                    self._ended.add(idx)
-                    out.append(Delta(CALL_END, index=idx))
+                end = self._out.get(ev.index)
+                if end is not None:
+                    self._ended.add(end)
+                    out.append(Delta(CALL_END, index=end))
             elif isinstance(ev, ParseWarning):
                 self.warnings.append(ev.message)
         return out
