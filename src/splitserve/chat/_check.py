@@ -4,7 +4,9 @@ Every canonical conversation ends with an assistant turn. A template passes a co
 when (1) it renders without error, (2) every user text and tool result appears in the
 prompt, and (3) the text it writes for the final assistant turn, read back with the
 template's tool-call format, gives that turn's content, reasoning and tool calls (names and
-arguments): what the model sees in its history is what it would be parsed as writing.
+arguments): what the model sees in its history is what it would be parsed as writing. The
+reasoning conversations render with the thinking switches on and off (``THINKING``), so a
+generation prompt that pre-fills the opener is exercised too.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], bool]] = {
     "reasoning off": ([
         {"role": "user", "content": "What is 2+2?"},
         {"role": "assistant", "content": "4."}], False),
+}
+
+# The thinking switches templates read (Qwen3: enable_thinking; DeepSeek V3.1: thinking;
+# MiniMax-M3: thinking_mode); a template ignores the ones it does not know.
+THINKING = {
+    "reasoning on": {"enable_thinking": True, "thinking": True, "thinking_mode": "enabled"},
+    "reasoning off": {"enable_thinking": False, "thinking": False,
+                      "thinking_mode": "disabled"},
 }
 
 
@@ -147,6 +157,7 @@ def check_template(template: str, fmt: ToolCallFormat | None,
     """Check every canonical conversation; ``fmt`` None checks rendering only."""
     out = []
     for name, (messages, uses_tools) in CONVERSATIONS.items():
+        variables = {**THINKING.get(name, {}), **(kwargs or {})}
         out.append(_check_one(name, template, fmt, messages, TOOLS if uses_tools else None,
-                              dict(kwargs or {})))
+                              variables))
     return out
