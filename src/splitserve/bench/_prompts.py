@@ -69,6 +69,10 @@ class PromptMaker:
         return out
 
     def speed_prompt(self, request_id: str, n_words: int) -> str:
-        """A prompt of about ``n_words`` words that starts with a unique nonce."""
-        head = f"[{self.run_nonce}/{request_id}] Continue this list of words:"
-        return head + " " + " ".join(self.words(max(1, n_words - 6)))
+        """A prompt of about ``n_words`` words that starts with ``request_id``.
+
+        The filler is sentences like the context bench's haystack, so that one
+        calibration (tokens per word) fits both.
+        """
+        head = f"[{request_id}] Continue this text:"
+        return head + " " + " ".join(self.sentences(max(1, n_words - 4)))

@@ -46,11 +46,14 @@ def _header(run: BenchRun) -> str:
     lines = [
         f"- run: `{run.id}`" + (f" ({run.label})" if run.label else "") + f", {run.kind}, {state}",
         f"- started {run.created_at}, finished {run.finished_at or '–'}",
-        f"- target: {run.target.get('url', run.target.get('model', '–'))}"
+        f"- target: {run.target.get('url', '–')}"
         + (f", model `{run.target.get('model')}`" if run.target.get("model") else ""),
-        f"- server: n_ctx {s.get('n_ctx', '–')}, slots {s.get('total_slots', '–')}, "
-        f"build {s.get('build_info', '–')}",
     ]
+    if s:
+        lines.append(f"- server: n_ctx {s.get('n_ctx', '–')}, slots {s.get('total_slots', '–')}, "
+                     f"build {s.get('build_info', '–')}")
+    if run.target.get("rpc"):
+        lines.append(f"- RPC workers: {', '.join(run.target['rpc'])}")
     if e:
         lines.append(f"- engine: {e.get('key', e.get('build_info', '–'))}"
                      + (f", backend {e['backend']}" if e.get("backend") else "")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -130,8 +131,6 @@ class Session:
                     max_tokens: int, ignore_eos: bool | None = None,
                     keep_text: int | None = 400) -> list[RequestRecord]:
         """``count`` requests sent together; ``make(i)`` gives (tag, cell, text) for each."""
-        import time
-
         batch = self.next_batch()
         specs = [make(i) for i in range(count)]
         t0 = time.perf_counter()

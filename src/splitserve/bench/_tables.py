@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._context import CONTROL
 from ._records import BenchRun, RequestRecord
 from ._stats import group_records, median, request_metrics, summarize
 
@@ -105,7 +106,7 @@ def headline(run: BenchRun) -> dict[str, float | None]:
     if run.kind == "context":
         rows = prefill_by_length(run.records)
         cells = context_rows(run.records)
-        graded = [c for c in cells if c["verdict"] not in ("skipped", "n/a")]
+        graded = [c for c in cells if c["verdict"] not in ("skipped", "n/a") and c["depth"] != CONTROL]
         return {
             "prefill_tps_server_longest": rows[-1]["prefill_tps_server"] if rows else None,
             "retrieval_found_fraction": (sum(1 for c in graded if c["verdict"] == "found") / len(graded))
