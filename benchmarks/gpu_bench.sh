@@ -18,7 +18,10 @@
 #   DECODE_BOUND=          decode upper bound in t/s, for the efficiency line
 #   MACHINE=               a name for the machine in the reports (SPLITSERVE_MACHINE)
 #   SPLITSERVE=splitserve  the command to run
-# A synthetic model for speed only (random or zero weights: retrieval will miss).
+# A synthetic model is fine for speed (retrieval will then miss: it cannot read).
+# Prefer random weights: with all-zero weights (tests/gguf_factory.py writes
+# zero data) every token routes to the same experts, which flatters MoE prefill
+# and concurrent decode.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
