@@ -104,7 +104,7 @@ def test_worker_with_its_own_build_is_used_in_place(engine, smollm2, state_home,
     (head_port,) = free_ports(1)
     # box1 "built its own": a folder of binaries on that node (here the head's build folder itself).
     workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50102\n'
-               f'engine = "{engine.bin_dir}"\nworkdir = "{b1.workdir}"\n'
+               f'engine = "{engine.bin_dir}"\nworkdir = "{tmp_path / "box1-own"}"\n'
                f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50103\nworkdir = "{b2.workdir}"\n')
     spec = load_spec(remote_spec(tmp_path / "own.toml", smollm2, hosts, "own", head_port=head_port, workers=workers))
     events: list[Event] = []
@@ -112,7 +112,7 @@ def test_worker_with_its_own_build_is_used_in_place(engine, smollm2, state_home,
     try:
         msgs = {e.node: e.message for e in events if e.kind == "engine"}
         assert msgs["w1"].startswith("own engine: ggml-rpc-server in") and "RPC protocol 7.0.0" in msgs["w1"]
-        assert not (b1.workdir / "engines").exists(), "nothing is copied to a node with its own build"
+        assert not (tmp_path / "box1-own" / "engines").exists(), "nothing is copied to a node with its own build"
         w1 = next(p for p in state.processes if p.node == "w1")
         assert w1.argv[0] == str(engine.bin_dir / "ggml-rpc-server")
         r = httpx.post(f"{state.endpoint}/completion", timeout=120, json={"prompt": "Hi", "n_predict": 4})

@@ -145,10 +145,12 @@ for n in {names}; do [ -x "$d/$n" ] && {{ rpc="$d/$n"; break; }}; done
 echo "BINARY $(basename "$rpc")"
 out=$(mktemp)
 port=$(( 40000 + $$ % 20000 ))
-LD_LIBRARY_PATH="$d${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" "$rpc" -H 127.0.0.1 -p $port > "$out" 2>&1 < /dev/null &
+# Line-buffered, or the version line sits in a buffer (stdout is a file here).
+if command -v stdbuf >/dev/null 2>&1; then buf="stdbuf -oL -eL"; else buf=""; fi
+LD_LIBRARY_PATH="$d${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" $buf "$rpc" -H 127.0.0.1 -p $port > "$out" 2>&1 < /dev/null &
 pid=$!
 i=0
-while [ $i -lt 100 ]; do grep -q "RPC server v" "$out" && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; i=$((i+1)); done
+while [ $i -lt 200 ]; do grep -q "RPC server v" "$out" && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; i=$((i+1)); done
 kill $pid 2>/dev/null; wait $pid 2>/dev/null
 grep -o "RPC server v[0-9.]*" "$out" | head -n 1
 rm -f "$out"

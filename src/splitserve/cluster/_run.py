@@ -73,7 +73,7 @@ def worker_transport(spec: ClusterSpec, worker: WorkerSpec) -> Transport:
 
 def _log_cause(text: str) -> str:
     """The most telling line at the end of a process's log."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# splitserve:")]
     tail = lines[-40:]
     for pattern in (r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception",):
         hits = [ln for ln in tail if re.search(pattern, ln, re.IGNORECASE)]
@@ -205,6 +205,12 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
 
         for node, msg in drop_page_caches(spec):
             emit(Event("drop_caches", node, msg))
+    if tensor_split is None:
+        # The planner refuses a spec that will not fit (with the numbers per node) and, when the
+        # spec gives memory sizes but no split, fills in --tensor-split.
+        from ..plan import split_for_up
+
+        tensor_split = split_for_up(spec)
     plan = launch_plan(spec, engines, tensor_split)
 
     for proc in plan.processes:
