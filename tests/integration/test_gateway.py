@@ -329,7 +329,8 @@ def test_per_key_queue_full_is_429(engine_url: str) -> None:
                 "max_tokens": 200, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as held:
             assert held.status_code == 200
-            next(held.iter_lines())
+            lines = held.iter_lines()  # keep it: a dropped iterator closes the response
+            next(lines)
             second = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": False})
             assert second.status_code == 429 and second.headers["retry-after"] == "1"
             assert second.json()["error"]["type"] == "rate_limit_error"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,17 +27,17 @@ app.add_typer(doctor_app, name="doctor")
 @app.command("serve")
 def serve_cmd(
     engine: Annotated[str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080")],
-    model_format: Annotated[Optional[str], typer.Option(
+    model_format: Annotated[str | None, typer.Option(
         help="tool-call format (default: detected from the chat template; 'plain' for none)")] = None,
     host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    api_key: Annotated[Optional[str], typer.Option(
+    api_key: Annotated[str | None, typer.Option(
         help="accepted API key (or set SPLITSERVE_API_KEY)")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option(help="file of hashed keys (`splitserve keys add`)")] = None,
-    chat_template: Annotated[Optional[Path], typer.Option(
+    keys_file: Annotated[Path | None, typer.Option(help="file of hashed keys (`splitserve keys add`)")] = None,
+    chat_template: Annotated[Path | None, typer.Option(
         help="jinja chat template file (default: the engine's, from /props)")] = None,
-    model_name: Annotated[Optional[str], typer.Option(help="model id to serve (default: the GGUF's file name)")] = None,
-    engine_api_key: Annotated[Optional[str], typer.Option(help="key the engine itself expects")] = None,
+    model_name: Annotated[str | None, typer.Option(help="model id to serve (default: the GGUF's file name)")] = None,
+    engine_api_key: Annotated[str | None, typer.Option(help="key the engine itself expects")] = None,
     max_concurrent: Annotated[int, typer.Option(help="requests at once per API key")] = 16,
     max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = 8 * 1024 * 1024,
@@ -48,7 +48,13 @@ def serve_cmd(
 
     Example: splitserve serve --engine http://127.0.0.1:8080 --port 8000
     """
-    from ..gateway import GatewayConfig, KeyRing, load_template, serve
+    from ..gateway import (
+        GatewayConfig,
+        KeyRing,
+        load_template,
+        require_auth_off_loopback,
+        serve,
+    )
 
     try:
         if model_format:
@@ -65,6 +71,7 @@ def serve_cmd(
             max_body_bytes=max_body_bytes, test_hooks=test_hooks)
         if max_concurrent < 1 or max_queue < 0:
             raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
+        require_auth_off_loopback(host, keys)
         console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
                       f"{' (auth on)' if keys.enabled else ''}", markup=False)
         serve(config, log_level=log_level)
@@ -93,13 +100,13 @@ def keys_add_cmd(
 @doctor_app.command("tools")
 def doctor_tools_cmd(
     url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible endpoint")],
-    model: Annotated[Optional[str], typer.Option(help="model id (default: the first of /v1/models)")] = None,
-    api_key: Annotated[Optional[str], typer.Option(help="API key for the endpoint")] = None,
-    force_template: Annotated[Optional[Path], typer.Option(
+    model: Annotated[str | None, typer.Option(help="model id (default: the first of /v1/models)")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key for the endpoint")] = None,
+    force_template: Annotated[Path | None, typer.Option(
         help="splitserve gateway with --test-hooks only: force each answer to what this "
              "chat template writes for the expected reply (exercises parsing with any model)")] = None,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="write the report here")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="write the results as JSON")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="write the report here")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 120.0,
     max_tokens: Annotated[int, typer.Option(help="max_tokens of each probe")] = 256,
 ) -> None:
