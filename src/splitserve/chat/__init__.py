@@ -22,7 +22,7 @@ from ._events import (
     ToolCallStart,
     coalesce,
 )
-from ._format import ChatParser, ToolCallFormat, ToolParser, random_call_id
+from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser, random_call_id
 from ._gguf import read_chat_templates
 from ._reasoning import ReasoningSpec
 from ._registry import (
@@ -42,6 +42,7 @@ __all__ = [
     "CheckResult",
     "ContentDelta",
     "Event",
+    "IdFactory",
     "MessageAssembler",
     "ParseWarning",
     "ParsedMessage",
