@@ -64,7 +64,7 @@ class FlatXmlParser(ToolParser):
     def _header(self, pattern: re.Pattern[str]) -> tuple[str, int, str]:
         """Read a tag header at the buffer start: ("need"|"no"|"ok", length, name)."""
         text = self.buf.text
-        end = text.find(">")
+        end = text.find(">", 0, _HEADER_LIMIT)  # bounded: no rescans of a long buffer
         if end < 0:
             if not self.buf.eof and len(text) < _HEADER_LIMIT:
                 return "need", 0, ""

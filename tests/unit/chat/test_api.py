@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import splitserve.chat as chat
+from splitserve import chat
 from splitserve.chat import (
     MessageAssembler,
     ParsedMessage,
