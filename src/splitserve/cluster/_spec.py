@@ -62,6 +62,13 @@ class HeadSpec(_Strict):
     """The head's own offload devices as llama.cpp names them (``CUDA0``); none on a CPU build."""
     engine: str | None = None
     """This node's engine (key or folder) when it differs from the cluster's."""
+    memory_gib: Annotated[float, Field(gt=0)] | list[Annotated[float, Field(gt=0)]] | None = None
+    """Memory the node offers the model, GiB (one number, or one per device): lets `up` refuse a
+    spec that will not fit and fill in ``server.tensor_split``."""
+    device_kind: str | None = None
+    """The device kind for the planner's bandwidth table (``h200``, ``gb10``, ...)."""
+    bandwidth_gbps: Annotated[float, Field(gt=0)] | None = None
+    """Memory bandwidth override for the planner's decode bound, GB/s."""
 
 
 class WorkerSpec(_Strict):
@@ -82,6 +89,13 @@ class WorkerSpec(_Strict):
     """This node's engine when it differs from the cluster's: an engine key, or a folder. For a
     remote node a folder is a path *on that node* holding its own build's ``ggml-rpc-server``
     (for boxes that build their own, e.g. aarch64); then nothing is copied."""
+    memory_gib: Annotated[float, Field(gt=0)] | list[Annotated[float, Field(gt=0)]] | None = None
+    """Memory the node offers the model, GiB (one number, or one per device): lets `up` refuse a
+    spec that will not fit and fill in ``server.tensor_split``."""
+    device_kind: str | None = None
+    """The device kind for the planner's bandwidth table (``h200``, ``gb10``, ...)."""
+    bandwidth_gbps: Annotated[float, Field(gt=0)] | None = None
+    """Memory bandwidth override for the planner's decode bound, GB/s."""
     workdir: str = "~/.cache/splitserve"
     """splitserve's folder on a remote node: copied engines (``engines/``) and logs (``clusters/``)."""
     env: dict[str, str] = Field(default_factory=dict)
