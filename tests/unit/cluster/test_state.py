@@ -61,7 +61,7 @@ def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
               f"open({str(child_pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
     ref = transport.spawn([sys.executable, "-c", script], {"PATH": "/usr/bin:/bin"}, tmp_path / "g.log")
     deadline = time.monotonic() + 10
-    while not child_pid_file.exists() and time.monotonic() < deadline:
+    while not (child_pid_file.exists() and child_pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
     child = int(child_pid_file.read_text())
     assert stop(transport, ref, grace=5)
