@@ -6,7 +6,8 @@ and an integer) of about 1k, 10k and 100k tokens (4 characters per token), and f
 format's parser in pieces of 1 to 8 characters (4 on average, like tokens). Reported:
 MB/s and tokens/s from CPU time (best of ``--repeat`` runs, pinned to one core) and
 microseconds per token, whose flatness
-from 1k to 100k shows the cost is linear in the output length.
+from 1k to 100k shows the cost is linear in the output length; also the cost of parsing the
+whole output in one call (``parse_complete``, as ``splitserve parse`` does).
 
     .venv/bin/python benchmarks/bench_parsers.py --out benchmarks/results/parsers.json
 """
@@ -21,7 +22,7 @@ import random
 import time
 from typing import Any
 
-from splitserve.chat import ToolCallEnd, get_format, list_formats
+from splitserve.chat import ToolCallEnd, get_format, list_formats, parse_complete
 
 NS = "]<]minimax[>["
 CHARS_PER_TOKEN = 4
@@ -102,11 +103,16 @@ def measure(fmt: str, tokens: int, repeat: int) -> dict[str, Any]:
             ended += isinstance(event, ToolCallEnd)
         best = min(best, time.process_time() - start)
     assert ended == calls, f"{fmt}: parsed {ended} of {calls} calls"
+    start = time.process_time()  # the whole output at once (parse_complete, `splitserve parse`)
+    whole = parse_complete(fmt, text, TOOLS, prefilled=False)
+    one_piece = time.process_time() - start
+    assert len(whole.tool_calls) == calls
     n_tokens = len(text) / CHARS_PER_TOKEN
     return {"tokens": round(n_tokens), "chars": len(text), "bytes": len(text.encode()),
             "pieces": len(pieces), "calls": calls, "seconds": best,
             "mb_per_s": len(text.encode()) / best / 1e6, "tokens_per_s": n_tokens / best,
-            "us_per_token": best / n_tokens * 1e6}
+            "us_per_token": best / n_tokens * 1e6, "one_piece_seconds": one_piece,
+            "one_piece_us_per_token": one_piece / n_tokens * 1e6}
 
 
 def main() -> None:
@@ -120,14 +126,15 @@ def main() -> None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, Any] = {}
-    print(f"{'format':<19}{'tokens':>8}{'MB/s':>8}{'tokens/s':>11}{'us/token':>10}{'calls':>7}")
+    print(f"{'format':<19}{'tokens':>8}{'MB/s':>8}{'tokens/s':>11}{'us/token':>10}{'calls':>7}"
+          f"{'one-piece us/token':>20}")
     for fmt in args.formats.split(","):
         results[fmt] = []
         for size in sizes:
             r = measure(fmt, size, args.repeat)
             results[fmt].append(r)
             print(f"{fmt:<19}{r['tokens']:>8}{r['mb_per_s']:>8.2f}{r['tokens_per_s']:>11,.0f}"
-                  f"{r['us_per_token']:>10.2f}{r['calls']:>7}")
+                  f"{r['us_per_token']:>10.2f}{r['calls']:>7}{r['one_piece_us_per_token']:>20.2f}")
         first, last = results[fmt][0], results[fmt][-1]
         print(f"{'':<19}linearity: us/token at {last['tokens']} / at {first['tokens']} = "
               f"{last['us_per_token'] / first['us_per_token']:.2f}")

@@ -39,6 +39,7 @@ from ._scan import TextBuffer
 from ._schema import Schema, ToolSet
 
 IdFactory = Callable[[int], str]
+_SLICE = 2048
 
 
 def random_call_id(index: int) -> str:
@@ -64,8 +65,11 @@ class ToolParser:
 
     # -- the public shape ------------------------------------------------------------
     def feed(self, text: str) -> list[Event]:
-        if text:
-            self.buf.text += text
+        # A long text is read in slices: the parsers consume their buffer by slicing it, so
+        # the buffer must stay short for the cost to stay linear (results do not depend on
+        # how the text is cut; the tests check every cut).
+        for start in range(0, len(text), _SLICE):
+            self.buf.text += text[start:start + _SLICE]
             self._drive()
         return self._flush()
 
