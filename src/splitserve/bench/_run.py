@@ -110,10 +110,12 @@ def run_context(target: Target, opts: ContextOptions, out: Path | None = None, l
             run.engine = _engine_from_server(run.server) | (engine or {})
             writer.flush()
             session = Session(client, emit)
-            run.calibration = (await session.calibrate()).as_dict()
             n_ctx = run.server.get("n_ctx")
+            n_ctx = n_ctx if isinstance(n_ctx, int) else None
+            if n_ctx is None or any(n + opts.max_tokens <= n_ctx for n in opts.lengths):
+                run.calibration = (await session.calibrate()).as_dict()
             try:
-                await context_cells(session, opts, n_ctx if isinstance(n_ctx, int) else None)
+                await context_cells(session, opts, n_ctx)
             finally:
                 if not session.saw_cache_counts:
                     run.notes.append("the server reported no cached-token counts: cache hits cannot be detected")
