@@ -8,12 +8,22 @@ Other libraries' errors are converted at the boundary where they occur.
     SplitserveError
     ├── SpecError            a cluster spec that cannot be used (file, key, allowed values)
     ├── EngineError          building, locating or running llama.cpp
-    │   └── BuildError       cmake / compiler / source fetch / PR merge failed
+    │   ├── BuildError       cmake / compiler / source fetch / PR merge failed
+    │   ├── EngineUnavailable    (engine._client) the engine did not answer
+    │   └── EngineHTTPError      (engine._client) the engine answered with an error status
     ├── ClusterError         starting, stopping or reaching the processes of a cluster
     │   ├── NodeError        one node failed (its name and the cause)
     │   └── NotRunningError  a command that needs a running cluster found none
     ├── ModelError           a model file that cannot be read (path and cause)
-    └── UsageError           a bad command-line argument
+    ├── UsageError           a bad command-line argument
+    ├── TemplateError        (chat._errors) a chat template that cannot be read or rendered
+    │   └── TransplantError  a recipe block that did not match exactly once
+    ├── UnknownFormatError   (chat._registry) a tool-call format name that is not registered
+    └── FetchError           (fetch._errors) a download that failed
+        ├── HubError, DiskSpaceError, VerifyError
+        └── FetchFailed      (fetch._fetch) files that could not be fetched after retries
+
+Errors of one layer live in that layer; this tree is the map.
 """
 
 from __future__ import annotations
