@@ -65,7 +65,19 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) ->
 
 async def one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
               ) -> tuple[float | None, int]:
-    """(TTFT seconds, completion tokens) of one streamed chat request."""
+    """(TTFT seconds, completion tokens) of one streamed chat request.
+
+    llama-server now and then closes a kept-alive connection as it is reused ("server
+    disconnected without sending a response"); such a request is sent again, once.
+    """
+    try:
+        return await _one(http, url, model, max_tokens)
+    except httpx.RemoteProtocolError:
+        return await _one(http, url, model, max_tokens)
+
+
+async def _one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
+               ) -> tuple[float | None, int]:
     body = {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, "stream": True,
             "temperature": 0, "ignore_eos": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
@@ -107,6 +119,12 @@ async def ttft_pairs(direct: str, gateway: str, models: dict[str, str], pairs: i
                 if ttft is not None:
                     (d if url == direct else g).append(ttft)
     return d, g
+
+
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+    """User + system CPU time of a child process so far (from /proc)."""
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -188,21 +206,33 @@ def main() -> None:
             "model": model_path.name, "throughput": {}, "ttft": {}}
         for conc in [int(c) for c in args.concurrency.split(",")]:
             tps: dict[str, list[float]] = {"direct": [], "gateway": []}
+            cpu = {"engine_direct": 0.0, "engine_gateway": 0.0, "gateway": 0.0}
             asyncio.run(round_tps(direct, models[direct], conc, 4))  # warm-up
             asyncio.run(round_tps(gateway, models[gateway], conc, 4))
             for r in range(args.rounds):
                 order = ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct")
                 for side in order:
                     url = direct if side == "direct" else gateway
+                    e0, g0 = cpu_seconds(procs[0]), cpu_seconds(procs[1])
                     tps[side].append(asyncio.run(round_tps(url, models[url], conc,
                                                            args.max_tokens)))
+                    cpu[f"engine_{side}"] += cpu_seconds(procs[0]) - e0
+                    if side == "gateway":
+                        cpu["gateway"] += cpu_seconds(procs[1]) - g0
             ratio = sum(tps["gateway"]) / sum(tps["direct"])
             result["throughput"][str(conc)] = {
                 "direct_tps": [round(x, 2) for x in tps["direct"]],
                 "gateway_tps": [round(x, 2) for x in tps["gateway"]],
-                "ratio": round(ratio, 4), "target": 0.98, "met": ratio >= 0.98}
+                "ratio": round(ratio, 4), "target": 0.98, "met": ratio >= 0.98,
+                "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
+                "gateway_cpu_ms_per_token": round(
+                    cpu["gateway"] * 1000 / (args.rounds * conc * args.max_tokens), 3),
+                "gateway_cpu_over_engine_cpu": round(cpu["gateway"] / cpu["engine_gateway"], 4)
+                if cpu["engine_gateway"] else None}
             print(f"concurrency {conc}: direct {statistics.mean(tps['direct']):.1f} tok/s, "
-                  f"gateway {statistics.mean(tps['gateway']):.1f} tok/s, ratio {ratio:.3f}",
+                  f"gateway {statistics.mean(tps['gateway']):.1f} tok/s, ratio {ratio:.3f}; "
+                  f"gateway CPU {result['throughput'][str(conc)]['gateway_cpu_ms_per_token']} "
+                  "ms/token",
                   flush=True)
         d, g = asyncio.run(ttft_pairs(direct, gateway, models, args.ttft_pairs))
         n = min(len(d), len(g))

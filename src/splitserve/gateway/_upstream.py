@@ -74,11 +74,19 @@ class Upstream:
     async def open(self, method: str, path: str, body: Any,
                    headers: dict[str, str] | None = None) -> httpx.Response:
         """Send a request and return the response with its body unread (status checked)."""
-        req = self._http.build_request(method, path, json=body, headers=headers)
-        try:
-            resp = await self._http.send(req, stream=True)
-        except httpx.HTTPError as exc:
-            raise self._down(path, exc) from None
+        for attempt in (1, 2):
+            req = self._http.build_request(method, path, json=body, headers=headers)
+            try:
+                resp = await self._http.send(req, stream=True)
+                break
+            except httpx.RemoteProtocolError as exc:
+                # llama-server sometimes closes a kept-alive connection just as it is reused
+                # ("disconnected without sending a response"): nothing was processed; retry
+                # once on a fresh connection.
+                if attempt == 2:
+                    raise self._down(path, exc) from None
+            except httpx.HTTPError as exc:
+                raise self._down(path, exc) from None
         if resp.status_code != 200:
             try:
                 text = (await resp.aread()).decode("utf-8", "replace")
