@@ -16,7 +16,6 @@ address of the node, not public or wildcard unless allowed), ``drop-caches``
 
 from __future__ import annotations
 
-import errno
 import re
 import socket
 import statistics
@@ -197,16 +196,13 @@ def probe_port(host: str, port: int, timeout: float = 1.0) -> str:
 
 
 def _local_port_busy(bind: str, port: int) -> bool | None:
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((bind, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return True
-            return None
-    return False
+    """Like `up`'s own check; None when the address cannot be tried here."""
+    from ._run import port_in_use
+
+    try:
+        return port_in_use(bind, port)
+    except (ClusterError, OSError):
+        return None
 
 
 # -- the checks ------------------------------------------------------------------------------
