@@ -96,8 +96,8 @@ def test_split_for_up_refuses_or_fills_the_split(spec_file: Path) -> None:
     assert split_for_up(spec) is None  # no memory sizes: nothing to plan against
 
     def with_memory(gib: float, split: list[float] | None = None) -> SimpleNamespace:
-        # the spec as it will look once workers carry memory_gib
-        workers = [SimpleNamespace(**w.model_dump(), memory_gib=gib) for w in spec.workers]
+        # the spec with memory_gib on its workers
+        workers = [w.model_copy(update={"memory_gib": gib}) for w in spec.workers]
         server = spec.server.model_copy(update={"tensor_split": split})
         return SimpleNamespace(workers=workers, head=spec.head, server=server, model=spec.model,
                                source_file=spec_file)
