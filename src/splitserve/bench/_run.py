@@ -58,12 +58,11 @@ def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
     return writer.run
 
 
-def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label: str = "",
-              progress: Progress | None = None, engine: dict[str, Any] | None = None,
-              cluster: dict[str, Any] | None = None,
-              transport: Any = None) -> tuple[BenchRun, Path]:
-    """``bench speed`` against ``target``; returns the run and the file it is in."""
-    run = _new_run("speed", label, opts.as_dict())
+def _http_run(kind: str, label: str, settings: dict[str, Any], target: Target, out: Path | None,
+              cluster: dict[str, Any] | None, progress: Progress | None
+              ) -> tuple[BenchRun, Path, RunWriter, Callable[[RequestRecord], None]]:
+    """A new run against an HTTP target: the run, its file, its writer, and the record sink."""
+    run = _new_run(kind, label, settings)
     run.target = target.describe() | ({"cluster": cluster} if cluster else {})
     path = _out_path(run, out)
     writer = RunWriter(run, path)
@@ -72,6 +71,16 @@ def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label
         writer.add(rec)
         if progress:
             progress(rec)
+
+    return run, path, writer, emit
+
+
+def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label: str = "",
+              progress: Progress | None = None, engine: dict[str, Any] | None = None,
+              cluster: dict[str, Any] | None = None,
+              transport: Any = None) -> tuple[BenchRun, Path]:
+    """``bench speed`` against ``target``; returns the run and the file it is in."""
+    run, path, writer, emit = _http_run("speed", label, opts.as_dict(), target, out, cluster, progress)
 
     async def main() -> None:
         async with BenchClient(target, transport=transport, max_connections=max(opts.concurrency) + 2) as client:
@@ -93,15 +102,7 @@ def run_context(target: Target, opts: ContextOptions, out: Path | None = None, l
                 progress: Progress | None = None, engine: dict[str, Any] | None = None,
                 cluster: dict[str, Any] | None = None, transport: Any = None) -> tuple[BenchRun, Path]:
     """``bench context``: prefill at each length and the needle grid."""
-    run = _new_run("context", label, opts.as_dict())
-    run.target = target.describe() | ({"cluster": cluster} if cluster else {})
-    path = _out_path(run, out)
-    writer = RunWriter(run, path)
-
-    def emit(rec: RequestRecord) -> None:
-        writer.add(rec)
-        if progress:
-            progress(rec)
+    run, path, writer, emit = _http_run("context", label, opts.as_dict(), target, out, cluster, progress)
 
     async def main() -> None:
         async with BenchClient(target, transport=transport) as client:
