@@ -29,14 +29,18 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def two_worker_spec(tmp_path: Path, model: Path, name: str = "t", **server: Any) -> Path:
-    """A cluster spec file: two local RPC workers and a head, on free loopback ports."""
-    w1, w2, head = free_ports(3)
+def two_worker_spec(tmp_path: Path, model: Path, name: str = "t", gateway: dict[str, Any] | None = None,
+                    **server: Any) -> Path:
+    """A cluster spec file: two local RPC workers, a head and the gateway, on free loopback ports."""
+    w1, w2, head, gw = free_ports(4)
     server = {"port": head, "ctx_size": 2048, "tensor_split": [1, 1]} | server
     lines = [f'name = "{name}"', f'model = "{model}"', "",
              "[[workers]]", 'name = "w1"', f"port = {w1}", "",
              "[[workers]]", 'name = "w2"', f"port = {w2}", "", "[server]"]
     for key, value in server.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    lines += ["", "[gateway]"]
+    for key, value in ({"port": gw} | (gateway or {})).items():
         lines.append(f"{key} = {json.dumps(value)}")
     path = tmp_path / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")

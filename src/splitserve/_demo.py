@@ -50,12 +50,13 @@ def free_ports(n: int) -> list[int]:
 
 
 def demo_spec(port: int | None = None, ctx_size: int = 2048) -> Any:
-    w1, w2, head = free_ports(3)
+    w1, w2, head, gw = free_ports(4)
     return parse_spec({
         "name": "demo",
         "model": str(smollm2_path()),
         "workers": [{"name": "w1", "port": w1}, {"name": "w2", "port": w2}],
-        "server": {"port": port or head, "ctx_size": ctx_size, "tensor_split": [1, 1]},
+        "server": {"port": head, "ctx_size": ctx_size, "tensor_split": [1, 1]},
+        "gateway": {"port": port or gw},
     })
 
 

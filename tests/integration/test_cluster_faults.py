@@ -82,7 +82,7 @@ def test_worker_dies_during_load(engine, smollm2, state_home, tmp_path: Path) ->
     assert info.value.node == "w2"
     assert "ggml-rpc-server was killed by signal 9 during load" in str(info.value)
     assert "\n" not in str(info.value)
-    assert set(rec.pids) == {"w1", "w2", "head"}
+    assert set(rec.pids) == {"w1", "w2", "head", "gateway"}
     assert_nothing_left(spec, rec)
 
 

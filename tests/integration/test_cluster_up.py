@@ -31,7 +31,11 @@ def test_up_chat_status_down_via_cli(engine, smollm2, state_home, tmp_path: Path
     try:
         status = json.loads(run_cli("status", "-c", str(spec_file), "--json").stdout)
         procs = {p["node"]: p for p in status["processes"]}
-        assert set(procs) == {"w1", "w2", "head"}
+        assert set(procs) == {"w1", "w2", "head", "gateway"}
+        # Clients are pointed at the gateway; llama-server keeps its own port for native endpoints.
+        assert status["gateway"] is True
+        assert status["endpoint"].endswith(f":{procs['gateway']['port']}")
+        assert status["engine_endpoint"].endswith(f":{procs['head']['port']}")
         assert all(p["alive"] and p["rss_bytes"] > 0 for p in procs.values())
         # The weights were really split: each worker got a model buffer (from the head's log).
         rpc = {d["node"]: d for d in status["memory"] if d["endpoint"]}
@@ -43,6 +47,11 @@ def test_up_chat_status_down_via_cli(engine, smollm2, state_home, tmp_path: Path
             "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0})
         assert chat.status_code == 200
         assert chat.json()["choices"][0]["message"]["content"]
+        # It was the gateway that answered (it counted the request), and it passes llama.cpp's
+        # timings on as llama-server does.
+        assert chat.json()["timings"]["predicted_n"] >= 1
+        metrics = httpx.get(f"{status['endpoint']}/metrics", timeout=10).text
+        assert "splitserve_requests_total" in metrics and 'status="200"' in metrics
 
         logs = run_cli("logs", "w1", "-c", str(spec_file), "-n", "200")
         assert "RPC server" in logs.stdout
@@ -60,7 +69,7 @@ def test_split_greedy_output_equals_unsplit(engine, smollm2, state_home, tmp_pat
     spec = load_spec(two_worker_spec(tmp_path, smollm2, name="greedy"))
     state = up(spec, engine=engine)
     try:
-        split_text = greedy(state.endpoint, prompt)
+        split_text = greedy(state.engine_url, prompt)
     finally:
         down(spec)
     with bare_server(engine, smollm2) as url:

@@ -79,7 +79,7 @@ def cluster_target(spec_path: Path, api: str = "chat") -> tuple[Target, dict[str
     """The running cluster's endpoint as a target, plus its engine provenance."""
     spec = load_spec(spec_path)
     state = require_state(spec)
-    target = Target(url=state.endpoint, api_key=spec.server.api_key, api=api)  # type: ignore[arg-type]
+    target = Target(url=state.endpoint, api_key=spec.client_api_key, api=api)  # type: ignore[arg-type]
     return target, engine_provenance(spec, state.engine), spec
 
 
@@ -100,7 +100,8 @@ def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "name": spec.name, "spec_file": str(spec.source_file) if spec.source_file else None,
         "model": str(spec.model), "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
-        "server": spec.server.model_dump(mode="json", exclude={"api_key"})}
+        "server": spec.server.model_dump(mode="json", exclude={"api_key"}),
+        "gateway": spec.gateway.model_dump(mode="json", exclude={"api_key"})}
     try:
         from ..plan import plan_for_spec
 
@@ -147,7 +148,7 @@ class ClusterRestarter:
             effective = effective_settings(transport_for(head[0].host).read_log(Path(head[0].log)))
         facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine,
                                         "head_argv": head[0].argv if head else [], "effective": effective}
-        return Target(url=state.endpoint, api_key=point.server.api_key), facts
+        return Target(url=state.endpoint, api_key=point.client_api_key), facts
 
     def stop(self) -> None:
         if self.current is not None:

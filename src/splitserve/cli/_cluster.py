@@ -57,7 +57,10 @@ def up_cmd(
                                              "whole cluster in order when a process dies; Ctrl-C stops it")] = False,
     skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
 ) -> None:
-    """Start the RPC workers and llama-server of a cluster and wait until it serves.
+    """Start the RPC workers, llama-server and the gateway of a cluster and wait until it serves.
+
+    Clients use the gateway's OpenAI-compatible endpoint (tool calls and reasoning parsed by
+    splitserve; `[gateway] enabled = false` in the spec serves llama-server's own instead).
 
     Example: splitserve up -c cluster.toml
     """
@@ -75,7 +78,10 @@ def up_cmd(
         state = up(spec, on_event=print_event, preflight=not skip_preflight)
     except SplitserveError as exc:
         raise fail(exc) from None
-    console.print(f"ready: {state.endpoint}  (model load {state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)")
+    console.print(f"ready: {state.endpoint}/v1  (model load {state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
+                  markup=False)
+    if state.gateway is not None:
+        console.print(f"llama-server itself: {state.engine_url}", markup=False)
     console.print(f"stop with: splitserve down -c {config}", markup=False)
 
 

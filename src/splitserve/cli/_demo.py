@@ -27,7 +27,7 @@ console = Console(highlight=False, soft_wrap=True)
 def demo_cmd(
     keep: Annotated[bool, typer.Option("--keep", help="leave the cluster running and print its URL")] = False,
     prompt: Annotated[str, typer.Option(help="the chat message to send")] = DEFAULT_PROMPT,
-    port: Annotated[Optional[int], typer.Option(help="llama-server port (default: a free one)")] = None,
+    port: Annotated[Optional[int], typer.Option(help="the gateway's port, the endpoint clients use (default: a free one)")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="also write the figures to this JSON file")] = None,
 ) -> None:
     """SmolLM2-135M split over two local RPC workers: build or reuse the CPU engine, start
@@ -39,7 +39,7 @@ def demo_cmd(
     try:
         engine, _ = build_with_progress(BuildOptions(backend="cpu"))
         console.print(f"engine: {engine.key}")  # type: ignore[attr-defined]
-        console.print("starting 2 RPC workers and llama-server (SmolLM2-135M-Instruct, layers split 1:1)")
+        console.print("starting 2 RPC workers, llama-server (SmolLM2-135M-Instruct, layers split 1:1) and the gateway")
 
         def on_text(piece: str) -> None:
             sys.stdout.write(piece)
@@ -70,6 +70,7 @@ def demo_cmd(
         data = dict(vars(result), demo_wall_seconds=round(wall, 2))
         json_out.write_text(json.dumps(data, indent=2) + "\n")
     if keep:
-        console.print(f"still running: {result.endpoint}  (stop with: splitserve down --name demo)")
+        console.print(f"still running: {result.endpoint}/v1  (stop with: splitserve down --name demo)",
+                      markup=False)
     else:
         console.print("stopped everything")

@@ -37,7 +37,7 @@ def serve_cmd(
     chat_template: Annotated[Path | None, typer.Option(
         help="jinja chat template file (default: the engine's, from /props)")] = None,
     model_name: Annotated[str | None, typer.Option(help="model id to serve (default: the GGUF's file name)")] = None,
-    engine_api_key: Annotated[str | None, typer.Option(help="key the engine itself expects")] = None,
+    engine_api_key: Annotated[str | None, typer.Option(help="key the engine itself expects (or set SPLITSERVE_ENGINE_API_KEY)")] = None,
     max_concurrent: Annotated[int, typer.Option(help="requests at once per API key")] = 16,
     max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = 8 * 1024 * 1024,
@@ -67,7 +67,8 @@ def serve_cmd(
             engine_url=engine, host=host, port=port, keys=keys, model_format=model_format,
             model_name=model_name,
             chat_template=load_template(chat_template) if chat_template else None,
-            engine_api_key=engine_api_key, max_concurrent=max_concurrent, max_queue=max_queue,
+            engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
+            max_concurrent=max_concurrent, max_queue=max_queue,
             max_body_bytes=max_body_bytes, test_hooks=test_hooks)
         if max_concurrent < 1 or max_queue < 0:
             raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")

@@ -6,6 +6,7 @@ from ._commands import (
     LaunchPlan,
     ProcessPlan,
     cluster_state_dir,
+    gateway_plan,
     launch_plan,
     rpc_argv,
     server_argv,
@@ -15,6 +16,7 @@ from ._preflight import CheckRow, preflight
 from ._run import Event, down, port_in_use, require_state, resolve_engines, up
 from ._spec import (
     ClusterSpec,
+    GatewaySpec,
     HeadSpec,
     ServerSpec,
     SshSpec,
@@ -38,6 +40,7 @@ __all__ = [
     "ClusterState",
     "DeviceMemory",
     "Event",
+    "GatewaySpec",
     "HeadSpec",
     "LaunchPlan",
     "LoadReport",
@@ -57,6 +60,7 @@ __all__ = [
     "cluster_status",
     "down",
     "find_state_root",
+    "gateway_plan",
     "launch_plan",
     "load_progress",
     "load_spec",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ class ProcessPlan:
     node: str
     """``head`` or the worker's name."""
     role: str
-    """``server`` (llama-server) or ``rpc`` (ggml-rpc-server)."""
+    """``server`` (llama-server), ``rpc`` (ggml-rpc-server) or ``gateway`` (``splitserve serve``)."""
     host: str
     argv: list[str]
     env: dict[str, str]
@@ -29,24 +30,33 @@ class ProcessPlan:
     log: Path
 
     def shell(self) -> str:
-        """The command as one shell line (for --dry-run and the logs)."""
-        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (envs + " " if envs else "") + shlex.join(self.argv)
+        """The command as one shell line (for --dry-run and the logs), secrets masked."""
+        envs = " ".join(f"{k}={'***' if _secret(k) else shlex.quote(v)}" for k, v in self.env.items())
+        argv = ["***" if i and self.argv[i - 1] == "--api-key" else a for i, a in enumerate(self.argv)]
+        return (envs + " " if envs else "") + shlex.join(argv)
+
+
+def _secret(name: str) -> bool:
+    return name.endswith(("_KEY", "_TOKEN", "_SECRET"))
 
 
 @dataclass
 class LaunchPlan:
-    """Every process of a cluster, in start order: workers, then the head."""
+    """Every process of a cluster, in start order: workers, the head, then the gateway."""
 
     workers: list[ProcessPlan]
     head: ProcessPlan
     state_dir: Path
     endpoint: str
+    """What clients use: the gateway's URL, or llama-server's when the gateway is off."""
+    engine_endpoint: str = ""
+    """llama-server's own URL (its native endpoints: /completion, /props, /slots)."""
+    gateway: ProcessPlan | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
     def processes(self) -> list[ProcessPlan]:
-        return [*self.workers, self.head]
+        return [*self.workers, self.head, *([self.gateway] if self.gateway else [])]
 
 
 def _library_env(engine: Engine, extra: dict[str, str]) -> dict[str, str]:
@@ -114,6 +124,37 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
     return argv + list(s.extra_args)
 
 
+def base_url(host: str, port: int) -> str:
+    """``http://host:port`` for a bind address (a wildcard is reached on loopback)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"http://{shown}:{port}"
+
+
+def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path) -> ProcessPlan:
+    """``splitserve serve`` in front of llama-server; keys travel in the environment, not argv."""
+    g = spec.gateway
+    argv = [sys.executable, "-m", "splitserve", "serve", "--engine", engine_url, "--host", g.host,
+            "--port", str(g.port), "--max-concurrent", str(g.max_concurrent), "--max-queue", str(g.max_queue)]
+    if g.model_format:
+        argv += ["--model-format", g.model_format]
+    template = g.chat_template_file or spec.server.chat_template_file
+    if template:
+        argv += ["--chat-template", str(template)]
+    if g.keys_file:
+        argv += ["--keys-file", str(g.keys_file)]
+    if g.model_name:
+        argv += ["--model-name", g.model_name]
+    argv += list(g.extra_args)
+    env = {"PYTHONUNBUFFERED": "1"}
+    if g.api_key:
+        env["SPLITSERVE_API_KEY"] = g.api_key
+    if spec.server.api_key:
+        env["SPLITSERVE_ENGINE_API_KEY"] = spec.server.api_key
+    return ProcessPlan(node="gateway", role="gateway", host="local", argv=argv, env=env, bind=g.host,
+                       port=g.port, log=log)
+
+
 def cluster_state_dir(spec: ClusterSpec) -> Path:
     from .._paths import state_dir
 
@@ -137,10 +178,11 @@ def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: lis
                        argv=server_argv(head_engine, spec, tensor_split),
                        env=_library_env(head_engine, spec.server.env), bind=spec.server.host,
                        port=spec.server.port, log=logs / "head.log")
-    host = spec.server.host
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    shown = f"[{shown}]" if ":" in shown else shown
-    return LaunchPlan(workers=workers, head=head, state_dir=root, endpoint=f"http://{shown}:{spec.server.port}")
+    engine_url = base_url(spec.server.host, spec.server.port)
+    gateway = gateway_plan(spec, engine_url, logs / "gateway.log") if spec.gateway.enabled else None
+    endpoint = base_url(spec.gateway.host, spec.gateway.port) if gateway else engine_url
+    return LaunchPlan(workers=workers, head=head, state_dir=root, endpoint=endpoint,
+                      engine_endpoint=engine_url, gateway=gateway)
 
 
 def process_env(plan: ProcessPlan) -> dict[str, str]:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import ClusterError, NodeError, NotRunningError, SplitserveError
+from .._errors import ClusterError, NodeError, NotRunningError, SpecError, SplitserveError
 from ..engine import Engine, EngineClient, EngineHTTPError, EngineUnavailable, get_engine
-from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan, process_env
+from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, gateway_plan, launch_plan, process_env
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
 from ._spec import ClusterSpec, WorkerSpec, check_files, is_local_host
@@ -35,7 +35,7 @@ class Event:
 
     kind: str
     """``stale``, ``preflight``, ``engine``, ``worker_started``, ``worker_ready``, ``protocol``,
-    ``head_started``, ``loading``, ``ready``; from supervision also ``died``, ``restarting``,
+    ``head_started``, ``loading``, ``gateway_started``, ``gateway_ready``, ``ready``; from supervision also ``died``, ``restarting``,
     ``gave_up`` and ``stopping``."""
     node: str
     message: str
@@ -117,7 +117,8 @@ class _Launch:
         self.plan_engine_protocol: str | None = None
         self.state = ClusterState(
             name=spec.name, spec_file=str(spec.source_file) if spec.source_file else None,
-            model=str(spec.model), endpoint=plan.endpoint, engine=engine_key, started_at=time.time())
+            model=str(spec.model), endpoint=plan.endpoint, engine=engine_key, started_at=time.time(),
+            engine_endpoint=plan.engine_endpoint)
         self.state.extra["ssh"] = spec.ssh.model_dump(mode="json")
 
     def spawn(self, proc: ProcessPlan) -> ProcessRef:
@@ -155,7 +156,7 @@ def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, d
     code = transport.exit_code(ref)
     if code is None:
         code = exit_status_from_log(text)
-    what = "llama-server" if role == "server" else "ggml-rpc-server"
+    what = {"server": "llama-server", "gateway": "the splitserve gateway"}.get(role, "ggml-rpc-server")
     how = f"exited with code {code}" if code is not None and code >= 0 else (
         f"was killed by signal {-code}" if code is not None else "died")
     where = f"{transport.host}:{log}" if transport.host != "local" else str(log)
@@ -166,7 +167,9 @@ def stop_recorded(state: ClusterState, grace: float = 10.0) -> list[str]:
     """Stop every recorded process that is still ours (SIGTERM, SIGKILL after ``grace`` seconds);
     returns the nodes stopped."""
     stopped = []
-    order = sorted(state.processes, key=lambda p: p.role != "server")  # head first
+    # The gateway first (clients get a refused connection, not a half-dead engine), then the head.
+    rank = {"gateway": 0, "server": 1}
+    order = sorted(state.processes, key=lambda p: rank.get(p.role, 2))
     for rec in order:
         transport = transport_for(rec.host, state.extra.get("ssh"))
         if transport.alive(rec.ref):
@@ -186,6 +189,7 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
     t0 = time.monotonic()
     emit = on_event or (lambda _e: None)
     check_files(spec)
+    _check_gateway_auth(spec)
     engines = resolve_engines(spec, engine)
     root = cluster_state_dir(spec)
 
@@ -263,19 +267,28 @@ def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, 
     head_started = time.monotonic()
     launch.spawn(head)
     emit(Event("head_started", "head", f"llama-server loading {spec.model.name}"))
+    if plan.gateway is not None:
+        # Started while the model loads: its own start-up (Python imports) costs no wall time.
+        launch.spawn(plan.gateway)
+        emit(Event("gateway_started", "gateway", f"splitserve gateway on {plan.endpoint}"))
     _wait_ready(launch, spec, head, emit)
     launch.state.load_seconds = round(time.monotonic() - head_started, 3)
+    if plan.gateway is not None:
+        wait_gateway(plan.endpoint, plan.gateway, lambda: launch.check_alive("at start"))
+        emit(Event("gateway_ready", "gateway", f"{plan.endpoint}/v1 serves (tool calls and reasoning "
+                   "parsed by splitserve)"))
     launch.state.ready_at = time.time()
     launch.state.phase = "ready"
     text = transport_for(head.host, spec.ssh).read_log(head.log, max_bytes=8 << 20)
     launch.state.extra["memory"] = [d.as_dict() for d in parse_load_report(text).devices]
-    emit(Event("ready", "head", f"{plan.endpoint} ready in {launch.state.load_seconds:.1f} s"))
+    via = f" (llama-server: {plan.engine_endpoint})" if plan.gateway is not None else ""
+    emit(Event("ready", "head", f"{plan.endpoint} ready in {launch.state.load_seconds:.1f} s{via}"))
 
 
 def _wait_ready(launch: _Launch, spec: ClusterSpec, head: ProcessPlan, emit: OnEvent) -> None:
     transport = transport_for(head.host, spec.ssh)
     deadline = time.monotonic() + spec.load_timeout
-    url = launch.plan.endpoint
+    url = launch.plan.engine_endpoint or launch.plan.endpoint
     last_progress = ""
     with EngineClient(url, api_key=spec.server.api_key, timeout=60.0) as client:
         while True:
@@ -299,6 +312,77 @@ def _wait_ready(launch: _Launch, spec: ClusterSpec, head: ProcessPlan, emit: OnE
         except (EngineHTTPError, EngineUnavailable) as exc:
             launch.check_alive("during the first completion")
             raise NodeError("head", f"the first one-token completion failed: {exc}") from None
+
+
+GATEWAY_TIMEOUT = 60.0
+"""Seconds the gateway gets, once llama-server is ready, to answer ``/health`` with 200."""
+
+
+def wait_gateway(endpoint: str, gw: ProcessPlan, check_alive: Callable[[], None]) -> None:
+    """The gateway answers ``/health`` 200: it is up and reaches llama-server."""
+    import httpx
+
+    deadline = time.monotonic() + GATEWAY_TIMEOUT
+    url = endpoint + "/health"
+    last = "no answer"
+    while True:
+        check_alive()
+        try:
+            r = httpx.get(url, timeout=2.0)
+            if r.status_code == 200:
+                break
+            last = f"HTTP {r.status_code}: {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        if time.monotonic() > deadline:
+            raise NodeError("gateway", f"the gateway on {gw.bind}:{gw.port} was not ready within "
+                            f"{GATEWAY_TIMEOUT:.0f} s (last: {last}; log: {gw.log})")
+        time.sleep(0.05)
+
+
+def restart_gateway(spec: ClusterSpec, state: ClusterState) -> ClusterState:
+    """Start the gateway of a running cluster again (it died; the engine still serves)."""
+    old = state.gateway
+    if old is None:
+        raise ClusterError(f"cluster {spec.name} runs no gateway")
+    proc = gateway_plan(spec, state.engine_url, Path(old.log))
+    transport = transport_for("local", spec.ssh)
+    transport.new_log(proc.log, f"# splitserve: {proc.shell()}")
+    ref = transport.spawn(proc.argv, process_env(proc), proc.log)
+    state.processes = [p for p in state.processes if p.role != "gateway"] + [ProcessRecord(
+        node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
+        bind=proc.bind, port=proc.port, log=str(proc.log), argv=proc.argv)]
+    write_state(cluster_state_dir(spec), state)
+
+    def alive() -> None:
+        if not transport.alive(ref):
+            raise NodeError("gateway", death_message("gateway", transport, ref, proc.log, "at restart"))
+
+    try:
+        wait_gateway(state.endpoint, proc, alive)
+    except BaseException:
+        stop(transport, ref)
+        raise
+    return state
+
+
+def _check_gateway_auth(spec: ClusterSpec) -> None:
+    """A gateway beyond loopback needs a key: refused before anything starts."""
+    import ipaddress
+    import os
+
+    g = spec.gateway
+    if not g.enabled or g.api_key or g.keys_file or os.environ.get("SPLITSERVE_API_KEY"):
+        return
+    try:
+        loopback = g.host == "localhost" or ipaddress.ip_address(g.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        where = str(spec.source_file or "<spec>")
+        raise SpecError(f"{where}: gateway.host = {g.host!r} is beyond loopback: set gateway.api_key or "
+                        "gateway.keys_file (or SPLITSERVE_API_KEY); the gateway serves other machines only "
+                        "with auth")
 
 
 def _preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent) -> None:
@@ -352,6 +436,6 @@ def require_state(spec: ClusterSpec) -> ClusterState:
     return state
 
 
-__all__ = ["Event", "death_message", "down", "port_in_use", "require_state", "resolve_engines", "stop_recorded",
-           "up", "worker_transport"]
+__all__ = ["Event", "death_message", "down", "port_in_use", "require_state", "resolve_engines",
+           "restart_gateway", "stop_recorded", "up", "wait_gateway", "worker_transport"]
 

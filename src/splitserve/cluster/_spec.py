@@ -26,6 +26,12 @@ Example::
     cache_type_k = "q8_0"
     cache_type_v = "q8_0"
     extra_args = ["--jinja"]
+
+    [gateway]                     # splitserve's OpenAI-compatible gateway in front of llama-server
+    enabled = true
+    host = "127.0.0.1"            # beyond loopback needs api_key or keys_file
+    port = 8000
+    model_format = "minimax-m3"   # default: detected from the chat template
 """
 
 from __future__ import annotations
@@ -138,6 +144,43 @@ class ServerSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class GatewaySpec(_Strict):
+    """splitserve's gateway (``splitserve serve``), started by `up` in front of llama-server."""
+
+    enabled: bool = True
+    """Start the gateway; false serves llama-server's own endpoint only."""
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    model_format: str | None = None
+    """Tool-call format (``splitserve template formats``); default: detected from the template."""
+    chat_template_file: Path | None = None
+    """The template the gateway renders; default: server.chat_template_file, else the GGUF's."""
+    model_name: str | None = None
+    """The model id clients use; default: the GGUF's file name."""
+    api_key: str | None = None
+    """A key clients must send (``SPLITSERVE_API_KEY`` in up's environment works too)."""
+    keys_file: Path | None = None
+    """A file of hashed keys (``splitserve keys add``)."""
+    max_concurrent: Annotated[int, Field(ge=1)] = 16
+    """Requests at once per API key."""
+    max_queue: Annotated[int, Field(ge=0)] = 64
+    """Requests waiting per API key before 429."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Passed to ``splitserve serve`` untouched."""
+
+    @field_validator("model_format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        if value is None or value == "plain":
+            return value
+        from ..chat import list_formats
+
+        known = [f.name for f in list_formats()]
+        if value not in known:
+            raise ValueError(f"unknown tool-call format {value!r}; known: plain, {', '.join(known)}")
+        return value
+
+
 class SshSpec(_Strict):
     """How the system OpenSSH client reaches remote nodes (``~/.ssh/config`` applies as usual)."""
 
@@ -173,6 +216,7 @@ class ClusterSpec(_Strict):
     head: HeadSpec = Field(default_factory=HeadSpec)
     workers: list[WorkerSpec] = Field(min_length=1)
     server: ServerSpec = Field(default_factory=ServerSpec)
+    gateway: GatewaySpec = Field(default_factory=lambda: GatewaySpec())
     allow_public_rpc: bool = False
     """Allow RPC workers to bind to a wildcard or public address (the protocol has no authentication)."""
     state_dir: Path | None = None
@@ -186,6 +230,11 @@ class ClusterSpec(_Strict):
 
     # Where the spec was read from (not a TOML key).
     source_file: Path | None = Field(default=None, exclude=True)
+
+    @property
+    def client_api_key(self) -> str | None:
+        """The key a client of the cluster's endpoint sends: the gateway's, or llama-server's."""
+        return self.gateway.api_key if self.gateway.enabled else self.server.api_key
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -207,6 +256,14 @@ class ClusterSpec(_Strict):
                     f"server.tensor_split has {len(self.server.tensor_split)} entries; expected {expected}, "
                     "one per device in llama.cpp's order: each worker's devices (a worker without `devices` "
                     "counts as one), then the head's devices")
+        if self.gateway.enabled:
+            if (self.gateway.host, self.gateway.port) == (self.server.host, self.server.port) or (
+                    self.gateway.port == self.server.port and "0.0.0.0" in (self.gateway.host, self.server.host)):
+                raise ValueError(f"gateway.port = {self.gateway.port} is also server.port: give the gateway "
+                                 "and llama-server different ports")
+            local = [(w.bind, w.port) for w in self.workers if not w.remote]
+            if any(p == self.gateway.port for (_b, p) in local):
+                raise ValueError(f"gateway.port = {self.gateway.port} is also a local worker's port")
         if not self.allow_public_rpc:
             for w in self.workers:
                 problem = unsafe_bind(w.bind)
@@ -281,6 +338,10 @@ def parse_spec(data: dict[str, Any], source: Path | None = None) -> ClusterSpec:
     spec.model = _resolve(spec.model, base)
     if spec.server.chat_template_file is not None:
         spec.server.chat_template_file = _resolve(spec.server.chat_template_file, base)
+    for key in ("chat_template_file", "keys_file"):
+        value = getattr(spec.gateway, key)
+        if value is not None:
+            setattr(spec.gateway, key, _resolve(value, base))
     if spec.state_dir is not None:
         spec.state_dir = _resolve(spec.state_dir, base)
     if spec.ssh.config is not None:
@@ -319,3 +380,8 @@ def check_files(spec: ClusterSpec) -> None:
     tf = spec.server.chat_template_file
     if tf is not None and not tf.is_file():
         raise SpecError(f"{where}: server.chat_template_file: {tf} does not exist")
+    if spec.gateway.enabled:
+        for key in ("chat_template_file", "keys_file"):
+            path = getattr(spec.gateway, key)
+            if path is not None and not path.is_file():
+                raise SpecError(f"{where}: gateway.{key}: {path} does not exist")

@@ -39,6 +39,7 @@ class ClusterState:
     spec_file: str | None
     model: str
     endpoint: str
+    """What clients use: the gateway's URL, or llama-server's when the gateway is off."""
     engine: str
     phase: str = "starting"
     """``starting``, ``ready`` or ``failed``."""
@@ -50,6 +51,17 @@ class ClusterState:
     """The whole of `up`, from reading the spec to ready."""
     processes: list[ProcessRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    engine_endpoint: str | None = None
+    """llama-server's own URL (None in states written before the gateway was started by `up`)."""
+
+    @property
+    def engine_url(self) -> str:
+        """llama-server's base URL, for its native endpoints (/completion, /props, /slots)."""
+        return self.engine_endpoint or self.endpoint
+
+    @property
+    def gateway(self) -> ProcessRecord | None:
+        return next((p for p in self.processes if p.role == "gateway"), None)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

@@ -68,14 +68,15 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     memory = sorted((dict(d, node=_node_of(d, state)) for d in memory),
                     key=lambda d: order.index(d["node"]) if d["node"] in order else len(order))
     out: dict[str, Any] = {
-        "name": state.name, "phase": state.phase, "endpoint": state.endpoint, "model": state.model,
+        "name": state.name, "phase": state.phase, "endpoint": state.endpoint,
+        "engine_endpoint": state.engine_url, "gateway": state.gateway is not None, "model": state.model,
         "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,
         "up_seconds": state.up_seconds, "processes": procs, "memory": memory, "slots": None,
     }
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")
     if with_slots and server_alive:
         try:
-            with EngineClient(state.endpoint, timeout=3.0) as client:
+            with EngineClient(state.engine_url, timeout=3.0) as client:
                 out["slots"] = [
                     {"id": s.get("id"), "n_ctx": s.get("n_ctx"), "is_processing": s.get("is_processing"),
                      "id_task": s.get("id_task")} for s in client.slots()]

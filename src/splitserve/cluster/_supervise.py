@@ -6,7 +6,8 @@ nobody. So when any process dies, the whole cluster is stopped and started
 again in order (workers, then the head), waiting ``backoff_initial`` seconds
 before the first restart and doubling the wait after each restart that follows
 quickly, up to ``backoff_max``; a cluster that served ``stable_seconds``
-resets it. Every death and restart is an :class:`Event` and a JSON line in
+resets it. A dead gateway alone is started again by itself (the engine keeps its
+model). Every death and restart is an :class:`Event` and a JSON line in
 ``<state>/supervisor.log`` with the cause: which node, its exit status and the
 last lines of its log.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from .._errors import ClusterError, SplitserveError
 from ..engine import Engine
 from ._commands import cluster_state_dir
-from ._run import Event, OnEvent, death_message, down, up
+from ._run import Event, OnEvent, death_message, down, restart_gateway, up
 from ._spec import ClusterSpec
 from ._state import ClusterState
 from ._transport import transport_for
@@ -162,9 +163,24 @@ class Supervisor:
         assert self.state is not None
         while not self._stop.wait(poll):
             death = find_dead(self.state)
+            if death is not None and death.role == "gateway" and self._gateway_back(death):
+                continue
             if death is not None:
                 return death
         return None
+
+    def _gateway_back(self, death: Death) -> bool:
+        """Restart a dead gateway alone; False (restart everything) when that fails."""
+        assert self.state is not None
+        self.emit("died", death.node, death.cause, tail=death.tail)
+        try:
+            self.state = restart_gateway(self.spec, self.state)
+        except SplitserveError as exc:
+            self.emit("restart_failed", "gateway", str(exc))
+            return False
+        self.restarts += 1
+        self.emit("restarted", "gateway", f"gateway serving {self.state.endpoint} again")
+        return True
 
     def _down_quietly(self, grace: float = 10.0) -> None:
         try:

@@ -10,7 +10,7 @@ from ._auth import KeyRing, add_key, hash_key, is_loopback, require_auth_off_loo
 from ._errors import APIError
 from ._limits import KeyLimiter
 from ._plain import PLAIN
-from ._server import gateway_argv, serve
+from ._server import serve
 from ._translate import Plan, ServedModel, gbnf_literal, plan_chat
 from ._turn import Delta, Turn
 
@@ -28,7 +28,6 @@ __all__ = [
     "Turn",
     "add_key",
     "create_app",
-    "gateway_argv",
     "gbnf_literal",
     "hash_key",
     "is_loopback",

@@ -144,9 +144,10 @@ class Gateway:
             bos_token=str(props.get("bos_token") or ""), eos_token=str(props.get("eos_token") or ""),
             aliases=aliases, n_ctx=settings.get("n_ctx"), created=int(time.time()))
 
-    async def check_model(self, name: str) -> ServedModel:
+    async def check_model(self, name: str | None) -> ServedModel:
+        """The served model if ``name`` is one of its names (or absent); else 404."""
         model = await self.model()
-        if not model.answers_to(name):
+        if name is not None and not model.answers_to(name):
             raise APIError(404, f"the model {name!r} does not exist; this gateway serves "
                            f"{model.id!r}", param="model", code="model_not_found")
         return model

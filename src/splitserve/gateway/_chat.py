@@ -49,6 +49,12 @@ class Outcome:
         value = self.final.get("stop_type")
         return value if isinstance(value, str) else None
 
+    @property
+    def timings(self) -> dict[str, Any] | None:
+        """llama.cpp's ``timings`` (prompt/predicted n, ms, per second), passed on as llama-server does."""
+        value = self.final.get("timings")
+        return value if isinstance(value, dict) and value else None
+
     def usage(self) -> dict[str, Any]:
         f = self.final
         prompt = int(f.get("tokens_evaluated") or 0)
@@ -149,6 +155,8 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
                                                  outcome.stop_type)}]}
         if warnings:
             last["splitserve"] = {"warnings": warnings}
+        if outcome.timings:
+            last["timings"] = outcome.timings
         chunks = [b"data: " + dumps(last).encode() + b"\n\n"]
         if plan.include_usage:
             chunks.append(b"data: " + dumps({"id": cid, "object": "chat.completion.chunk",
@@ -181,6 +189,8 @@ async def collect_chat(resp: httpx.Response, plan: Plan, model: ServedModel, tur
     }
     if warnings:
         body["splitserve"] = {"warnings": warnings}
+    if outcome.timings:
+        body["timings"] = outcome.timings
     timing.first_sent = 0.0  # a whole answer has no first token on the wire
     record(metrics, outcome, timing, turn, warnings)
     return body

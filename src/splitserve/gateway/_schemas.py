@@ -110,7 +110,7 @@ class StreamOptions(_Model):
 
 
 class ChatRequest(_Model):
-    model: str
+    model: str | None = None  # optional, as with llama-server and vLLM: the served model
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
@@ -138,7 +138,7 @@ class ChatRequest(_Model):
 
 
 class CompletionRequest(_Model):
-    model: str
+    model: str | None = None
     prompt: Any = None
     stream: bool = False
 

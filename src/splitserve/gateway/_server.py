@@ -1,4 +1,8 @@
-"""Running a gateway: uvicorn on the configured host and port."""
+"""Running a gateway: uvicorn on the configured host and port.
+
+(`up` starts one as a process; its command line is built in
+:func:`splitserve.cluster.gateway_plan`.)
+"""
 
 from __future__ import annotations
 
@@ -20,27 +24,4 @@ def serve(config: GatewayConfig, log_level: str = "warning") -> None:
     uvicorn.Server(uv).run()
 
 
-def gateway_argv(engine_url: str, *, host: str = "127.0.0.1", port: int = 8000,
-                 python: str | None = None, model_format: str | None = None,
-                 chat_template_file: str | None = None, api_key_env: bool = False,
-                 keys_file: str | None = None, extra: list[str] | None = None) -> list[str]:
-    """The command line of a gateway process in front of ``engine_url`` (for a launch plan).
-
-    Pass the API key through the ``SPLITSERVE_API_KEY`` environment variable
-    (``api_key_env=True`` only documents that it is expected), never on the command line.
-    """
-    import sys
-
-    argv = [python or sys.executable, "-m", "splitserve", "serve", "--engine", engine_url,
-            "--host", host, "--port", str(port)]
-    if model_format:
-        argv += ["--model-format", model_format]
-    if chat_template_file:
-        argv += ["--chat-template", chat_template_file]
-    if keys_file:
-        argv += ["--keys-file", keys_file]
-    del api_key_env
-    return argv + list(extra or [])
-
-
-__all__ = ["gateway_argv", "serve"]
+__all__ = ["serve"]

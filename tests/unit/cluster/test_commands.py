@@ -96,5 +96,53 @@ def test_per_node_engine_and_ipv6_endpoint(tmp_path: Path, engines_for) -> None:
     plan = launch_plan(spec, engines_for(spec, {"w2": other}))
     assert plan.workers[1].argv[0] == str(tmp_path / "other" / "bin" / "ggml-rpc-server")
     assert plan.head.argv[plan.head.argv.index("--rpc") + 1] == "10.0.0.2:50052,[::1]:50053"
-    assert plan.endpoint == "http://127.0.0.1:8080"
+    assert plan.engine_endpoint == "http://127.0.0.1:8080"
     assert "ggml-rpc-server -H ::1 -p 50053" in plan.workers[1].shell()
+
+
+def test_gateway_runs_in_front_of_the_head_by_default(engines_for) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_spec(spec_dict())
+    plan = launch_plan(spec, engines_for(spec))
+    gw = plan.gateway
+    assert gw is not None and gw.role == "gateway" and gw.host == "local"
+    assert [p.node for p in plan.processes] == ["w1", "w2", "head", "gateway"]
+    assert plan.endpoint == "http://127.0.0.1:8000"
+    assert plan.engine_endpoint == "http://127.0.0.1:8080"
+    assert gw.argv[1:4] == ["-m", "splitserve", "serve"]
+    assert gw.argv[gw.argv.index("--engine") + 1] == "http://127.0.0.1:8080"
+    assert gw.argv[gw.argv.index("--host") + 1] == "127.0.0.1"
+    assert gw.argv[gw.argv.index("--port") + 1] == "8000"
+    assert "--model-format" not in gw.argv  # detected from the template by the gateway
+    assert gw.log.name == "gateway.log" and gw.log.parent == plan.head.log.parent
+
+
+def test_gateway_options_and_keys_stay_out_of_argv(tmp_path: Path, engines_for) -> None:  # type: ignore[no-untyped-def]
+    data = spec_dict(api_key="engine-secret", chat_template_file="/t/server.jinja")
+    data["gateway"] = {"host": "10.0.0.1", "port": 9000, "model_format": "minimax-m3", "api_key": "client-secret",
+                       "model_name": "m3", "max_concurrent": 4, "max_queue": 2, "extra_args": ["--log-level", "info"]}
+    spec = parse_spec(data)
+    gw = launch_plan(spec, engines_for(spec)).gateway
+    assert gw is not None
+    argv = gw.argv
+    assert argv[argv.index("--model-format") + 1] == "minimax-m3"
+    assert argv[argv.index("--chat-template") + 1] == "/t/server.jinja"  # the server's template by default
+    assert argv[argv.index("--model-name") + 1] == "m3"
+    assert argv[argv.index("--max-concurrent") + 1] == "4" and argv[argv.index("--max-queue") + 1] == "2"
+    assert argv[-2:] == ["--log-level", "info"]
+    assert not any("secret" in a for a in argv)
+    assert gw.env["SPLITSERVE_API_KEY"] == "client-secret"
+    assert gw.env["SPLITSERVE_ENGINE_API_KEY"] == "engine-secret"
+    # Secrets never reach a log header or --dry-run.
+    plan = launch_plan(spec, engines_for(spec))
+    assert "secret" not in gw.shell() and "secret" not in plan.head.shell()
+    assert "--api-key '***'" in plan.head.shell() or "--api-key ***" in plan.head.shell()
+
+
+def test_gateway_disabled_serves_llama_server_directly(engines_for) -> None:  # type: ignore[no-untyped-def]
+    data = spec_dict()
+    data["gateway"] = {"enabled": False}
+    spec = parse_spec(data)
+    plan = launch_plan(spec, engines_for(spec))
+    assert plan.gateway is None
+    assert [p.node for p in plan.processes] == ["w1", "w2", "head"]
+    assert plan.endpoint == plan.engine_endpoint == "http://127.0.0.1:8080"

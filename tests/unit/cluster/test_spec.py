@@ -76,6 +76,14 @@ def test_good_spec_loads_and_resolves_model_relative_to_file(tmp_path: Path) -> 
         ('model = "m.gguf"\n[[workers]]\nname = "bad name"\n', "workers[bad name].name"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nctx_size = "big"\n', "server.ctx_size"),
         ("model = \n", "not valid TOML"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nport = 9000\n[gateway]\nport = 9000\n',
+         "gateway.port = 9000 is also server.port"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\nport = 9001\n[gateway]\nport = 9001\n',
+         "gateway.port = 9001 is also a local worker's port"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nmodel_format = "nope"\n',
+         "gateway.model_format: unknown tool-call format 'nope'; known: plain, minimax-m3"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nmax_concurrent = 0\n', "gateway.max_concurrent"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nbogus = 1\n', "gateway.bogus: unknown key"),
     ],
 )
 def test_bad_spec_names_file_key_and_rule(tmp_path: Path, text: str, expected: str) -> None:
@@ -112,3 +120,27 @@ def test_tensor_split_counts_worker_devices_then_head_devices() -> None:
     data["server"] = {"tensor_split": [1, 1, 1]}
     with pytest.raises(SpecError, match="expected 4"):
         parse_spec(data)
+
+
+def test_gateway_table_defaults_and_relative_paths(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.gateway.enabled and (spec.gateway.host, spec.gateway.port) == ("127.0.0.1", 8000)
+    text = GOOD + '\n[gateway]\nchat_template_file = "t/m3.jinja"\nkeys_file = "keys.txt"\n'
+    spec = load_spec(write(tmp_path, text))
+    assert spec.gateway.chat_template_file == (tmp_path / "t" / "m3.jinja").resolve()
+    assert spec.gateway.keys_file == (tmp_path / "keys.txt").resolve()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m3.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SpecError, match=r"cluster\.toml: gateway\.chat_template_file: .*m3\.jinja does not exist"):
+        check_files(spec)
+
+
+def test_up_refuses_a_gateway_beyond_loopback_without_a_key(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from splitserve.cluster import up
+
+    monkeypatch.delenv("SPLITSERVE_API_KEY", raising=False)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    path = write(tmp_path, 'model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nhost = "0.0.0.0"\n')
+    with pytest.raises(SpecError) as info:
+        up(load_spec(path))  # refused before any engine is looked up or process started
+    assert "gateway.host = '0.0.0.0' is beyond loopback: set gateway.api_key or gateway.keys_file" in str(info.value)

@@ -31,6 +31,24 @@ def test_state_file_round_trips(tmp_path: Path) -> None:
     assert read_state(tmp_path) is None
 
 
+def test_state_knows_the_gateway_and_the_engine_url(tmp_path: Path) -> None:
+    gw = ProcessRecord(node="gateway", role="gateway", host="local", pid=9, start_ticks=1, bind="127.0.0.1",
+                       port=8000, log="/tmp/g.log", argv=["python"])
+    state = ClusterState(name="c", spec_file=None, model="/m.gguf", endpoint="http://127.0.0.1:8000",
+                         engine="e", processes=[record(1, 2), gw], engine_endpoint="http://127.0.0.1:8080")
+    write_state(tmp_path, state)
+    back = read_state(tmp_path)
+    assert back is not None and back.gateway == gw and back.engine_url == "http://127.0.0.1:8080"
+    # A state file written before the gateway was part of `up` has no engine_endpoint.
+    old = ClusterState(name="c", spec_file=None, model="/m.gguf", endpoint="http://127.0.0.1:8080", engine="e",
+                       processes=[record(1, 2)])
+    text = old.to_json().replace('  "engine_endpoint": null,\n', "").replace(',\n  "engine_endpoint": null', "")
+    assert "engine_endpoint" not in text
+    (tmp_path / "state.json").write_text(text)
+    back = read_state(tmp_path)
+    assert back is not None and back.gateway is None and back.engine_url == "http://127.0.0.1:8080"
+
+
 def test_corrupt_state_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text("{not json")
     with pytest.raises(ClusterError, match="unreadable cluster state"):
