@@ -177,5 +177,8 @@ def remote_spec(path: Path, model: Path, hosts: Hosts, name: str, *, ports: tupl
     else:
         lines.append(workers)
     lines += ["[server]", f"port = {head_port}", "ctx_size = 2048", server, ""]
+    from helpers import free_ports
+
+    lines += ["[gateway]", f"port = {free_ports(1)[0]}", ""]
     path.write_text("\n".join(lines))
     return path

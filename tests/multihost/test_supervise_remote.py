@@ -28,7 +28,7 @@ def wait_ready(root: Path, proc: subprocess.Popen[str], timeout: float = 180) ->
         assert proc.poll() is None, f"`splitserve run` exited: {proc.stderr.read() if proc.stderr else ''}"
         state = read_state(root)
         if state is not None and state.phase == "ready":
-            return {p.node: p.pid for p in state.processes} | {"_endpoint": state.endpoint}  # type: ignore[dict-item]
+            return {p.node: p.pid for p in state.processes} | {"_endpoint": state.engine_url}  # type: ignore[dict-item]
         time.sleep(0.1)
     raise AssertionError("cluster not ready in time")
 
@@ -90,7 +90,7 @@ def test_sigkill_worker_mid_generation_cluster_comes_back(engine, smollm2, state
         recovery = time.monotonic() - t_kill
         print(f"recovery after SIGKILL of w2: {recovery:.2f} s")
         second = {p.node: p.pid for p in read_state(root).processes}  # type: ignore[union-attr]
-        assert set(second) == {"w1", "w2", "head"}
+        assert set(second) == {"w1", "w2", "head", "gateway"}
         assert all(second[n] != first[n] for n in second), "every process was restarted"
 
         log = read_supervisor_log(spec)

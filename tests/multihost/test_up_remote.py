@@ -53,7 +53,7 @@ def test_up_chat_status_logs_down_across_hosts(engine, smollm2, state_home, host
 
         status = json.loads(run_cli("status", "-c", str(spec_file), "--json").stdout)
         procs = {p["node"]: p for p in status["processes"]}
-        assert set(procs) == {"w1", "w2", "head"}
+        assert set(procs) == {"w1", "w2", "head", "gateway"}
         assert all(p["alive"] and p["rss_bytes"] > 0 for p in procs.values())
         assert procs["w2"]["host"] == "box2"
         rpc = {d["node"]: d for d in status["memory"] if d["endpoint"]}
@@ -66,7 +66,7 @@ def test_up_chat_status_logs_down_across_hosts(engine, smollm2, state_home, host
         assert "RPC server" in logs.stdout and "Accepted client connection" in logs.stdout
     finally:
         stopped = down(spec)
-    assert set(stopped) == {"w1", "w2", "head"}
+    assert set(stopped) == {"w1", "w2", "head", "gateway"}
     assert wait_dead([p.pid for p in state.processes]) == []
     assert hosts.user_pids() == {"box1": [], "box2": []}
     assert not (cluster_state_dir(spec) / "state.json").exists()
@@ -115,7 +115,7 @@ def test_worker_with_its_own_build_is_used_in_place(engine, smollm2, state_home,
         assert not (tmp_path / "box1-own" / "engines").exists(), "nothing is copied to a node with its own build"
         w1 = next(p for p in state.processes if p.node == "w1")
         assert w1.argv[0] == str(engine.bin_dir / "ggml-rpc-server")
-        r = httpx.post(f"{state.endpoint}/completion", timeout=120, json={"prompt": "Hi", "n_predict": 4})
+        r = httpx.post(f"{state.engine_url}/completion", timeout=120, json={"prompt": "Hi", "n_predict": 4})
         assert r.status_code == 200
     finally:
         down(spec)
