@@ -160,6 +160,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--server", help="llama-server binary (default: the cached CPU engine)")
     ap.add_argument("--model", help="GGUF (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="an extra llama-server argument (repeat), e.g. --server-arg=-ngl --server-arg=999")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=4096)
@@ -187,7 +189,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     procs = [subprocess.Popen([str(server), "-m", str(model_path), "--host", "127.0.0.1",
                                "--port", str(eport), "-c", str(args.ctx), "-t", str(args.threads),
-                               "--parallel", str(args.parallel)],
+                               "--parallel", str(args.parallel), *args.server_arg],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
     try:
         wait_ready(direct, procs[0])
