@@ -5,7 +5,8 @@
   gives an incremental parser with ``feed(text) -> events`` and ``finish() -> events``;
 - :func:`parse_complete` parses a whole output into a :class:`ParsedMessage`;
 - :func:`transplant` builds a hybrid template from two templates and a recipe;
-- :func:`check_template` renders canonical conversations and checks they parse back.
+- :func:`check_template` renders canonical conversations and checks they parse back;
+- :func:`tool_call_grammar` builds the GBNF that forces a tool call in a format's syntax.
 """
 
 from ._check import CheckResult, check_template
@@ -24,6 +25,7 @@ from ._events import (
 )
 from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser, random_call_id
 from ._gguf import read_chat_templates
+from ._grammar import GrammarBuilder, GrammarError, GrammarTool, tool_call_grammar
 from ._reasoning import ReasoningSpec
 from ._registry import (
     UnknownFormatError,
@@ -42,6 +44,9 @@ __all__ = [
     "CheckResult",
     "ContentDelta",
     "Event",
+    "GrammarBuilder",
+    "GrammarError",
+    "GrammarTool",
     "IdFactory",
     "MessageAssembler",
     "ParseWarning",
@@ -75,5 +80,6 @@ __all__ = [
     "read_chat_templates",
     "register_format",
     "render_chat",
+    "tool_call_grammar",
     "transplant",
 ]

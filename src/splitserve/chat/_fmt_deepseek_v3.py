@@ -24,6 +24,7 @@ import re
 
 from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser
+from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonArgsStreamer, json_coerce
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
@@ -198,6 +199,26 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
     return DeepseekV3Parser(tools, id_factory)
 
 
+_MARK = "<｜tool▁"  # every marker starts so: kept out of argument strings
+
+
+def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
+    """The V3.1 form, ``<｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``, in the
+    calls wrapper; a tool named ``function`` in the V3 form (``function<｜tool▁sep｜>f``
+    followed by a fenced block), which the parser would otherwise read as the V3 type."""
+    alts = []
+    for t in tools:
+        args = g.json_args(t, forbid=_MARK)
+        if t.name == "function":
+            head = g.lit(f"{CALL_BEGIN}function{SEP}{t.name}\n```json\n")
+            body = f'{head} {args} {g.lit(chr(10) + "```" + CALL_END)}'
+        else:
+            body = f"{g.lit(CALL_BEGIN + t.name + SEP)} {args} {g.lit(CALL_END)}"
+        alts.append(g.rule(f"{t.name}-call", body))
+    calls = g.calls(g.choice(alts), parallel)
+    return f"{g.lit(CALLS_BEGIN)} {calls} {g.lit(CALLS_END)}"
+
+
 FORMAT = ToolCallFormat(
     name="deepseek-v3",
     description="DeepSeek V3/V3.1/R1: <｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}"
@@ -205,6 +226,7 @@ FORMAT = ToolCallFormat(
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<｜end▁of▁sentence｜>",),
+    call_grammar=_grammar,
     example=(f"{CALLS_BEGIN}{CALL_BEGIN}get_weather{SEP}{{\"location\": \"Paris\"}}{CALL_END}"
              f"{CALLS_END}"),
 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet, coerce_value
@@ -132,6 +133,16 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
     return HermesParser(tools, id_factory)
 
 
+def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
+    """``<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>``, one block per call."""
+    tail = g.lit("}\n" + CLOSE)
+    alts = []
+    for t in tools:
+        head = g.lit(f'{OPEN}\n{{"name": {json.dumps(t.name)}, "arguments": ')
+        alts.append(g.rule(f"{t.name}-call", f"{head} {g.json_args(t)} {tail}"))
+    return g.calls(g.choice(alts), parallel, "\n")
+
+
 FORMAT = ToolCallFormat(
     name="hermes",
     description="Hermes 2 Pro/3, Qwen 2.5, Qwen3, QwQ: <tool_call>{\"name\", \"arguments\"}"
@@ -139,6 +150,7 @@ FORMAT = ToolCallFormat(
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<|im_end|>", "<|eot_id|>"),
+    call_grammar=_grammar,
     example='<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
             '</tool_call>',
 )

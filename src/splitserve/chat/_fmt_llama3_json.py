@@ -19,6 +19,7 @@ import json
 import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
 from ._schema import ToolSet, coerce_value
 
@@ -120,6 +121,15 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
     return Llama3JsonParser(tools, id_factory)
 
 
+def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
+    """``{"name": "f", "parameters": {...}}``, several joined by ``; ``."""
+    alts = []
+    for t in tools:
+        head = g.lit(f'{{"name": {json.dumps(t.name)}, "parameters": ')
+        alts.append(g.rule(f"{t.name}-call", f'{head} {g.json_args(t)} "}}"'))
+    return g.calls(g.choice(alts), parallel, "; ")
+
+
 FORMAT = ToolCallFormat(
     name="llama3-json",
     description="Llama 3.1/3.2/3.3: the reply is {\"name\", \"parameters\"} (optionally after "
@@ -127,5 +137,6 @@ FORMAT = ToolCallFormat(
     make_tool_parser=_parser,
     reasoning=None,
     end_markers=("<|eot_id|>", "<|eom_id|>"),
+    call_grammar=_grammar,
     example='{"name": "get_weather", "parameters": {"location": "Paris"}}',
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from ._format import IdFactory, ToolCallFormat
+from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 from ._xml_flat import Dialect, FlatXmlParser
@@ -43,6 +44,26 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
     return FlatXmlParser(tools, id_factory, DIALECT)
 
 
+def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
+    """``<minimax:tool_call>\n<invoke name="f">\n<parameter name="k">v</parameter>\n
+    </invoke>\n</minimax:tool_call>``: every call's invoke in one wrapper."""
+    close = DIALECT.param_close
+
+    def param(key: str, value: str) -> str:
+        return f'{g.lit(f"<parameter name={chr(34)}{key}{chr(34)}>")} {value} {g.lit(close + chr(10))}'
+
+    def valid(key: str) -> bool:
+        return bool(key) and key == key.strip() and not set(key) & set("\"'>")
+
+    alts = []
+    for t in tools:
+        params = g.xml_params(t, param, valid, forbid=close, json_forbid=close)
+        head = g.lit(f'<invoke name="{t.name}">\n')
+        alts.append(g.rule(f"{t.name}-invoke", f'{head} {params} {g.lit("</invoke>" + chr(10))}'))
+    calls = g.calls(g.choice(alts), parallel)
+    return f"{g.lit(DIALECT.wrap_open + chr(10))} {calls} {g.lit(DIALECT.wrap_close)}"
+
+
 EXAMPLE = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="location">Paris'
            '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>')
 
@@ -53,6 +74,7 @@ FORMAT = ToolCallFormat(
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=True),
     end_markers=("[e~[",),
     example=EXAMPLE,
+    call_grammar=_grammar,
 )
 
 HYBRID = ToolCallFormat(
@@ -62,4 +84,5 @@ HYBRID = ToolCallFormat(
     reasoning=ReasoningSpec("<mm:think>", "</mm:think>", prefilled_default=False),
     end_markers=("[e~[",),
     example=EXAMPLE,
+    call_grammar=_grammar,
 )

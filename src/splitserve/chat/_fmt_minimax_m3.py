@@ -30,6 +30,7 @@ from typing import Any
 
 from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser
+from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import Schema, ToolSet, allowed_types, coerce_value, item_schema, property_schema, raw
 
@@ -303,6 +304,30 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
     return MinimaxM3Parser(tools, id_factory)
 
 
+_KEY = re.compile(r"[^\s<>/=\"]+")
+
+
+def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
+    """``NS<tool_call>\n NS<invoke name="f"> NS<k>v NS</k> ... NS</invoke>\n NS</tool_call>``
+    (no spaces), as the template writes it. Values never contain the namespace token (so no
+    nested tags): strings raw, numbers and booleans as JSON, objects and arrays as JSON text
+    (the schema-driven coercion reads it back)."""
+
+    def param(key: str, value: str) -> str:
+        return f"{g.lit(f'{NS}<{key}>')} {value} {g.lit(f'{NS}</{key}>')}"
+
+    def valid(key: str) -> bool:
+        return bool(_KEY.fullmatch(key)) and key not in ("invoke", "tool_call")
+
+    alts = []
+    for t in tools:
+        params = g.xml_params(t, param, valid, forbid=NS, json_forbid=NS)
+        head = g.lit(f'{NS}<invoke name="{t.name}">')
+        alts.append(g.rule(f"{t.name}-invoke", f'{head} {params} {g.lit(NS + "</invoke>" + chr(10))}'))
+    calls = g.calls(g.choice(alts), parallel)
+    return f"{g.lit(NS + '<tool_call>' + chr(10))} {calls} {g.lit(NS + '</tool_call>')}"
+
+
 FORMAT = ToolCallFormat(
     name="minimax-m3",
     description="MiniMax-M3: ]<]minimax[>[ before every tag, <invoke>, <param>value</param>, "
@@ -312,4 +337,5 @@ FORMAT = ToolCallFormat(
     end_markers=("[e~[",),
     example=(f"{NS}<tool_call>\n{NS}<invoke name=\"get_weather\">{NS}<location>Paris"
              f"{NS}</location>{NS}<days>3{NS}</days>{NS}</invoke>\n{NS}</tool_call>"),
+    call_grammar=_grammar,
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from ._format import IdFactory, ToolCallFormat
+from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 from ._xml_flat import Dialect, FlatXmlParser
@@ -43,12 +44,33 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
     return FlatXmlParser(tools, id_factory, DIALECT)
 
 
+def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
+    """``<tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n
+    </tool_call>``, one block per call (as the template writes them)."""
+    close = DIALECT.param_close
+
+    def param(key: str, value: str) -> str:
+        return f"{g.lit(f'<parameter={key}>' + chr(10))} {value} {g.lit(chr(10) + close + chr(10))}"
+
+    def valid(key: str) -> bool:
+        return bool(key.strip()) and ">" not in key and "\n" not in key
+
+    alts = []
+    for t in tools:
+        params = g.xml_params(t, param, valid, forbid=close, json_forbid=close)
+        head = g.lit(f"<tool_call>\n<function={t.name}>\n")
+        alts.append(g.rule(f"{t.name}-call",
+                           f'{head} {params} {g.lit("</function>" + chr(10) + "</tool_call>")}'))
+    return g.calls(g.choice(alts), parallel, "\n")
+
+
 FORMAT = ToolCallFormat(
     name="qwen3-coder",
     description="Qwen3-Coder, Qwen3.5: <tool_call><function=f><parameter=k>, optional <think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<|im_end|>",),
+    call_grammar=_grammar,
     example=("<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n"
              "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
 )

@@ -23,7 +23,7 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._events import (
     ContentDelta,
@@ -37,6 +37,9 @@ from ._events import (
 from ._reasoning import ReasoningSpec, ReasoningSplitter
 from ._scan import TextBuffer
 from ._schema import Schema, ToolSet
+
+if TYPE_CHECKING:
+    from ._grammar import CallGrammar
 
 IdFactory = Callable[[int], str]
 _SLICE = 2048
@@ -146,6 +149,8 @@ class ToolCallFormat:
     end_markers: tuple[str, ...] = ()
     example: str = ""
     aliases: tuple[str, ...] = field(default=())
+    # the GBNF of this format's tool calls, for a forced call (see _grammar); None: none
+    call_grammar: CallGrammar | None = None
 
     def parser(self, tools: list[dict[str, Any]] | None = None, *,
                prefilled: bool | None = None,
