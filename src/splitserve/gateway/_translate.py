@@ -5,6 +5,12 @@ with the request's tools and ``chat_template_kwargs``. Sampling fields map one t
 llama.cpp's own fields pass through; ``response_format`` becomes the engine's
 ``json_schema`` constraint; ``cache_prompt`` is on unless the client turns it off, so an
 agent loop re-sending its history costs only the new tokens.
+
+``tool_choice: "required"`` or a named function is enforced, not only checked: the body
+carries a GBNF ``grammar`` (:func:`splitserve.chat.tool_call_grammar`) whose sentences are
+exactly (reasoning, then) a call in the format's syntax to an allowed tool. A client
+constraint (``grammar``, ``json_schema``, ``response_format``) cannot hold at the same time:
+400. The ``plain`` format writes no calls, so there the choice is only checked.
 """
 
 from __future__ import annotations
@@ -13,7 +19,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat import ChatParser, TemplateError, ToolCallFormat, get_format, render_chat
+from ..chat import (
+    ChatParser,
+    GrammarError,
+    TemplateError,
+    ToolCallFormat,
+    get_format,
+    render_chat,
+    tool_call_grammar,
+)
 from ._errors import APIError, bad_request
 from ._plain import PLAIN
 from ._schemas import ENGINE_FIELDS, ChatRequest
@@ -105,13 +119,6 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
                 raise bad_request("response_format.json_schema.schema: a JSON Schema object is "
                                   "required", "response_format.json_schema.schema")
             body["json_schema"] = schema
-    if req.force_output is not None:
-        if not test_hooks:
-            raise bad_request("force_output is a test-only hook; start the gateway with "
-                              "--test-hooks to use it", "force_output")
-        body.pop("json_schema", None)
-        body["grammar"] = gbnf_literal(req.force_output)
-
     choice = req.tool_choice
     named = None
     if isinstance(choice, dict):
@@ -121,10 +128,43 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
         choice = "auto" if tools else "none"
     if not tools:
         choice = "none"
+    prefilled = model.format.prefilled_by(prompt)
+
+    if req.force_output is not None:
+        if not test_hooks:
+            raise bad_request("force_output is a test-only hook; start the gateway with "
+                              "--test-hooks to use it", "force_output")
+        body.pop("json_schema", None)
+        body["grammar"] = gbnf_literal(req.force_output)
+    elif choice == "required" and model.format.call_grammar is not None:
+        body["grammar"] = _required_grammar(req, model.format, tools, named, prompt, prefilled,
+                                            body)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Plan(body=body, prompt=prompt, prefilled=model.format.prefilled_by(prompt),
+    return Plan(body=body, prompt=prompt, prefilled=prefilled,
                 tools=tools, tool_choice=choice, named_tool=named,
                 parallel=req.parallel_tool_calls, include_usage=include_usage)
+
+
+def _required_grammar(req: ChatRequest, fmt: ToolCallFormat, tools: list[dict[str, Any]] | None,
+                      named: str | None, prompt: str, prefilled: bool,
+                      body: dict[str, Any]) -> str:
+    """The grammar that forces the call; 400 when the client constrains the output too."""
+    what = f"the function {named!r}" if named else '"required"'
+    rf = req.response_format
+    if rf is not None and rf.type != "text":
+        field_ = "response_format"
+    else:
+        field_ = next((k for k in ("grammar", "json_schema", "grammar_triggers") if k in body),
+                      "grammar_lazy" if body.get("grammar_lazy") else "")
+    if field_:
+        raise bad_request(f"{field_} cannot be combined with tool_choice {what}: the gateway "
+                          "enforces the tool call with its own grammar", field_)
+    reasoning = fmt.reasoning is not None and not prompt.rstrip().endswith(fmt.reasoning.close)
+    try:
+        return tool_call_grammar(fmt, tools, name=named, parallel=req.parallel_tool_calls,
+                                 prefilled=prefilled, reasoning=reasoning)
+    except GrammarError as exc:
+        raise bad_request(f"tool_choice: {exc}", "tool_choice") from None
 
 
 def resolve_format(name: str | None, template: str) -> ToolCallFormat:
