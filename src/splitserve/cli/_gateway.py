@@ -106,6 +106,13 @@ def doctor_tools_cmd(
     force_template: Annotated[Path | None, typer.Option(
         help="splitserve gateway with --test-hooks only: force each answer to what this "
              "chat template writes for the expected reply (exercises parsing with any model)")] = None,
+    force_prefill: Annotated[Path | None, typer.Option(
+        help="llama-server's own endpoint: send what this chat template writes for the expected "
+             "reply as a final assistant message to continue, and force end of sequence, so "
+             "llama-server's own parser reads it (exercises its parsing with any model)")] = None,
+    raw: Annotated[bool, typer.Option(
+        help="llama-server only: ask for its verbose field and keep the raw generated text and "
+             "the chat format it parsed with in the report")] = False,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write the report here")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 120.0,
@@ -117,12 +124,19 @@ def doctor_tools_cmd(
     """
     from ..gateway._doctor import probe_tools, report_markdown
 
+    if force_template and force_prefill:
+        raise fail(UsageError("--force-template and --force-prefill exclude each other: the first "
+                              "is for a splitserve gateway, the second for llama-server itself"))
+    path = force_template or force_prefill
     try:
-        template = force_template.read_text() if force_template else None
-        report = probe_tools(url, model=model, api_key=api_key, force_template=template,
-                             timeout=timeout, max_tokens=max_tokens)
+        text = path.read_text() if path else None
     except OSError as exc:
-        raise fail(UsageError(f"{force_template}: {exc.strerror}")) from None
+        raise fail(UsageError(f"{path}: {exc.strerror}; pass an existing template file")) from None
+    try:
+        report = probe_tools(url, model=model, api_key=api_key,
+                             force_template=text if force_template else None,
+                             prefill_template=text if force_prefill else None,
+                             timeout=timeout, max_tokens=max_tokens, raw=raw)
     except SplitserveError as exc:
         raise fail(exc) from None
     for check in report.checks:

@@ -9,6 +9,17 @@ name; argument fragments concatenate to valid JSON; finish_reason agrees).
 ``force_template`` (a splitserve gateway started with ``--test-hooks`` only) renders the
 expected reply with that chat template and forces the model to write exactly it, so the
 parsing path is exercised with a model too small to call tools by itself.
+
+``prefill_template`` does the same for llama-server's own endpoint, which refuses
+``grammar`` together with ``tools``: the expected reply (reasoning split off into
+``reasoning_content``) is sent as a final assistant message, which llama-server continues
+(its ``continue_final_message``: the text becomes part of the generation prompt, is fed
+to the tool-call grammar and is parsed together with the generated text), and a logit
+bias on the end-of-sequence token ends the turn at once. llama-server's own parser then
+reads exactly what that template writes for the correct answer. Limit: llama-server
+re-writes the reasoning block around prefilled content (``<mm:think>`` + reasoning +
+``</mm:think>``), so a reply that starts with a bare reasoning closer cannot be prefilled
+as it is; it arrives with an empty reasoning block.
 """
 
 from __future__ import annotations
@@ -54,12 +65,19 @@ class Check:
     seconds: float = 0.0
 
 
+MODES = {"live": "no",
+         "force_output": "yes (splitserve's force_output test hook)",
+         "prefill": "yes (expected reply prefilled as the final assistant message, "
+                    "end of sequence forced; llama-server's own parser reads it)"}
+
+
 @dataclass
 class Report:
     url: str
     model: str
     forced: bool
     checks: list[Check] = field(default_factory=list)
+    mode: str = "live"              # live | force_output | prefill
 
     @property
     def passed(self) -> int:
@@ -71,7 +89,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "model": self.model, "forced": self.forced,
-                "passed": self.passed, "failed": self.failed,
+                "mode": self.mode, "passed": self.passed, "failed": self.failed,
                 "checks": [asdict(c) for c in self.checks]}
 
 
@@ -243,26 +261,106 @@ def _read_stream(resp: httpx.Response, check: Check) -> tuple[dict[str, Any], st
 
 
 def _forced_raw(template: str, case: Case) -> str:
-    from ..chat import assistant_turn, detect_format, get_format
+    """What ``template`` writes for the case's expected reply (the turn's end marker cut off).
+
+    A template of no known tool-call format gets every known format's end markers, so a
+    ChatML template's ``<|im_end|>`` is not taken for reply text.
+    """
+    from ..chat import assistant_turn, detect_format, get_format, list_formats
 
     name = detect_format(template)
     fmt = get_format(name) if name else None
+    ends = fmt.end_markers if fmt else tuple(dict.fromkeys(
+        m for known in list_formats() for m in known.end_markers))
     text, _ = assistant_turn(template, case.messages, case.expected,
-                             end_markers=fmt.end_markers if fmt else (),
+                             end_markers=ends,
                              reasoning_open=fmt.reasoning.open if fmt and fmt.reasoning else None,
                              tools=TOOLS, **case.extra.get("chat_template_kwargs", {}))
     return text
 
 
+def prefill_case(case: Case) -> Case:
+    """The case with the reply a correct model gives: one call under parallel_tool_calls=false.
+
+    (``force_template`` keeps the two calls of ``no_parallel`` on purpose: it checks that the
+    gateway drops the second one. llama-server's grammar never lets a model write it.)
+    """
+    calls = case.expected.get("tool_calls") or []
+    if case.extra.get("parallel_tool_calls") is False and len(calls) > 1:
+        return Case(case.name, case.messages, {**case.expected, "tool_calls": calls[:1]},
+                    case.extra)
+    return case
+
+
+def prefill_message(template: str, case: Case) -> dict[str, Any]:
+    """The final assistant message that makes llama-server continue from the expected reply."""
+    from ..chat import detect_format, get_format
+
+    raw = _forced_raw(template, prefill_case(case))
+    name = detect_format(template)
+    spec = get_format(name).reasoning if name else None
+    message: dict[str, Any] = {"role": "assistant", "content": raw}
+    if spec is not None and spec.close in raw:
+        head, content = raw.split(spec.close, 1)
+        head = head.lstrip().removeprefix(spec.open)
+        message["content"] = content
+        if head.strip():
+            message["reasoning_content"] = head
+    return message
+
+
+def _eos_bias(http: httpx.Client, root: str) -> list[list[float]]:
+    """A logit bias that makes llama-server's end-of-sequence token the only choice."""
+    try:
+        eos = http.get(f"{root}/props").json()["eos_token"]
+        tokens = http.post(f"{root}/tokenize", json={"content": eos}).json()["tokens"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise SplitserveError(f"{root}: no llama-server /props and /tokenize "
+                              f"({type(exc).__name__}); --force-prefill needs llama-server's own "
+                              "endpoint") from None
+    if len(tokens) != 1:
+        raise SplitserveError(f"{root}: the end-of-sequence token {eos!r} is {len(tokens)} tokens, "
+                              "not one; --force-prefill cannot force it")
+    return [[int(tokens[0]), 100.0]]
+
+
+def _keep_raw(answer: dict[str, Any], check: Check) -> None:
+    """Add llama-server's ``__verbose`` raw text and chat format (when present) to ``got``."""
+    verbose = answer.get("__verbose")
+    if not isinstance(verbose, dict) or not isinstance(check.got, dict):
+        return
+    check.got["raw"] = verbose.get("content")
+    settings = verbose.get("generation_settings")
+    if isinstance(settings, dict) and settings.get("chat_format"):
+        check.got["chat_format"] = settings["chat_format"]
+
+
+def _error_body(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text[:2000]
+
+
 def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
                 force_template: str | None = None, timeout: float = 120.0,
-                max_tokens: int = 256) -> Report:
-    """Run every case against ``url`` (with or without ``/v1``); never raises on a bad answer."""
+                max_tokens: int = 256, prefill_template: str | None = None,
+                raw: bool = False) -> Report:
+    """Run every case against ``url`` (with or without ``/v1``); never raises on a bad answer.
+
+    ``raw`` (llama-server only) asks for its ``verbose`` debug field and keeps, next to the
+    parsed reply, the text the model generated and the chat format llama-server parsed it
+    with, so a model's failure can be told from a parser's.
+    """
+    if force_template is not None and prefill_template is not None:
+        raise SplitserveError("force_template and prefill_template exclude each other; "
+                              "pick one (the gateway's test hook or llama-server's prefill)")
     base = url.rstrip("/")
     if not base.endswith("/v1"):
         base += "/v1"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=base, headers=headers, timeout=timeout) as http:
+        bias = _eos_bias(http, base[:-3]) if prefill_template is not None else None
         if model is None:
             try:
                 listing = http.get("/models").json()
@@ -270,22 +368,30 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 raise SplitserveError(f"{base}/models: cannot list models ({type(exc).__name__}); "
                                       "pass --model") from None
-        report = Report(url=base, model=str(model), forced=force_template is not None)
+        mode = ("force_output" if force_template is not None else
+                "prefill" if prefill_template is not None else "live")
+        report = Report(url=base, model=str(model), forced=mode != "live", mode=mode)
         for case in CASES:
             check = Check(case.name)
             body: dict[str, Any] = {"model": model, "messages": case.messages, "tools": TOOLS,
                                     "max_tokens": max_tokens, "temperature": 0, **case.extra}
             if force_template is not None:
                 body["force_output"] = _forced_raw(force_template, case)
+            if prefill_template is not None:
+                body["messages"] = [*case.messages, prefill_message(prefill_template, case)]
+                body["logit_bias"] = bias
+            if raw:
+                body["verbose"] = True
             started = time.perf_counter()
             try:
                 if body.get("stream"):
                     with http.stream("POST", "/chat/completions", json=body) as resp:
                         check.http_status = resp.status_code
                         if resp.status_code != 200:
-                            check.detail = f"HTTP {resp.status_code}: {resp.read()[:300]!r}"
+                            text = resp.read().decode("utf-8", "replace")
+                            check.detail = f"HTTP {resp.status_code}: {text[:300]}"
+                            check.got = {"error": _error_body(text)}
                         else:
-                            earlier = ""
                             msg, finish = _read_stream(resp, check)
                             earlier = check.detail
                             _grade(case, msg, finish, check)
@@ -297,10 +403,13 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
                     check.http_status = resp.status_code
                     if resp.status_code != 200:
                         check.detail = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                        check.got = {"error": _error_body(resp.text)}
                     else:
-                        choice = resp.json()["choices"][0]
+                        answer = resp.json()
+                        choice = answer["choices"][0]
                         _grade(case, choice.get("message") or {}, choice.get("finish_reason"),
                                check)
+                        _keep_raw(answer, check)
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 check.status = "fail"
                 check.detail = f"{type(exc).__name__}: {exc}"
@@ -312,7 +421,7 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
 def report_markdown(report: Report, title: str | None = None) -> str:
     lines = [f"# {title or 'doctor tools report'}", "",
              f"- endpoint: `{report.url}`", f"- model: `{report.model}`",
-             f"- forced output (test hook): {'yes' if report.forced else 'no'}",
+             f"- forced output: {MODES.get(report.mode, report.mode)}",
              f"- result: {report.passed}/{len(report.checks)} passed", "",
              "| check | result | HTTP | seconds | detail |", "|---|---|---|---|---|"]
     for c in report.checks:
@@ -325,4 +434,5 @@ def report_markdown(report: Report, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CASES", "Check", "Report", "probe_tools", "report_markdown"]
+__all__ = ["CASES", "Check", "Report", "prefill_case", "prefill_message", "probe_tools",
+           "report_markdown"]
