@@ -41,7 +41,8 @@ def two_worker_spec(tmp_path: Path, model: Path, name: str = "t", gateway: dict[
         lines.append(f"{key} = {json.dumps(value)}")
     lines += ["", "[gateway]"]
     for key, value in ({"port": gw} | (gateway or {})).items():
-        lines.append(f"{key} = {json.dumps(value)}")
+        if value is not None:  # None: leave the key out (its default)
+            lines.append(f"{key} = {json.dumps(value)}")
     path = tmp_path / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -54,6 +54,31 @@ def test_up_serves_openai_clients_through_the_gateway(engine, smollm2, state_hom
     assert wait_dead([p.pid for p in state.processes]) == []
 
 
+def test_without_a_port_the_gateway_takes_8000_or_a_free_one(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    spec = load_spec(two_worker_spec(tmp_path, smollm2, name="gwport", gateway={"port": None}))
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 8000))
+        holder.listen(1)
+    except OSError:
+        pass  # someone else holds 8000 already: the same case
+    events: list[tuple[str, str]] = []
+    try:
+        state = up(spec, engine=engine, on_event=lambda e: events.append((e.kind, e.message)))
+        try:
+            gw = state.gateway
+            assert gw is not None and gw.port != 8000
+            assert any(k == "gateway_port" and f"listens on {gw.port}" in m for k, m in events)
+            r = httpx.get(f"{state.endpoint}/v1/models", timeout=10)
+            assert r.status_code == 200 and r.json()["data"]
+        finally:
+            down(spec)
+    finally:
+        holder.close()
+
+
 def test_gateway_death_restarts_the_gateway_alone(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     text = two_worker_spec(tmp_path, smollm2, name="gwsup").read_text()
     spec_file = tmp_path / "gwsup2.toml"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import Engine
-from ._spec import ClusterSpec, WorkerSpec
+from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec
 
 
 @dataclass
@@ -131,11 +131,14 @@ def base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
-def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path) -> ProcessPlan:
-    """``splitserve serve`` in front of llama-server; keys travel in the environment, not argv."""
+def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None = None) -> ProcessPlan:
+    """``splitserve serve`` in front of llama-server; keys travel in the environment, not argv.
+
+    ``port``: the port `up` chose when the spec gives none (default: the spec's, else 8000)."""
     g = spec.gateway
+    port = port or g.port or DEFAULT_GATEWAY_PORT
     argv = [sys.executable, "-m", "splitserve", "serve", "--engine", engine_url, "--host", g.host,
-            "--port", str(g.port), "--max-concurrent", str(g.max_concurrent), "--max-queue", str(g.max_queue)]
+            "--port", str(port), "--max-concurrent", str(g.max_concurrent), "--max-queue", str(g.max_queue)]
     if g.model_format:
         argv += ["--model-format", g.model_format]
     template = g.chat_template_file or spec.server.chat_template_file
@@ -152,7 +155,7 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path) -> ProcessPlan:
     if spec.server.api_key:
         env["SPLITSERVE_ENGINE_API_KEY"] = spec.server.api_key
     return ProcessPlan(node="gateway", role="gateway", host="local", argv=argv, env=env, bind=g.host,
-                       port=g.port, log=log)
+                       port=port, log=log)
 
 
 def cluster_state_dir(spec: ClusterSpec) -> Path:
@@ -161,8 +164,10 @@ def cluster_state_dir(spec: ClusterSpec) -> Path:
     return spec.state_dir or state_dir() / spec.name
 
 
-def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: list[float] | None = None) -> LaunchPlan:
-    """The processes for ``spec``; ``engines`` maps node name (``head`` or a worker) to its engine."""
+def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: list[float] | None = None,
+                gateway_port: int | None = None) -> LaunchPlan:
+    """The processes for ``spec``; ``engines`` maps node name (``head`` or a worker) to its engine;
+    ``gateway_port`` is the port `up` picked when the spec gives none."""
     root = cluster_state_dir(spec)
     logs = root / "logs"
     workers = []
@@ -179,8 +184,8 @@ def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: lis
                        env=_library_env(head_engine, spec.server.env), bind=spec.server.host,
                        port=spec.server.port, log=logs / "head.log")
     engine_url = base_url(spec.server.host, spec.server.port)
-    gateway = gateway_plan(spec, engine_url, logs / "gateway.log") if spec.gateway.enabled else None
-    endpoint = base_url(spec.gateway.host, spec.gateway.port) if gateway else engine_url
+    gateway = gateway_plan(spec, engine_url, logs / "gateway.log", gateway_port) if spec.gateway.enabled else None
+    endpoint = base_url(gateway.bind, gateway.port) if gateway else engine_url
     return LaunchPlan(workers=workers, head=head, state_dir=root, endpoint=endpoint,
                       engine_endpoint=engine_url, gateway=gateway)
 

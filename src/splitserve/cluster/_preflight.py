@@ -453,6 +453,8 @@ def _port_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
     items: list[tuple[str, str, str, int, str]] = [
         (w.name, host_of(w), w.bind, w.port, f"workers[{w.name}].port") for w in spec.workers]
     items.append(("head", "local", spec.server.host, spec.server.port, "server.port"))
+    if spec.gateway.enabled and spec.gateway.port is not None:  # without a port, up picks a free one
+        items.append(("gateway", "local", spec.gateway.host, spec.gateway.port, "gateway.port"))
     for node, host, bind, port, key in items:
         if facts.get(host) is None:
             continue

@@ -23,7 +23,7 @@ from ..engine import Engine, EngineClient, EngineHTTPError, EngineUnavailable, g
 from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, gateway_plan, launch_plan, process_env
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
-from ._spec import ClusterSpec, WorkerSpec, check_files, is_local_host
+from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec, check_files, is_local_host
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
 from ._transport import ProcessRef, Transport, stop, transport_for
@@ -215,7 +215,7 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
         from ..plan import split_for_up
 
         tensor_split = split_for_up(spec)
-    plan = launch_plan(spec, engines, tensor_split)
+    plan = launch_plan(spec, engines, tensor_split, gateway_port=_gateway_port(spec, emit))
 
     for proc in plan.processes:
         if is_local_host(proc.host):
@@ -345,7 +345,7 @@ def restart_gateway(spec: ClusterSpec, state: ClusterState) -> ClusterState:
     old = state.gateway
     if old is None:
         raise ClusterError(f"cluster {spec.name} runs no gateway")
-    proc = gateway_plan(spec, state.engine_url, Path(old.log))
+    proc = gateway_plan(spec, state.engine_url, Path(old.log), port=old.port)
     transport = transport_for("local", spec.ssh)
     transport.new_log(proc.log, f"# splitserve: {proc.shell()}")
     ref = transport.spawn(proc.argv, process_env(proc), proc.log)
@@ -364,6 +364,26 @@ def restart_gateway(spec: ClusterSpec, state: ClusterState) -> ClusterState:
         stop(transport, ref)
         raise
     return state
+
+
+def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
+    """The spec's gateway port; without one, 8000 unless that is taken, then a free port."""
+    g = spec.gateway
+    if not g.enabled or g.port is not None:
+        return None
+    ours = {spec.server.port} | {w.port for w in spec.workers if not w.remote}
+    if DEFAULT_GATEWAY_PORT not in ours and not port_in_use(g.host, DEFAULT_GATEWAY_PORT):
+        return DEFAULT_GATEWAY_PORT
+    family = socket.AF_INET6 if ":" in g.host else socket.AF_INET
+    while True:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((g.host, 0))
+            port = int(s.getsockname()[1])
+        if port not in ours:
+            break
+    emit(Event("gateway_port", "gateway", f"port {DEFAULT_GATEWAY_PORT} is taken; the gateway listens on "
+               f"{port} (set gateway.port to choose)"))
+    return port
 
 
 def _check_gateway_auth(spec: ClusterSpec) -> None:

@@ -144,13 +144,17 @@ class ServerSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+DEFAULT_GATEWAY_PORT = 8000
+
+
 class GatewaySpec(_Strict):
     """splitserve's gateway (``splitserve serve``), started by `up` in front of llama-server."""
 
     enabled: bool = True
     """Start the gateway; false serves llama-server's own endpoint only."""
     host: str = "127.0.0.1"
-    port: Port = 8000
+    port: Port | None = None
+    """Default: 8000, or a free port when 8000 is taken (`up` says which)."""
     model_format: str | None = None
     """Tool-call format (``splitserve template formats``); default: detected from the template."""
     chat_template_file: Path | None = None
@@ -256,7 +260,7 @@ class ClusterSpec(_Strict):
                     f"server.tensor_split has {len(self.server.tensor_split)} entries; expected {expected}, "
                     "one per device in llama.cpp's order: each worker's devices (a worker without `devices` "
                     "counts as one), then the head's devices")
-        if self.gateway.enabled:
+        if self.gateway.enabled and self.gateway.port is not None:
             if (self.gateway.host, self.gateway.port) == (self.server.host, self.server.port) or (
                     self.gateway.port == self.server.port and "0.0.0.0" in (self.gateway.host, self.server.host)):
                 raise ValueError(f"gateway.port = {self.gateway.port} is also server.port: give the gateway "

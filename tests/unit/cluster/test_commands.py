@@ -114,6 +114,8 @@ def test_gateway_runs_in_front_of_the_head_by_default(engines_for) -> None:  # t
     assert gw.argv[gw.argv.index("--port") + 1] == "8000"
     assert "--model-format" not in gw.argv  # detected from the template by the gateway
     assert gw.log.name == "gateway.log" and gw.log.parent == plan.head.log.parent
+    # The port `up` picked when 8000 is taken.
+    assert launch_plan(spec, engines_for(spec), gateway_port=8123).endpoint == "http://127.0.0.1:8123"
 
 
 def test_gateway_options_and_keys_stay_out_of_argv(tmp_path: Path, engines_for) -> None:  # type: ignore[no-untyped-def]

@@ -124,7 +124,7 @@ def test_tensor_split_counts_worker_devices_then_head_devices() -> None:
 
 def test_gateway_table_defaults_and_relative_paths(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, GOOD))
-    assert spec.gateway.enabled and (spec.gateway.host, spec.gateway.port) == ("127.0.0.1", 8000)
+    assert spec.gateway.enabled and (spec.gateway.host, spec.gateway.port) == ("127.0.0.1", None)
     text = GOOD + '\n[gateway]\nchat_template_file = "t/m3.jinja"\nkeys_file = "keys.txt"\n'
     spec = load_spec(write(tmp_path, text))
     assert spec.gateway.chat_template_file == (tmp_path / "t" / "m3.jinja").resolve()
