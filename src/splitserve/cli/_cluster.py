@@ -196,6 +196,8 @@ def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
 
 def print_status(data: dict[str, Any]) -> None:
     console.print(f"cluster {data['name']}: {data['phase']}  endpoint {data['endpoint']}", markup=False)
+    if data.get("gateway"):
+        console.print(f"gateway in front of llama-server {data['engine_endpoint']}", markup=False)
     console.print(f"model: {data['model']}", markup=False)
     if data.get("load_seconds") is not None:
         console.print(f"load: {data['load_seconds']:.2f} s (up: {data['up_seconds']} s)")
