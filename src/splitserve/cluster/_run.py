@@ -127,9 +127,7 @@ class _Launch:
         env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
         ref = transport.spawn(proc.argv, env, proc.log)
         self.started.append((proc, transport, ref))
-        self.state.processes.append(ProcessRecord(
-            node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
-            bind=proc.bind, port=proc.port, log=str(proc.log), argv=proc.argv))
+        self.state.processes.append(_record(proc, ref))
         write_state(self.plan.state_dir, self.state)
         return ref
 
@@ -148,6 +146,11 @@ class _Launch:
             if not stop(transport, ref):
                 leftovers.append(f"{proc.node} (pid {ref.pid})")
         return leftovers
+
+
+def _record(proc: ProcessPlan, ref: ProcessRef) -> ProcessRecord:
+    return ProcessRecord(node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
+                         bind=proc.bind, port=proc.port, log=str(proc.log), argv=proc.argv)
 
 
 def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, during: str) -> str:
@@ -349,9 +352,7 @@ def restart_gateway(spec: ClusterSpec, state: ClusterState) -> ClusterState:
     transport = transport_for("local", spec.ssh)
     transport.new_log(proc.log, f"# splitserve: {proc.shell()}")
     ref = transport.spawn(proc.argv, process_env(proc), proc.log)
-    state.processes = [p for p in state.processes if p.role != "gateway"] + [ProcessRecord(
-        node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
-        bind=proc.bind, port=proc.port, log=str(proc.log), argv=proc.argv)]
+    state.processes = [p for p in state.processes if p.role != "gateway"] + [_record(proc, ref)]
     write_state(cluster_state_dir(spec), state)
 
     def alive() -> None:
