@@ -177,6 +177,9 @@ def _grade(case: Case, msg: dict[str, Any], finish: str | None, check: Check) ->
         problems.append(f"tool calls with finish_reason={finish!r}")
     if finish == "tool_calls" and not calls:
         problems.append("finish_reason=tool_calls with no call")
+    if finish == "length":
+        problems.append("cut off at max_tokens (finish_reason=length), not a finished answer "
+                        "(raise --max-tokens if a correct answer is just long)")
     n = case.name
     if n in ("single", "streaming"):
         if names != ["get_weather"]:

@@ -17,6 +17,7 @@ from splitserve.gateway._doctor import (
     Check,
     Report,
     _error_body,
+    _grade,
     _keep_raw,
     prefill_case,
     prefill_message,
@@ -68,6 +69,18 @@ def test_m3_prefill_keeps_the_namespace_tokens() -> None:
 def test_prefill_of_a_template_without_reasoning_is_the_reply_as_is() -> None:
     msg = prefill_message(CHATML, BY_NAME["none"])
     assert msg == {"role": "assistant", "content": "I cannot look that up right now."}
+
+
+def test_an_answer_cut_off_at_max_tokens_is_not_a_pass() -> None:
+    # a tiny model echoing its tool prompt until max_tokens once passed "multi_turn" and "none"
+    for name in ("multi_turn", "none", "reasoning"):
+        check = Check(name)
+        _grade(BY_NAME[name], {"content": "# Tools\nYou may call", "reasoning_content": "x"},
+               "length", check)
+        assert check.status == "fail" and "finish_reason=length" in check.detail
+    done = Check("none")
+    _grade(BY_NAME["none"], {"content": "I cannot look that up."}, "stop", done)
+    assert done.status == "pass"
 
 
 def test_raw_text_and_chat_format_are_kept_from_the_verbose_field() -> None:
