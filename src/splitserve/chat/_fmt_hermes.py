@@ -140,7 +140,7 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     for t in tools:
         head = g.lit(f'{OPEN}\n{{"name": {json.dumps(t.name)}, "arguments": ')
         alts.append(g.rule(f"{t.name}-call", f"{head} {g.json_args(t)} {tail}"))
-    return g.calls(g.choice(alts), parallel, "\n")
+    return g.calls(g.choice(alts), parallel)  # back to back: a newline between is content
 
 
 FORMAT = ToolCallFormat(

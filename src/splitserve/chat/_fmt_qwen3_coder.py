@@ -61,7 +61,7 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
         head = g.lit(f"<tool_call>\n<function={t.name}>\n")
         alts.append(g.rule(f"{t.name}-call",
                            f'{head} {params} {g.lit("</function>" + chr(10) + "</tool_call>")}'))
-    return g.calls(g.choice(alts), parallel, "\n")
+    return g.calls(g.choice(alts), parallel)  # back to back: a newline between is content
 
 
 FORMAT = ToolCallFormat(
