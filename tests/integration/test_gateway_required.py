@@ -34,6 +34,22 @@ TOOLS: list[dict[str, Any]] = [
         "type": "object", "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima"]}},
         "required": ["city"]}}},
 ]
+# for the acceptance check: every schema shape the grammar handles, a tool without
+# parameters, an object whose properties are all optional
+RICH_TOOLS: list[dict[str, Any]] = TOOLS + [
+    {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {
+            "query": {"type": "string"}, "limit": {"type": "integer"}, "score": {"type": "number"},
+            "exact": {"type": "boolean"}, "tags": {"type": "array", "items": {"type": "string"},
+                                                   "minItems": 1},
+            "near": {"type": "object", "properties": {"lat": {"type": "number"},
+                                                      "lon": {"type": "number"}}},
+            "any": {}, "maybe": {"type": ["string", "null"]},
+            "either": {"anyOf": [{"type": "integer"}, {"const": "auto"}]},
+            "ref": {"$ref": "#/$defs/x"}},
+        "$defs": {"x": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "ping"}},
+]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NAMES = {"get_weather", "get_time"}
 PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
@@ -65,7 +81,7 @@ def create(gw: tuple[str, dict[str, Any]], extra_body: dict[str, Any] | None = N
     url, kwargs = gw
     extra = {**(extra_body or {}), "chat_template_kwargs": kwargs}
     return client(url).chat.completions.create(
-        model=model_id(url), messages=ASK, tools=TOOLS, max_tokens=120, temperature=0,
+        model=model_id(url), messages=ASK, tools=TOOLS, max_tokens=200, temperature=0,
         extra_body=extra, **kw)
 
 
@@ -135,7 +151,7 @@ def _variants(fmt_name: str) -> list[dict[str, Any]]:
 def test_engine_accepts_every_format_grammar(engine_url: str, fmt_name: str) -> None:  # noqa: F811
     fmt = get_format(fmt_name)
     for options in _variants(fmt_name):
-        grammar = tool_call_grammar(fmt, TOOLS, **options)
+        grammar = tool_call_grammar(fmt, RICH_TOOLS, **options)
         r = httpx.post(f"{engine_url}/completion", timeout=120,
                        json={"prompt": PROMPT, "grammar": grammar, "n_predict": 1})
         assert r.status_code == 200, (options, r.text)
