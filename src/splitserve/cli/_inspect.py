@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,10 +15,12 @@ from rich.table import Table
 
 from .._errors import SplitserveError, UsageError
 from ..model import ModelInfo, inspect_model
-from ..plan import GIB, Plan, PlanOptions, make_plan, parse_node
+from ..plan import GIB, Node, Plan, PlanOptions, make_plan, parse_node
 from ._app import app, fail
 
-console = Console(highlight=False)
+# a pipe or a file gets whole lines (paths unbroken, tables uncut), not 80 columns
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
 
 def _gib(n: float) -> str:
@@ -119,15 +124,23 @@ def plan_cmd(
     node: Annotated[list[str] | None, typer.Option(
         "--node", help="NAME=GIB[,device=KIND][,bw=GBPS], in llama.cpp's device order; repeatable")] = None,
     config: Annotated[Path | None, typer.Option("-c", "--config", help="a cluster spec (TOML)")] = None,
-    ctx: Annotated[int | None, typer.Option("--ctx", help="context size (default: the model's)")] = None,
-    parallel: Annotated[int, typer.Option("--parallel", help="server slots (-np)")] = 1,
-    kv_unified: Annotated[bool, typer.Option("--kv-unified", help="one KV pool shared by all slots")] = False,
-    cache_type_k: Annotated[str, typer.Option("--cache-type-k", help="f16, q8_0, q4_0, ...")] = "f16",
-    cache_type_v: Annotated[str, typer.Option("--cache-type-v", help="f16, q8_0, q4_0, ...")] = "f16",
-    ubatch: Annotated[int, typer.Option("--ubatch", help="physical batch (-ub)")] = 512,
-    flash_attn: Annotated[str, typer.Option("--flash-attn", help="on, off or auto")] = "on",
-    tensor_split: Annotated[str | None, typer.Option("--tensor-split", help="fix the split, e.g. 30,31")] = None,
-    margin: Annotated[float, typer.Option("--margin", help="headroom to keep per node, GiB")] = 1.0,
+    ctx: Annotated[int | None, typer.Option(
+        "--ctx", "--ctx-size", help="context size, all slots together (llama-server -c; default or 0: the "
+                                    "model's training context)")] = None,
+    parallel: Annotated[int | None, typer.Option("--parallel", "-np", help="server slots (-np)  [default: 1]")] = None,
+    kv_unified: Annotated[bool | None, typer.Option(
+        "--kv-unified/--no-kv-unified", "-kvu", help="one KV pool shared by all slots")] = None,
+    cache_type_k: Annotated[str | None, typer.Option(
+        "--cache-type-k", "-ctk", help="f16, q8_0, q4_0, ...  [default: f16]")] = None,
+    cache_type_v: Annotated[str | None, typer.Option(
+        "--cache-type-v", "-ctv", help="f16, q8_0, q4_0, ...  [default: f16]")] = None,
+    ubatch: Annotated[int | None, typer.Option(
+        "--ubatch", "--ubatch-size", "-ub", help="physical batch (-ub)  [default: 512]")] = None,
+    flash_attn: Annotated[str | None, typer.Option("--flash-attn", "-fa", help="on, off or auto  [default: on]")] = None,
+    tensor_split: Annotated[str | None, typer.Option(
+        "--tensor-split", "-ts", help="fix the split, e.g. 30,31")] = None,
+    margin: Annotated[float | None, typer.Option(
+        "--margin", help="headroom to keep per node, GiB  [default: 1.0]")] = None,
     host_node: Annotated[str | None, typer.Option(
         "--host-node", help="node whose memory also holds the head's host-side bytes (default: the first; "
                             "'none' to leave them out)")] = None,
@@ -141,13 +154,23 @@ def plan_cmd(
     Example: splitserve plan MiniMax-M3-UD-IQ4_XS-00001-of-00006.gguf --node spark1=121,device=gb10 --node spark2=121,device=gb10 --ctx 65536 --cache-type-k q8_0 --cache-type-v q8_0
     """
     try:
+        given: dict[str, Any] = {"ctx": ctx, "parallel": parallel, "unified": kv_unified,
+                                 "cache_type_k": cache_type_k, "cache_type_v": cache_type_v, "ubatch": ubatch,
+                                 "flash_attn": None if flash_attn is None else _flash(flash_attn),
+                                 "tensor_split": _split(tensor_split),
+                                 "margin_bytes": None if margin is None else int(margin * GIB),
+                                 "link_gbps": link_gbps, "link_latency_us": link_latency_us}
+        overrides = {k: v for k, v in given.items() if v is not None}
         if config is not None:
             from ..cluster import load_spec
-            from ..plan import plan_for_spec, spec_nodes
+            from ..plan import plan_for_spec, spec_nodes, spec_options
 
             spec = load_spec(config)
             nodes = [parse_node(n) for n in node] if node else spec_nodes(spec)
-            plan = plan_for_spec(spec, nodes=nodes, model=model)
+            base = spec_options(spec)
+            hn = _host_index(host_node, nodes, base.host_node)
+            # flags on the command line win over the spec's [server] table
+            plan = plan_for_spec(spec, nodes=nodes, model=model, options=replace(base, host_node=hn, **overrides))
             if measure:
                 from ..plan import measure_spec
 
@@ -166,19 +189,7 @@ def plan_cmd(
             if measure:
                 raise UsageError("--measure needs -c cluster.toml with the workers up")
             nodes = [parse_node(n) for n in node]
-            names = [n.name for n in nodes]
-            hn: int | None = 0
-            if host_node is not None:
-                if host_node.lower() == "none":
-                    hn = None
-                elif host_node in names:
-                    hn = names.index(host_node)
-                else:
-                    raise UsageError(f"--host-node {host_node!r} is not one of the nodes ({', '.join(names)})")
-            options = PlanOptions(ctx=ctx, parallel=parallel, unified=kv_unified, cache_type_k=cache_type_k,
-                                  cache_type_v=cache_type_v, ubatch=ubatch, flash_attn=_flash(flash_attn),
-                                  tensor_split=_split(tensor_split), margin_bytes=int(margin * GIB), host_node=hn,
-                                  link_gbps=link_gbps, link_latency_us=link_latency_us)
+            options = replace(PlanOptions(), host_node=_host_index(host_node, nodes, 0), **overrides)
             plan = make_plan(inspect_model(model), nodes, options)
     except SplitserveError as exc:
         raise fail(exc) from None
@@ -188,6 +199,18 @@ def plan_cmd(
         _print_plan(plan)
     if not plan.fits:
         raise typer.Exit(3)
+
+
+def _host_index(host_node: str | None, nodes: list[Node], default: int | None) -> int | None:
+    """``--host-node NAME|none`` as a node index (``default`` when not given)."""
+    if host_node is None:
+        return default
+    if host_node.lower() == "none":
+        return None
+    names = [n.name for n in nodes]
+    if host_node not in names:
+        raise UsageError(f"--host-node {host_node!r} is not one of the nodes ({', '.join(names)})")
+    return names.index(host_node)
 
 
 def _print_plan(plan: Plan) -> None:
@@ -215,7 +238,8 @@ def _print_plan(plan: Plan) -> None:
     kvpt = plan.kv_bytes_per_token
     p("KV per token: " + ", ".join(f"{k.split('/')[0]} {_size(v)}" for k, v in kvpt.items() if k.split('/')[0] == k.split('/')[1]))
     p(f"--tensor-split {','.join(f'{x:g}' for x in plan.tensor_split)}")
-    mc = ", ".join(f"{k} {v['ctx']:,}" if v.get("ctx") is not None else f"{k} n/a" for k, v in plan.max_ctx.items())
+    mc = ", ".join(f"{k} {v['ctx']:,}" + (" (training limit)" if v.get("limited_by_training_context") else "")
+                   if v.get("ctx") is not None else f"{k} n/a" for k, v in plan.max_ctx.items())
     p(f"max context (margin {_gib(o.margin_bytes)}/node): {mc}")
     p("parallel: " + ", ".join(f"{x['parallel']}×{x['ctx_per_slot']:,}" for x in plan.parallel) + " (slots × context per slot)")
     if plan.decode_tps_upper_bound is not None:

@@ -4,7 +4,7 @@ Reads headers only, never tensor data.
 """
 
 from ._arch import swa_layers, tool_call_format
-from ._gguf import GGUFFile, TensorEntry, read_gguf, shard_paths
+from ._gguf import GGUFFile, TensorEntry, model_in_dir, read_gguf, shard_paths
 from ._model import LayerInfo, ModelInfo, inspect_model, model_from_gguf
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "TensorEntry",
     "inspect_model",
     "model_from_gguf",
+    "model_in_dir",
     "read_gguf",
     "shard_paths",
     "swa_layers",

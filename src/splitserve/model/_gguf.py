@@ -165,6 +165,26 @@ def tensor_nbytes(shape: tuple[int, ...], raw_type: int) -> int:
     return (shape[0] // block) * size * n if shape else 0
 
 
+def model_in_dir(folder: Path) -> Path:
+    """The GGUF to open in ``folder`` (searched below it too, as ``splitserve fetch`` lays out a quant):
+    its only model, or the first shard of its only split model; a ModelError naming the choices otherwise.
+    ``mmproj`` files (vision projectors) are not models here.
+    """
+    found = sorted(p for p in folder.rglob("*.gguf") if p.is_file() and not p.name.lower().startswith("mmproj"))
+    firsts: dict[Path, Path] = {}
+    for p in found:
+        m = _SHARD_RE.match(p.name)
+        key = p.with_name(m.group("stem")) if m else p
+        firsts.setdefault(key, p)
+    if not firsts:
+        raise ModelError(f"{folder}: no .gguf file in this folder; give the model file")
+    if len(firsts) > 1:
+        names = ", ".join(str(p.relative_to(folder)) for p in list(firsts.values())[:6])
+        raise ModelError(f"{folder}: {len(firsts)} models in this folder ({names}"
+                         + (", ..." if len(firsts) > 6 else "") + "); give one file")
+    return next(iter(firsts.values()))
+
+
 def shard_paths(path: Path) -> list[Path]:
     """All shards of the split model ``path`` belongs to (``path`` alone when it is not split)."""
     m = _SHARD_RE.match(path.name)
@@ -175,7 +195,7 @@ def shard_paths(path: Path) -> list[Path]:
     paths = [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise ModelError(f"{path.parent}: shard(s) {', '.join(missing)} of {count} missing; "
+        raise ModelError(f"{path}: shard(s) {', '.join(missing)} of {count} missing in {path.parent}; "
                          "download every part of the model")
     return paths
 
@@ -198,6 +218,8 @@ def _read_one(path: Path) -> _HeaderReader:
 def read_gguf(path: str | Path) -> GGUFFile:
     """Read the headers of the model at ``path`` (any shard of a split model)."""
     path = Path(path)
+    if path.is_dir():
+        path = model_in_dir(path)
     paths = shard_paths(path)
     readers = [_read_one(p) for p in paths]
     first = readers[0]

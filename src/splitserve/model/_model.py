@@ -230,4 +230,5 @@ def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
 def inspect_model(path: str | Path) -> ModelInfo:
     """Read a GGUF model's headers (all shards, given any one) into a :class:`ModelInfo`."""
     p = Path(path)
-    return model_from_gguf(read_gguf(p), p)
+    g = read_gguf(p)
+    return model_from_gguf(g, g.shards[0] if p.is_dir() else p)

@@ -4,7 +4,7 @@ Pure functions of a model's headers and a list of nodes; no I/O.
 """
 
 from ._compute import ComputeEstimate, estimate_compute
-from ._devices import BANDWIDTH_GBPS, GIB, Node, parse_node
+from ._devices import BANDWIDTH_GBPS, GIB, Node, device_key, parse_gib, parse_node
 from ._measure import measure_spec, parse_breakdown
 from ._memory import (
     KVSettings,
@@ -27,6 +27,7 @@ __all__ = [
     "Plan",
     "PlanOptions",
     "choose_split",
+    "device_key",
     "estimate_compute",
     "kv_bytes_per_token",
     "layer_devices",
@@ -34,6 +35,7 @@ __all__ = [
     "make_plan",
     "measure_spec",
     "parse_breakdown",
+    "parse_gib",
     "parse_node",
     "plan_for_spec",
     "preflight",

@@ -120,7 +120,10 @@ class Plan:
             "kv_bytes_per_token_by_type": self.kv_bytes_per_token,
             "tensor_split": self.tensor_split,
             "tensor_split_arg": ",".join(f"{x:g}" for x in self.tensor_split),
-            "max_ctx": self.max_ctx,
+            # the largest context per KV type (None: that type cannot be used, see max_ctx_detail)
+            "max_ctx": {t: v.get("ctx") for t, v in self.max_ctx.items()},
+            "max_ctx_detail": self.max_ctx,
+            "margin_bytes": o.margin_bytes,
             "parallel": self.parallel,
             "decode_tps_upper_bound": self.decode_tps_upper_bound,
             "decode_tps_upper_bound_full_ctx": self.decode_tps_upper_bound_full_ctx,
@@ -280,7 +283,9 @@ def _decode(model: ModelInfo, nodes: list[Node], a: _Alloc, o: PlanOptions) -> t
         if o.link_gbps:
             per_hop += model.n_embd * 4 / (o.link_gbps * 1e9 / 8)
         hop_s = per_hop
-    missing = [nodes[i].name for i in active if nodes[i].bandwidth is None]
+    missing = [nodes[i].name + (f" (device {nodes[i].device!r} is not in the bandwidth table)"
+                                if nodes[i].device else "")
+               for i in active if nodes[i].bandwidth is None]
     if missing:
         notes.append(f"no memory bandwidth for {', '.join(missing)}: give device= or bw= to get a decode bound")
         return None, None, sum(per_dev), hop_s, notes
@@ -300,6 +305,10 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
         raise UsageError("--parallel must be at least 1")
     if o.ubatch < 1:
         raise UsageError("--ubatch must be at least 1")
+    if o.ctx is not None and o.ctx < 0:
+        raise UsageError(f"--ctx {o.ctx}: give a number of tokens, or 0 for the model's training context")
+    if o.margin_bytes < 0:
+        raise UsageError("--margin must be 0 or more GiB")
     if o.tensor_split is not None and len(o.tensor_split) != len(nodes):
         raise UsageError(f"--tensor-split has {len(o.tensor_split)} entries for {len(nodes)} nodes; give one per node")
     ctx = o.ctx if o.ctx else (model.n_ctx_train or 4096)

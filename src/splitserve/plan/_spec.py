@@ -85,14 +85,16 @@ def spec_options(spec: Any) -> PlanOptions:
                        tensor_split=tuple(s.tensor_split) if s.tensor_split else None, host_node=_host_node(spec))
 
 
-def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path | None = None) -> Plan:
-    """Plan the spec's model over its devices with its server options."""
+def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path | None = None,
+                  options: PlanOptions | None = None) -> Plan:
+    """Plan the spec's model over its devices with its server options (or ``options``, e.g. with
+    command-line overrides on top of :func:`spec_options`)."""
     nodes = nodes if nodes is not None else spec_nodes(spec)
     expected = sum(len(w.devices) or 1 for w in spec.workers) + len(spec.head.devices)
     if len(nodes) != expected:
         raise UsageError(f"{len(nodes)} --node given but the spec has {expected} devices; give one per device")
     info = inspect_model(model or spec.model)
-    plan = make_plan(info, nodes, spec_options(spec))
+    plan = make_plan(info, nodes, options or spec_options(spec))
     s = spec.server
     if s.n_gpu_layers < info.n_layer + 1:
         plan.estimated.append(f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "

@@ -88,6 +88,10 @@ def test_json_has_the_documented_keys(tmp_path: Path) -> None:
         assert {"name", "layers", "weights_bytes", "kv_bytes", "compute_bytes", "total_bytes"} <= set(n)
         assert n["total_bytes"] == n["weights_bytes"] + n["kv_bytes"] + n["compute_bytes"] + n["host_bytes"]
     assert set(d["max_ctx"]) == {"f16", "q8_0", "q4_0"}
+    # max_ctx maps each KV type to a number of tokens; the details sit beside it
+    assert all(isinstance(v, int) for v in d["max_ctx"].values())
+    assert d["max_ctx"]["q4_0"] >= d["max_ctx"]["q8_0"] >= d["max_ctx"]["f16"] > 0
+    assert d["max_ctx_detail"]["q8_0"]["ctx"] == d["max_ctx"]["q8_0"]
     assert d["kv_bytes_per_token"] == 4 * 2 * 64 * 2 * 2
 
 
