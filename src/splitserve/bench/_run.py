@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,8 +24,11 @@ from ._speed import Session, SpeedOptions, speed_cells, speed_notes
 Progress = Callable[[RequestRecord], None]
 
 
-def _new_run(kind: str, label: str, settings: dict[str, Any]) -> BenchRun:
-    return BenchRun(kind=kind, id=new_run_id(kind), label=label, settings=settings,  # type: ignore[arg-type]
+def _new_run(kind: str, label: str, settings: dict[str, Any], out: Path | None = None) -> BenchRun:
+    # a file named with a run id (the CLI names them before the run starts): the run keeps that id
+    stem = out.stem if out is not None and out.suffix == ".json" else ""
+    run_id = stem if re.fullmatch(rf"{re.escape(kind)}-\d{{8}}T\d{{6}}Z-[0-9a-f]{{4}}", stem) else new_run_id(kind)
+    return BenchRun(kind=kind, id=run_id, label=label, settings=settings,  # type: ignore[arg-type]
                     machine=machine_info())
 
 
@@ -62,7 +66,7 @@ def _http_run(kind: str, label: str, settings: dict[str, Any], target: Target, o
               cluster: dict[str, Any] | None, progress: Progress | None
               ) -> tuple[BenchRun, Path, RunWriter, Callable[[RequestRecord], None]]:
     """A new run against an HTTP target: the run, its file, its writer, and the record sink."""
-    run = _new_run(kind, label, settings)
+    run = _new_run(kind, label, settings, out)
     run.target = target.describe() | ({"cluster": cluster} if cluster else {})
     path = _out_path(run, out)
     writer = RunWriter(run, path)
@@ -142,11 +146,15 @@ def parse_set(items: list[str]) -> list[dict[str, Any]]:
 
 
 def _value(text: str) -> Any:
+    """A --set value: a whole number (``8k`` = 8192, as in ``--lengths``), else the text."""
     text = text.strip()
     try:
         return int(text)
     except ValueError:
-        return text
+        pass
+    if text[-1:] in "kK" and text[:-1].isdigit():
+        return int(text[:-1]) * 1024
+    return text
 
 
 class Restarter(Protocol):
@@ -162,7 +170,7 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
               on_point: Callable[[dict[str, Any]], None] | None = None,
               engine: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
     """``bench sweep``: for each point restart, then the speed bench; one run file for all."""
-    run = _new_run("sweep", label, opts.as_dict() | {"points": points})
+    run = _new_run("sweep", label, opts.as_dict() | {"points": points}, out)
     path = _out_path(run, out)
     writer = RunWriter(run, path)
     run.engine = engine or {}
@@ -210,7 +218,7 @@ def run_engine_bench(bench: Path, model: Path, rpc: list[str], opts: EngineBench
                      cluster: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
     """``bench engine``: llama-bench with the given RPC workers."""
     argv = llama_bench_argv(bench, model, rpc, opts)
-    run = _new_run("engine", label, opts.as_dict() | {"argv": argv})
+    run = _new_run("engine", label, opts.as_dict() | {"argv": argv}, out)
     run.target = {"model": str(model), "rpc": rpc, "bench": str(bench)} | ({"cluster": cluster} if cluster else {})
     run.engine = engine or {}
     path = _out_path(run, out)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,15 +23,17 @@ bench_app = typer.Typer(
          "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
     no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# a pipe or a file gets whole lines (paths unbroken, tables uncut), not 80 columns
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-UrlOpt = Annotated[Optional[str], typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")]
-SpecOpt = Annotated[Optional[Path], typer.Option("-c", "--cluster", help="a cluster spec (the cluster `up` started)")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="model name to send (default: the server's first)")]
-KeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="bearer token")]
+UrlOpt = Annotated[str | None, typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")]
+SpecOpt = Annotated[Path | None, typer.Option("-c", "--cluster", help="a cluster spec (the cluster `up` started)")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="model name to send (default: the server's first)")]
+KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="bearer token")]
 ApiOpt = Annotated[str, typer.Option("--api", help="chat (/v1/chat/completions) or completions (/v1/completions)")]
-OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="run file (.json) or folder (default ./bench-runs)")]
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="run file (.json) or folder (default ./bench-runs)")]
 LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
 ReportOpt = Annotated[bool, typer.Option("--report/--no-report", help="also write the Markdown report and plots")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for one response")]
@@ -237,15 +241,15 @@ def sweep_cmd(
 @bench_app.command("engine")
 def engine_cmd(
     cluster: SpecOpt = None,
-    model: Annotated[Optional[Path], typer.Option("-m", "--model", help="GGUF (without -c)")] = None,
-    rpc: Annotated[Optional[str], typer.Option(help="RPC workers host:port,... (without -c)")] = None,
-    engine: Annotated[Optional[str], typer.Option(help="engine key or folder (default: the newest / the cluster's)")] = None,
+    model: Annotated[Path | None, typer.Option("-m", "--model", help="GGUF (without -c)")] = None,
+    rpc: Annotated[str | None, typer.Option(help="RPC workers host:port,... (without -c)")] = None,
+    engine: Annotated[str | None, typer.Option(help="engine key or folder (default: the newest / the cluster's)")] = None,
     prompt_tokens: Annotated[str, typer.Option("-p", "--prompt-tokens", help="pp sizes")] = "512",
     gen_tokens: Annotated[str, typer.Option("-n", "--gen-tokens", help="tg sizes")] = "128",
-    depth: Annotated[Optional[str], typer.Option("-d", "--depth", help="context depths, e.g. 0,4096")] = None,
-    ubatch: Annotated[Optional[str], typer.Option("--ubatch", help="ubatch sizes, e.g. 512,1024,2048")] = None,
+    depth: Annotated[str | None, typer.Option("-d", "--depth", help="context depths, e.g. 0,4096")] = None,
+    ubatch: Annotated[str | None, typer.Option("--ubatch", "-ub", "--ubatch-size", help="ubatch sizes, e.g. 512,1024,2048")] = None,
     repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1)] = 3,
-    flash_attn: Annotated[Optional[str], typer.Option("--fa", help="on or off")] = None,
+    flash_attn: Annotated[str | None, typer.Option("--fa", "-fa", "--flash-attn", help="on or off")] = None,
     out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
 ) -> None:
     """llama-bench (in-process pp/tg, no HTTP) with the cluster's --rpc workers.
@@ -260,10 +264,12 @@ def engine_cmd(
 
     path = Path()
     try:
+        if flash_attn is not None and flash_attn.lower() not in ("on", "off", "1", "0"):
+            raise UsageError(f"--flash-attn {flash_attn!r}: use on or off")
         opts = EngineBenchOptions(prompt_tokens=ints(prompt_tokens, "-p"), gen_tokens=ints(gen_tokens, "-n"),
                                   depths=ints(depth, "-d") if depth else [],
                                   ubatch=ints(ubatch, "--ubatch") if ubatch else [],
-                                  repetitions=repetitions, flash_attn=flash_attn)
+                                  repetitions=repetitions, flash_attn=flash_attn.lower() if flash_attn else None)
         path = out_path(out, "engine")
         total = len(opts.prompt_tokens) + len(opts.gen_tokens)
         total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
@@ -305,9 +311,9 @@ def engine_cmd(
 @bench_app.command("report")
 def report_cmd(
     runs: Annotated[list[Path], typer.Argument(help="run files; two or more are compared with ratios")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for report.md and the PNGs")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for report.md and the PNGs")] = None,
     plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
-    decode_bound: Annotated[Optional[float], typer.Option(
+    decode_bound: Annotated[float | None, typer.Option(
         help="decode upper bound in t/s (bandwidth / bytes per token) to state the efficiency")] = None,
 ) -> None:
     """Render run files as Markdown tables and PNG plots; several runs side by side with ratios.
