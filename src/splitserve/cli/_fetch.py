@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -34,7 +36,9 @@ from ..fetch import (
 )
 from ._app import app, fail
 
-console = Console(highlight=False)
+# a pipe or a file gets whole lines (paths unbroken, tables uncut), not 80 columns
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
 
 def _size(n: int) -> str:
@@ -126,7 +130,7 @@ def _result_json(result: FetchResult) -> dict[str, object]:
 
 
 def _verify(directory: Path, as_json: bool) -> None:
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("verifying", total=None)
@@ -152,22 +156,24 @@ def _verify(directory: Path, as_json: bool) -> None:
 
 @app.command("fetch")
 def fetch_cmd(
-    repo: Annotated[Optional[str], typer.Argument(help="repository, e.g. unsloth/MiniMax-M2-GGUF")] = None,
-    revision: Annotated[Optional[str], typer.Option(help="branch, tag or commit (default main)")] = None,
-    include: Annotated[Optional[list[str]], typer.Option(
+    repo: Annotated[str | None, typer.Argument(help="repository, e.g. unsloth/MiniMax-M2-GGUF")] = None,
+    revision: Annotated[str | None, typer.Option(help="branch, tag or commit (default main)")] = None,
+    include: Annotated[list[str] | None, typer.Option(
         "--include", help="glob of files to fetch (path or file name); repeatable")] = None,
-    quant: Annotated[Optional[list[str]], typer.Option(
+    quant: Annotated[list[str] | None, typer.Option(
         "--quant", help="quant whose GGUF shard set to fetch, e.g. UD-IQ4_XS; repeatable")] = None,
-    directory: Annotated[Optional[Path], typer.Option(
-        "--dir", help="target folder (default ./NAME); shards keep the repository's layout")] = None,
-    connections: Annotated[int, typer.Option(help="parallel range requests")] = 16,
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", "--local-dir", help="target folder (default ./NAME); shards keep the repository's layout")] = None,
+    connections: Annotated[int, typer.Option("--connections", "-n", help="parallel range requests")] = 16,
+    token: Annotated[str | None, typer.Option(
+        "--token", help="hub token (default: HF_TOKEN or the stored login)", show_default=False)] = None,
     stall_timeout: Annotated[float, typer.Option(
         help="seconds without a byte before a connection is dropped and retried")] = 60.0,
     retries: Annotated[int, typer.Option(help="failed attempts in a row before a file fails")] = 10,
     backoff: Annotated[float, typer.Option(help="first retry delay in seconds", hidden=True)] = 1.0,
     part_size: Annotated[int, typer.Option(help="part size in MiB (resume unit)", hidden=True)] = 64,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be fetched")] = False,
-    verify: Annotated[Optional[Path], typer.Option(
+    verify: Annotated[Path | None, typer.Option(
         "--verify", help="re-check a finished download folder instead of fetching")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
@@ -192,7 +198,7 @@ def fetch_cmd(
         options = FetchOptions(repo_id=repo, revision=revision, includes=list(include or []),
                                quants=list(quant or []), dir=directory, connections=connections,
                                stall_timeout=stall_timeout, retries=retries, backoff=backoff,
-                               part_size=part_size << 20)
+                               part_size=part_size << 20, token=token)
         plan = plan_fetch(options)
         if not as_json:
             _print_plan(plan)
@@ -209,14 +215,14 @@ def fetch_cmd(
                     table.add_row(f.remote.path, _size(f.remote.size), f.action)
                 console.print(table)
             return
-        err = Console(stderr=True, highlight=False)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                       TransferSpeedColumn(), TimeRemainingColumn(), console=err,
                       disable=quiet, transient=False, refresh_per_second=4) as bar:
             events = _RichEvents(bar, plan.total, plan.total - plan.todo)
             result = fetch(options, events=events, plan=plan)
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted; run the same command again to resume")
+        Console(stderr=True, soft_wrap=True).print("interrupted; run the same command again to resume")
         raise typer.Exit(130) from None
     except FetchFailed as exc:
         if as_json:

@@ -42,6 +42,7 @@ class FetchOptions:
     retries: int = 10
     backoff: float = 1.0
     part_size: int = PART_SIZE
+    token: str | None = None  #: a hub token (default: HF_TOKEN or the stored login)
 
 
 @dataclass
@@ -112,7 +113,7 @@ def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | N
     """List and select; decide per file what is left to do.  Moves no bytes, writes nothing."""
     if options.connections < 1 or options.connections > 256:
         raise UsageError(f"--connections {options.connections}: use 1 to 256")
-    hub = hub or HfHub()
+    hub = hub or HfHub(token=options.token)
     events = events or Events()
     listing = hub.list_files(options.repo_id, options.revision)
     chosen = select_files(listing.files, options.includes, options.quants)
@@ -167,7 +168,7 @@ def _gib(n: int) -> str:
 def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None = None,
           plan: FetchPlan | None = None) -> FetchResult:
     """Fetch the selected files into ``options.dir``; raise FetchError if any failed."""
-    hub = hub or HfHub()
+    hub = hub or HfHub(token=options.token)
     events = events or Events()
     t0 = time.monotonic()
     plan = plan or plan_fetch(options, hub, events)

@@ -89,10 +89,29 @@ class HfHub(Hub):
         return HubError(f"{what}: cannot reach the hub at {self.endpoint} "
                         f"({type(exc).__name__}: {exc}); check the network or HF_ENDPOINT")
 
+    def _exists(self, exc: Exception, repo_id: str) -> bool:
+        """After a repository-not-found error for a revision: does the repository exist at all?"""
+        from huggingface_hub import errors
+
+        if not isinstance(exc, errors.RepositoryNotFoundError) or isinstance(exc, errors.GatedRepoError):
+            return False
+        try:
+            self._api.model_info(repo_id)
+        except Exception:  # noqa: BLE001  (not there, not reachable: the first error stands)
+            return False
+        return True
+
     def list_files(self, repo_id: str, revision: str | None = None) -> Listing:
         try:
             info = self._api.model_info(repo_id, revision=revision, files_metadata=True)
         except Exception as exc:  # huggingface_hub and httpx errors, converted at the boundary
+            from huggingface_hub import errors
+
+            if revision is not None and (isinstance(exc, errors.RevisionNotFoundError)
+                                         or self._exists(exc, repo_id)):
+                # a hub (or mirror) that answers "repository not found" for an unknown revision
+                raise HubError(f"{repo_id}: no revision {revision!r} (branch, tag or commit); "
+                               "check --revision") from exc
             raise self._convert(exc, repo_id) from exc
         if not info.sha:
             raise HubError(f"{repo_id}: the hub did not say which commit {revision or 'main'} is")

@@ -147,6 +147,8 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
     A file whose hash is wrong is dropped from the manifest, so that running the same
     ``fetch`` again replaces it.
     """
+    if not root.is_dir():
+        raise FetchError(f"{root}: no such folder; --verify checks a folder made by `splitserve fetch`")
     store = ManifestStore(root)
     if not store.path.is_file():
         raise FetchError(f"{root}: no {MANIFEST}; --verify checks a folder made by "
