@@ -214,6 +214,10 @@ def test_plan_measure_puts_llama_cpp_beside_the_plan(engine: Any, smollm2: Path,
         res = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
                               "--node", "w2=8", "--measure", "--json"], check=False, capture_output=True, text=True,
                              timeout=300)
+        # flags on the command line override the spec for the plan and for llama.cpp alike
+        over = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
+                               "--node", "w2=8", "--measure", "--json", "--ctx-size", "2048", "-ctk", "f16",
+                               "-ctv", "f16"], check=False, capture_output=True, text=True, timeout=300)
     finally:
         for w in workers:
             w.kill()
@@ -228,3 +232,11 @@ def test_plan_measure_puts_llama_cpp_beside_the_plan(engine: Any, smollm2: Path,
         slack = {"weights": 0.02, "kv": 0.02, "compute": 0.25}[r["what"]]
         # the breakdown is in whole MiB
         assert abs(r["planned"] - r["measured"]) <= slack * r["measured"] + MIB, r
+    assert over.returncode == 0, over.stderr[-2000:]
+    o = json.loads(over.stdout)
+    assert o["plan"]["settings"]["ctx"] == 2048 and o["plan"]["settings"]["cache_type_k"] == "f16"
+    kv = {r["node"]: r for r in o["measured"] if r["what"] == "kv"}
+    kv8k = {r["node"]: r for r in rows if r["what"] == "kv"}
+    for name, r in kv.items():
+        assert abs(r["planned"] - r["measured"]) <= 0.02 * r["measured"] + MIB, r
+        assert r["measured"] < kv8k[name]["measured"]  # llama.cpp allocated the smaller cache asked for

@@ -174,7 +174,7 @@ def plan_cmd(
             if measure:
                 from ..plan import measure_spec
 
-                comparison = measure_spec(spec, plan)
+                comparison = measure_spec(_measured_spec(spec, overrides, model), plan)
                 if as_json:
                     print(json.dumps({"plan": plan.to_dict(), "measured": comparison}, indent=2))
                 else:
@@ -199,6 +199,40 @@ def plan_cmd(
         _print_plan(plan)
     if not plan.fits:
         raise typer.Exit(3)
+
+
+#: planner option -> the spec's [server] key, for ``--measure`` with flags that override the spec
+_SERVER_KEYS = {"ctx": "ctx_size", "parallel": "parallel", "cache_type_k": "cache_type_k",
+                "cache_type_v": "cache_type_v", "ubatch": "ubatch", "flash_attn": "flash_attn",
+                "tensor_split": "tensor_split"}
+
+
+def _measured_spec(spec: Any, overrides: dict[str, Any], model: Path | None) -> Any:
+    """The spec llama.cpp is asked about: the file's, with the same overrides the plan got."""
+    if model is not None and Path(model).resolve() != Path(spec.model).resolve():
+        raise UsageError("--measure loads the spec's model; leave out MODEL or put it in the spec")
+    if overrides.get("unified"):
+        raise UsageError("--measure with --kv-unified: add --kv-unified to server.extra_args in the spec instead")
+    server = {_SERVER_KEYS[k]: v for k, v in overrides.items() if k in _SERVER_KEYS}
+    if not server:
+        return spec
+    if "flash_attn" in server:
+        server["flash_attn"] = "on" if server["flash_attn"] else "off"
+    if "tensor_split" in server:
+        server["tensor_split"] = list(server["tensor_split"])
+    from pydantic import ValidationError
+
+    from ..cluster import ServerSpec
+
+    out = spec.model_copy(deep=True)
+    try:
+        out.server = ServerSpec.model_validate(spec.server.model_dump() | server)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise UsageError(f"--measure: server.{where}: {first.get('msg')}") from None
+    out.source_file = getattr(spec, "source_file", None)
+    return out
 
 
 def _host_index(host_node: str | None, nodes: list[Node], default: int | None) -> int | None:

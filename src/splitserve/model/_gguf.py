@@ -205,6 +205,8 @@ def _read_one(path: Path) -> _HeaderReader:
         raise ModelError(f"{path}: no such file")
     with path.open("rb") as fh:
         magic = fh.read(4)
+    if not magic:
+        raise ModelError(f"{path}: empty file, not a GGUF model; download it again")
     if magic != b"GGUF":
         raise ModelError(f"{path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
     try:
