@@ -50,3 +50,16 @@ def test_unknown_revision_and_missing_folder_are_named(tmp_path: Path) -> None:
         _one_line_error(_fetch(hub, tmp_path, "org/Missing", "--revision", "v1", "--dir", str(tmp_path / "o")),
                         "repository not found")
         _one_line_error(_fetch(hub, tmp_path, "--verify", str(tmp_path / "nowhere")), "no such folder")
+
+
+def test_files_named_after_the_repo_like_huggingface_cli(tmp_path: Path) -> None:
+    with HubServer(tmp_path / "srv") as hub:
+        hub.add_file(REPO, "config.json", b"{}")
+        hub.add_file(REPO, "README.md", b"# hi")
+        hub.add_file(REPO, "Q8_0/Tiny-Q8_0.gguf", os.urandom(100_000))
+        out = tmp_path / "o"
+        ok = _fetch(hub, tmp_path, REPO, "config.json", "*.md", "--dir", str(out), "-q")
+        assert ok.returncode == 0, ok.stderr
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["README.md", "config.json"]
+        _one_line_error(_fetch(hub, tmp_path, REPO, "nothere.bin", "--dir", str(out)), "'nothere.bin'")
+        _one_line_error(_fetch(hub, tmp_path, REPO, "config.json", "--verify", str(out)), "leave out REPO")

@@ -157,6 +157,9 @@ def _verify(directory: Path, as_json: bool) -> None:
 @app.command("fetch")
 def fetch_cmd(
     repo: Annotated[str | None, typer.Argument(help="repository, e.g. unsloth/MiniMax-M2-GGUF")] = None,
+    files: Annotated[list[str] | None, typer.Argument(
+        help="files to fetch (paths or globs, like --include), as in `huggingface-cli download REPO FILE...`",
+        show_default=False)] = None,
     revision: Annotated[str | None, typer.Option(help="branch, tag or commit (default main)")] = None,
     include: Annotated[list[str] | None, typer.Option(
         "--include", help="glob of files to fetch (path or file name); repeatable")] = None,
@@ -189,13 +192,13 @@ def fetch_cmd(
     """
     try:
         if verify is not None:
-            if repo is not None:
+            if repo is not None or files:
                 raise UsageError("--verify DIR checks a folder against its manifest; leave out REPO")
             _verify(verify, as_json)
             return
         if repo is None:
             raise UsageError("name a repository (e.g. splitserve fetch org/NAME-GGUF) or --verify DIR")
-        options = FetchOptions(repo_id=repo, revision=revision, includes=list(include or []),
+        options = FetchOptions(repo_id=repo, revision=revision, includes=list(include or []) + list(files or []),
                                quants=list(quant or []), dir=directory, connections=connections,
                                stall_timeout=stall_timeout, retries=retries, backoff=backoff,
                                part_size=part_size << 20, token=token)

@@ -160,7 +160,7 @@ def select_files(files: list[RemoteFile], includes: list[str] | None = None,
             hits = [f for f in files if fnmatch.fnmatchcase(f.path, pattern)
                     or fnmatch.fnmatchcase(os.path.basename(f.path), pattern)]
             if not hits:
-                raise UsageError(f"--include {pattern!r} matches no file of the repository")
+                raise UsageError(f"{pattern!r} (a FILE or --include glob) matches no file of the repository")
             picked.update({f.path: f for f in hits})
         chosen = [f for f in files if f.path in picked]
     return sorted(chosen, key=lambda f: f.path)
