@@ -97,7 +97,9 @@ class ModelInfo:
             "known_architecture": self.known_architecture,
             "name": self.name,
             "file_bytes": self.file_bytes,
+            "file_size": self.file_bytes,  # same as file_bytes
             "n_params": self.n_params,
+            "parameter_count": self.n_params,  # same as n_params
             "quant_mix": self.quant_mix,
             "n_layer": self.n_layer,
             "n_embd": self.n_embd,
@@ -108,7 +110,8 @@ class ModelInfo:
             "host_bytes": sum(self.input_tensor_bytes),
             "output_bytes": sum(self.output_tensor_bytes),
             "layers": [{
-                "index": layer.index, "weights_bytes": layer.weights_bytes, "expert_bytes": layer.expert_bytes,
+                "index": layer.index, "weights_bytes": layer.weights_bytes, "tensor_bytes": layer.weights_bytes,
+                "expert_bytes": layer.expert_bytes,
                 "n_head_kv": layer.n_head_kv, "k_head_dim": layer.k_dim, "v_head_dim": layer.v_dim,
                 "sliding_window": layer.swa, "extra_kv": [list(x) for x in layer.extra_kv], "moe": layer.moe,
             } for layer in self.layers],

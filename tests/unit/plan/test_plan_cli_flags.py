@@ -159,3 +159,24 @@ def test_measure_asks_llama_cpp_about_the_overridden_spec(model: Path, tmp_path:
         _measured_spec(spec, {"cache_type_v": "q7_9"}, None)
     with pytest.raises(UsageError, match="spec's model"):
         _measured_spec(spec, {}, tmp_path / "other.gguf")
+
+
+def test_inspect_json_names_each_fact_of_the_header(tmp_path: Path) -> None:
+    from gguf_factory import moe_qwen3
+
+    [p] = moe_qwen3(tmp_path / "moe.gguf", n_layer=3, n_embd=256, n_head=4, n_head_kv=2, n_expert=16,
+                    n_expert_used=4, n_ff_exp=128, n_vocab=1024, n_ctx_train=16384)
+    code, out, err = run("inspect", str(p), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["architecture"] == "qwen3moe" and d["context_length"] == 16384
+    assert d["parameter_count"] == d["n_params"] > 0 and d["file_size"] == d["file_bytes"] == p.stat().st_size
+    assert d["quant_mix"]["Q8_0"]["tensors"] > 0
+    assert len(d["layers"]) == 3
+    for layer in d["layers"]:
+        assert layer["tensor_bytes"] == layer["weights_bytes"] > layer["expert_bytes"] > 0
+        assert (layer["n_head_kv"], layer["k_head_dim"], layer["v_head_dim"], layer["sliding_window"]) == (
+            2, 64, 64, False)
+    assert d["kv"] == {"sliding_window": None, "swa_layers": 0, "mla": False}
+    assert (d["experts"]["count"], d["experts"]["used"], d["experts"]["shared"]) == (16, 4, 0)
+    assert d["chat_template"] == {"embedded": False, "tool_call_format": None}
