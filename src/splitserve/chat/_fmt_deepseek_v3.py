@@ -211,7 +211,8 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
         args = g.json_args(t, forbid=_MARK)
         if t.name == "function":
             head = g.lit(f"{CALL_BEGIN}function{SEP}{t.name}\n```json\n")
-            body = f'{head} {args} {g.lit(chr(10) + "```" + CALL_END)}'
+            fence_end = g.lit("\n```" + CALL_END)
+            body = f"{head} {args} {fence_end}"
         else:
             body = f"{g.lit(CALL_BEGIN + t.name + SEP)} {args} {g.lit(CALL_END)}"
         alts.append(g.rule(f"{t.name}-call", body))

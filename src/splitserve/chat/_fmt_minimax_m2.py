@@ -45,23 +45,30 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
 
 
 def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
-    """``<minimax:tool_call>\n<invoke name="f">\n<parameter name="k">v</parameter>\n
-    </invoke>\n</minimax:tool_call>``: every call's invoke in one wrapper."""
-    close = DIALECT.param_close
+    r"""Every call's invoke in one wrapper, as the template writes it::
+
+        <minimax:tool_call>\n<invoke name="f">\n<parameter name="k">v</parameter>\n
+        </invoke>\n</minimax:tool_call>
+    """
+    close = g.lit(DIALECT.param_close + "\n")
 
     def param(key: str, value: str) -> str:
-        return f'{g.lit(f"<parameter name={chr(34)}{key}{chr(34)}>")} {value} {g.lit(close + chr(10))}'
+        opener = g.lit(f'<parameter name="{key}">')
+        return f"{opener} {value} {close}"
 
     def valid(key: str) -> bool:
         return bool(key) and key == key.strip() and not set(key) & set("\"'>")
 
+    invoke_end = g.lit("</invoke>\n")
     alts = []
     for t in tools:
-        params = g.xml_params(t, param, valid, forbid=close, json_forbid=close)
+        params = g.xml_params(t, param, valid, forbid=DIALECT.param_close,
+                              json_forbid=DIALECT.param_close)
         head = g.lit(f'<invoke name="{t.name}">\n')
-        alts.append(g.rule(f"{t.name}-invoke", f'{head} {params} {g.lit("</invoke>" + chr(10))}'))
+        alts.append(g.rule(f"{t.name}-invoke", f"{head} {params} {invoke_end}"))
     calls = g.calls(g.choice(alts), parallel)
-    return f"{g.lit(DIALECT.wrap_open + chr(10))} {calls} {g.lit(DIALECT.wrap_close)}"
+    wrap_open = g.lit(DIALECT.wrap_open + "\n")
+    return f"{wrap_open} {calls} {g.lit(DIALECT.wrap_close)}"
 
 
 EXAMPLE = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="location">Paris'

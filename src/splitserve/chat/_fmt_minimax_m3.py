@@ -308,10 +308,13 @@ _KEY = re.compile(r"[^\s<>/=\"]+")
 
 
 def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
-    """``NS<tool_call>\n NS<invoke name="f"> NS<k>v NS</k> ... NS</invoke>\n NS</tool_call>``
-    (no spaces), as the template writes it. Values never contain the namespace token (so no
-    nested tags): strings raw, numbers and booleans as JSON, objects and arrays as JSON text
-    (the schema-driven coercion reads it back)."""
+    """Every call's invoke in one wrapper, as the template writes it (no spaces)::
+
+        NS<tool_call>\\n NS<invoke name="f"> NS<k>v NS</k> ... NS</invoke>\\n NS</tool_call>
+
+    Values never contain the namespace token (so no nested tags): strings raw, numbers and
+    booleans as JSON, objects and arrays as JSON text (the schema coercion reads it back).
+    """
 
     def param(key: str, value: str) -> str:
         return f"{g.lit(f'{NS}<{key}>')} {value} {g.lit(f'{NS}</{key}>')}"
@@ -319,13 +322,15 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(_KEY.fullmatch(key)) and key not in ("invoke", "tool_call")
 
+    invoke_end = g.lit(f"{NS}</invoke>\n")
     alts = []
     for t in tools:
         params = g.xml_params(t, param, valid, forbid=NS, json_forbid=NS)
         head = g.lit(f'{NS}<invoke name="{t.name}">')
-        alts.append(g.rule(f"{t.name}-invoke", f'{head} {params} {g.lit(NS + "</invoke>" + chr(10))}'))
+        alts.append(g.rule(f"{t.name}-invoke", f"{head} {params} {invoke_end}"))
     calls = g.calls(g.choice(alts), parallel)
-    return f"{g.lit(NS + '<tool_call>' + chr(10))} {calls} {g.lit(NS + '</tool_call>')}"
+    wrap_open = g.lit(f"{NS}<tool_call>\n")
+    return f"{wrap_open} {calls} {g.lit(f'{NS}</tool_call>')}"
 
 
 FORMAT = ToolCallFormat(

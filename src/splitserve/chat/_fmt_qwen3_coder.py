@@ -45,23 +45,28 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
 
 
 def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
-    """``<tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n
-    </tool_call>``, one block per call (as the template writes them)."""
-    close = DIALECT.param_close
+    r"""One block per call, as the template writes it, blocks back to back (a newline
+    between them would be content)::
+
+        <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
+    """
+    close = g.lit("\n" + DIALECT.param_close + "\n")
 
     def param(key: str, value: str) -> str:
-        return f"{g.lit(f'<parameter={key}>' + chr(10))} {value} {g.lit(chr(10) + close + chr(10))}"
+        opener = g.lit(f"<parameter={key}>\n")
+        return f"{opener} {value} {close}"
 
     def valid(key: str) -> bool:
-        return bool(key.strip()) and ">" not in key and "\n" not in key
+        return bool(key) and key == key.strip() and ">" not in key and "\n" not in key
 
+    end = g.lit("</function>\n</tool_call>")
     alts = []
     for t in tools:
-        params = g.xml_params(t, param, valid, forbid=close, json_forbid=close)
+        params = g.xml_params(t, param, valid, forbid=DIALECT.param_close,
+                              json_forbid=DIALECT.param_close)
         head = g.lit(f"<tool_call>\n<function={t.name}>\n")
-        alts.append(g.rule(f"{t.name}-call",
-                           f'{head} {params} {g.lit("</function>" + chr(10) + "</tool_call>")}'))
-    return g.calls(g.choice(alts), parallel)  # back to back: a newline between is content
+        alts.append(g.rule(f"{t.name}-call", f"{head} {params} {end}"))
+    return g.calls(g.choice(alts), parallel)
 
 
 FORMAT = ToolCallFormat(

@@ -468,3 +468,28 @@ def test_rendered_grammar_is_plain_gbnf() -> None:
     # markers are quoted literals: outside literals and classes there is no GBNF token syntax
     bare = re.sub(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]', "", text)
     assert "<" not in bare and "!" not in bare
+
+
+def test_deepseek_tool_named_function_uses_the_v3_form() -> None:
+    tools = [{"type": "function", "function": {"name": "function", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]
+    g = Grammar(tool_call_grammar(get_format("deepseek-v3"), tools, reasoning=False))
+    rng = random.Random(7)
+    for _ in range(10):
+        sentence = g.sample(rng)
+        calls = parse_complete("deepseek-v3", sentence, tools).tool_calls
+        assert calls and all(c["function"]["name"] == "function" for c in calls), sentence
+        assert all(isinstance(json.loads(c["function"]["arguments"])["a"], int) for c in calls)
+
+
+def test_xml_parameter_names_the_format_cannot_write_are_left_out() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {'a"b': {"type": "string"}, "ok": {"type": "string"}},
+        "required": ['a"b', "ok"]}}}]
+    text = tool_call_grammar(get_format("minimax-m2"), tools, reasoning=False)
+    assert 'name=\\"ok\\"' in text and "a\\\"b" not in text
+    m3 = tool_call_grammar(get_format("minimax-m3"), [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {
+            "a b": {"type": "string"}, "invoke": {"type": "string"}, "k": {"type": "string"}}}}}],
+        reasoning=False)
+    assert "<k>" in m3 and "<a b>" not in m3 and "<invoke>" not in m3
