@@ -111,6 +111,9 @@ class BenchRun(BaseModel):
     points: list[SweepPoint] = Field(default_factory=list)
     engine_rows: list[dict[str, Any]] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+    """Figures per cell (the report's tables: ``cells``) and the ``headline``, written when the run
+    ends (also when interrupted); the records stay the source of truth."""
 
     @property
     def name(self) -> str:

@@ -20,6 +20,7 @@ from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv,
 from ._machine import machine_info
 from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, new_run_id
 from ._speed import Session, SpeedOptions, speed_cells, speed_notes
+from ._tables import context_rows, engine_rows, headline, speed_rows, sweep_rows
 
 Progress = Callable[[RequestRecord], None]
 
@@ -44,11 +45,33 @@ def _engine_from_server(server: dict[str, Any]) -> dict[str, Any]:
     return {k: server[k] for k in ("build_info", "model_path") if k in server}
 
 
+def summarize_run(run: BenchRun) -> dict[str, Any]:
+    """The per-cell figures of ``run`` (one row per cell, as in the report) and its headline."""
+    cells: list[dict[str, Any]]
+    if run.kind == "speed":
+        cells = speed_rows(run.records)
+    elif run.kind == "context":
+        cells = context_rows(run.records)
+    elif run.kind == "sweep":
+        cells = sweep_rows(run)
+    else:
+        cells = engine_rows(run)
+    return {"headline": headline(run), "cells": cells}
+
+
+def _close(writer: RunWriter, interrupted: bool = False) -> None:
+    try:
+        writer.run.summary = summarize_run(writer.run)
+    except Exception as exc:  # noqa: BLE001  (a summary must never cost the measured records)
+        writer.run.notes.append(f"no summary: {type(exc).__name__}: {exc}")
+    writer.close(interrupted=interrupted)
+
+
 def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
     try:
         body()
     except KeyboardInterrupt:
-        writer.close(interrupted=True)
+        _close(writer, interrupted=True)
         raise
     except BaseException:
         run = writer.run
@@ -56,9 +79,9 @@ def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
             writer.path.unlink(missing_ok=True)  # nothing measured: leave no empty run behind
             raise
         run.notes.append("the run stopped on an error; the records up to it are kept")
-        writer.close(interrupted=True)
+        _close(writer, interrupted=True)
         raise
-    writer.close()
+    _close(writer)
     return writer.run
 
 
