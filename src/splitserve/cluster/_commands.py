@@ -92,7 +92,7 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
         "--host", s.host,
         "--port", str(s.port),
         "--rpc", ",".join(rpc_endpoint(w) for w in spec.workers),
-        "--n-gpu-layers", str(s.n_gpu_layers),
+        "-ngl", str(s.n_gpu_layers),
         "--split-mode", s.split_mode,
         "--ctx-size", str(s.ctx_size),
         "--parallel", str(s.parallel),

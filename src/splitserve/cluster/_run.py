@@ -26,7 +26,7 @@ from ._logparse import load_progress, parse_load_report
 from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec, check_files, is_local_host
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
-from ._transport import ProcessRef, Transport, stop, transport_for
+from ._transport import ProcessRef, Transport, stop, transport_for, wait_reaped
 
 
 @dataclass
@@ -145,6 +145,7 @@ class _Launch:
         for proc, transport, ref in reversed(self.started):
             if not stop(transport, ref):
                 leftovers.append(f"{proc.node} (pid {ref.pid})")
+        wait_reaped([(t, r) for _p, t, r in self.started])
         return leftovers
 
 
@@ -173,12 +174,15 @@ def stop_recorded(state: ClusterState, grace: float = 10.0) -> list[str]:
     # The gateway first (clients get a refused connection, not a half-dead engine), then the head.
     rank = {"gateway": 0, "server": 1}
     order = sorted(state.processes, key=lambda p: rank.get(p.role, 2))
+    done: list[tuple[Transport, ProcessRef]] = []
     for rec in order:
         transport = transport_for(rec.host, state.extra.get("ssh"))
         if transport.alive(rec.ref):
             if not stop(transport, rec.ref, grace=grace):
                 raise ClusterError(f"{rec.node}: pid {rec.pid} did not stop after SIGKILL")
             stopped.append(rec.node)
+        done.append((transport, rec.ref))
+    wait_reaped(done)
     return stopped
 
 

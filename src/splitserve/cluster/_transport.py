@@ -56,6 +56,10 @@ class Transport(ABC):
         """Resident memory of the process, where known."""
         return None
 
+    def lingering(self, ref: ProcessRef) -> bool:
+        """Whether a stopped process is still in the process table (a zombie not yet reaped)."""
+        return False
+
     def new_log(self, log_path: Path, header: str) -> None:
         """Start a fresh log (the previous one kept as ``NAME.1``) holding ``header``."""
         if log_path.exists():
@@ -147,6 +151,12 @@ class LocalTransport(Transport):
         child = self._children.get(ref.pid)
         return child.poll() if child is not None else None
 
+    def lingering(self, ref: ProcessRef) -> bool:
+        child = self._children.get(ref.pid)
+        if child is not None:
+            child.poll()  # reaps our own child
+        return _proc_stat(ref.pid) is not None and self._same(ref)
+
     def signal(self, ref: ProcessRef, sig: int) -> None:
         if not self.alive(ref):
             return
@@ -167,6 +177,18 @@ class LocalTransport(Transport):
         except OSError:
             return None
         return None
+
+
+def wait_reaped(items: list[tuple[Transport, ProcessRef]], timeout: float = 3.0) -> None:
+    """Wait (at most ``timeout`` seconds in all) until stopped processes have left the process
+    table: one started by another splitserve process is a zombie until init reaps it, and a
+    caller checking "nothing left" right after `down` must not still find it."""
+    deadline = time.monotonic() + timeout
+    waiting = list(items)
+    while waiting and time.monotonic() < deadline:
+        waiting = [(t, r) for t, r in waiting if t.lingering(r)]
+        if waiting:
+            time.sleep(0.02)
 
 
 def stop(transport: Transport, ref: ProcessRef, grace: float = 10.0) -> bool:

@@ -56,7 +56,7 @@ def test_head_command_line_carries_every_option(tmp_path: Path, engines_for) -> 
 
     assert value("--model") == "/models/m.gguf"
     assert value("--rpc") == "10.0.0.2:50052,127.0.0.1:50053"
-    assert value("--n-gpu-layers") == "999"
+    assert value("-ngl") == "999"
     assert value("--split-mode") == "layer"
     assert value("--ctx-size") == "65536"
     assert value("--parallel") == "2"

@@ -112,3 +112,20 @@ def test_zombie_is_not_alive() -> None:
     time.sleep(0.3)  # exited, not yet reaped: a zombie
     assert not LocalTransport().alive(ref)
     proc.wait()
+
+
+def test_a_stopped_process_of_another_parent_is_gone_when_stop_returns() -> None:
+    # Started by a shell that exits at once: its parent becomes init, as for a cluster that one
+    # `splitserve up` started and another `splitserve down` stops. Killed, it stays a zombie
+    # until init reaps it; wait_reaped waits for that.
+    from splitserve.cluster._transport import wait_reaped
+
+    out = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                         text=True, check=True)
+    pid = int(out.stdout.strip())
+    ref = ProcessRef(pid, start_ticks(pid))
+    transport = LocalTransport()  # a fresh transport: not its child
+    assert transport.alive(ref)
+    assert stop(transport, ref, grace=2)
+    wait_reaped([(transport, ref)])
+    assert not Path(f"/proc/{pid}").exists()
