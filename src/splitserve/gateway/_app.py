@@ -61,13 +61,15 @@ class EngineStream(Response):
     """
 
     def __init__(self, body: AsyncIterator[bytes], on_disconnect: Callable[[], None],
-                 media_type: str = "text/event-stream", status_code: int = 200) -> None:
+                 media_type: str = "text/event-stream", status_code: int = 200,
+                 headers: dict[str, str] | None = None) -> None:
         self.body_iterator = body
         self.status_code = status_code
-        self.media_type = media_type
+        given = {k.lower(): v for k, v in (headers or {}).items()}
+        self.media_type = None if "content-type" in given else media_type
         self.background = None
         self._on_disconnect = on_disconnect
-        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no"} | given)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = False
@@ -138,11 +140,22 @@ class Gateway:
         alias = str(props.get("model_alias") or "")
         aliases = tuple(a for a in {path, base, stem, alias} if a)
         settings = props.get("default_generation_settings") or {}
+        add_bos = await self._engine_adds_bos()
         return ServedModel(
             id=self.config.model_name or stem, template=template,
             format=resolve_format(self.config.model_format, template),
             bos_token=str(props.get("bos_token") or ""), eos_token=str(props.get("eos_token") or ""),
-            aliases=aliases, n_ctx=settings.get("n_ctx"), created=int(time.time()))
+            aliases=aliases, n_ctx=settings.get("n_ctx"), created=int(time.time()), add_bos=add_bos)
+
+    async def _engine_adds_bos(self) -> bool:
+        """Whether the engine's tokenizer adds BOS: ``/tokenize`` with and without special tokens."""
+        try:
+            with_special = await self.upstream.post_json("/tokenize", {"content": "a", "add_special": True})
+            without = await self.upstream.post_json("/tokenize", {"content": "a", "add_special": False})
+        except APIError:
+            return True  # an engine without /tokenize: llama.cpp's default
+        a, b = with_special.get("tokens") or [], without.get("tokens") or []
+        return len(a) > len(b) and a[len(a) - len(b):] == b
 
     async def check_model(self, name: str | None) -> ServedModel:
         """The served model if ``name`` is one of its names (or absent); else 404."""
@@ -246,6 +259,34 @@ class Gateway:
                 await stack.aclose()
         return Response(data, media_type="application/json")
 
+    async def native(self, request: Request) -> Response:
+        """llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``, ``/slots``, ...),
+        passed through under the gateway's auth, body limit and (for POSTs) per-key limit."""
+        key = self.authenticate(request)
+        raw = await self.read_body(request) if request.method in ("POST", "PUT") else b""
+        stack = contextlib.AsyncExitStack()
+        if request.method == "POST":
+            await stack.enter_async_context(self.limiter.slot(key))
+        try:
+            resp = await self.upstream.relay(request.method, request.url.path, request.url.query, raw,
+                                             request.headers.get("content-type"))
+        except BaseException:
+            await stack.aclose()
+            raise
+        headers = {k: v for k, v in resp.headers.items()
+                   if k.lower() in ("content-type", "retry-after", "cache-control")}
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in resp.aiter_raw():
+                    yield chunk
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await resp.aclose()
+                    await stack.aclose()
+        return EngineStream(relay(), self.metrics.disconnects.inc, status_code=resp.status_code,
+                            headers=headers)
+
     async def models(self, request: Request) -> Response:
         self.authenticate(request)
         model = await self.model()
@@ -323,6 +364,14 @@ def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Respons
     return endpoint
 
 
+NATIVE_ENDPOINTS = (
+    "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template",
+    "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
+    "/v1/reranking", "/props", "/slots", "/slots/{slot:path}", "/lora-adapters",
+)
+"""llama-server's own endpoints, passed through to the engine unchanged."""
+
+
 def create_app(config: GatewayConfig) -> Starlette:
     """The gateway's ASGI app; ``app.state.gateway`` is the :class:`Gateway`."""
     gw = Gateway(config)
@@ -341,6 +390,9 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/health", _wrap(gw, "health", gw.health), methods=["GET"]),
         Route("/metrics", _wrap(gw, "metrics", gw.prometheus), methods=["GET"]),
     ]
+    native = _wrap(gw, "native", gw.native)
+    for path in NATIVE_ENDPOINTS:
+        routes.append(Route(path, native, methods=["GET", "POST"]))
     async def not_found(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
         what = "no such endpoint" if status == 404 else "method not allowed"

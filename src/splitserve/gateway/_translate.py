@@ -45,6 +45,9 @@ class ServedModel:
     aliases: tuple[str, ...] = ()
     n_ctx: int | None = None
     created: int = 0
+    add_bos: bool = True
+    """Whether the engine puts BOS before a prompt it tokenizes (the GGUF's add_bos_token): only
+    then is a BOS the template wrote dropped, else it would be there twice."""
 
     def answers_to(self, name: str) -> bool:
         return name == self.id or name in self.aliases
@@ -86,7 +89,7 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
         prompt = render_chat(model.template, messages, tools, add_generation_prompt=True, **kwargs)
     except TemplateError as exc:
         raise bad_request(f"messages: {exc}", "messages") from None
-    if model.bos_token and prompt.startswith(model.bos_token):
+    if model.add_bos and model.bos_token and prompt.startswith(model.bos_token):
         prompt = prompt[len(model.bos_token):]  # the engine adds BOS when it tokenizes
 
     body: dict[str, Any] = {"prompt": prompt, "cache_prompt": True}

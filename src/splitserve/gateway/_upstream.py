@@ -62,14 +62,20 @@ class Upstream:
         return engine_unavailable(f"the engine at {self.base_url} is not reachable "
                                   f"({type(exc).__name__} on {path}); retry when it is up")
 
-    async def get_json(self, path: str, timeout: float = 5.0) -> Any:
+    async def _json(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> Any:
         try:
-            resp = await self._http.get(path, timeout=timeout)
+            resp = await self._http.request(method, path, json=body, timeout=timeout)
         except httpx.HTTPError as exc:
             raise self._down(path, exc) from None
         if resp.status_code != 200:
             raise error_from_status(resp.status_code, resp.text)
         return resp.json()
+
+    async def get_json(self, path: str, timeout: float = 5.0) -> Any:
+        return await self._json("GET", path, timeout=timeout)
+
+    async def post_json(self, path: str, body: Any, timeout: float = 5.0) -> Any:
+        return await self._json("POST", path, body, timeout=timeout)
 
     async def open(self, method: str, path: str, body: Any,
                    headers: dict[str, str] | None = None) -> httpx.Response:
@@ -96,6 +102,17 @@ class Upstream:
                 await resp.aclose()
             raise error_from_status(resp.status_code, text)
         return resp
+
+    async def relay(self, method: str, path: str, query: str, content: bytes,
+                    content_type: str | None) -> httpx.Response:
+        """A native llama-server request passed on as it came; any status comes back (unread)."""
+        url = path + (f"?{query}" if query else "")
+        headers = {"Content-Type": content_type} if content_type else {}
+        req = self._http.build_request(method, url, content=content or None, headers=headers)
+        try:
+            return await self._http.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._down(path, exc) from None
 
     async def completion(self, body: dict[str, Any]) -> httpx.Response:
         """Open a streamed ``/completion``; iterate it with :func:`sse_events`."""

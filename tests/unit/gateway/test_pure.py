@@ -55,6 +55,11 @@ def m3_call(*invokes: tuple[str, dict[str, str]]) -> str:
 
 # -- validation -------------------------------------------------------------------------------
 
+def test_model_may_be_left_out_as_with_llama_server_and_vllm() -> None:
+    req = parse_body(ChatRequest, json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode())
+    assert req.model is None
+
+
 @pytest.mark.parametrize("body,param", [
     ({"model": "m", "messages": []}, "messages"),
     ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
@@ -62,7 +67,7 @@ def m3_call(*invokes: tuple[str, dict[str, str]]) -> str:
      "messages.0.content.0.type"),
     ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
     ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
-    ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+    ({"model": 5, "messages": [{"role": "user", "content": "x"}]}, "model"),
 ])
 def test_bad_fields_are_400_naming_the_field(body: dict[str, object], param: str) -> None:
     with pytest.raises(APIError) as err:
