@@ -15,7 +15,7 @@ import pytest
 
 from helpers import two_worker_spec, wait_dead
 from splitserve import NodeError, SpecError
-from splitserve.cluster import Event, cluster_state_dir, load_spec, up
+from splitserve.cluster import Event, cluster_state_dir, down, load_spec, up
 
 pytestmark = [pytest.mark.engine]
 
@@ -112,3 +112,23 @@ def test_spec_error_before_anything_starts(tmp_path: Path, state_home) -> None: 
     bad.write_text('model = "x.gguf"\n[[workers]]\nname = "w1"\nbind = "0.0.0.0"\n')
     with pytest.raises(SpecError, match=r"bad\.toml: workers\[w1\]\.bind = '0\.0\.0\.0' is a wildcard"):
         load_spec(bad)
+
+
+def test_status_after_a_worker_died_says_degraded_and_exits_3(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec_file = two_worker_spec(tmp_path, smollm2, name="degraded")
+    spec = load_spec(spec_file)
+    state = up(spec, engine=engine)
+    try:
+        pids = {p.node: p.pid for p in state.processes}
+        os.kill(pids["w1"], signal.SIGKILL)
+        assert wait_dead([pids["w1"]]) == []
+        res = subprocess.run([sys.executable, "-m", "splitserve", "status", "-c", str(spec_file), "--json"],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 3
+        data = json.loads(res.stdout)
+        alive = {p["node"]: p["alive"] for p in data["processes"]}
+        assert alive["w1"] is False and alive["gateway"] is True
+        assert data["phase"] == "degraded"
+    finally:
+        down(spec)
+    assert wait_dead(list(pids.values())) == []

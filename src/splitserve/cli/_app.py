@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -22,7 +23,15 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+def make_console(stderr: bool = False) -> Console:
+    """A console for command output: whole lines (tables uncut, paths unbroken) when the output
+    is a pipe or a file rather than 80 columns; no markup guessing in what it prints."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=200 if piped else None)
+
+
+err_console = make_console(stderr=True)
 
 
 @app.callback()

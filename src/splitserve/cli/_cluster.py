@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .._errors import SplitserveError
@@ -27,10 +27,10 @@ from ..cluster import (
     transport_for,
     up,
 )
-from ._app import app, fail
+from ._app import app, fail, make_console
 
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+console = make_console()
+err = make_console(stderr=True)
 
 SpecOpt = Annotated[Path | None, typer.Option("-c", "--config", help="cluster spec (TOML)")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="cluster name (instead of -c)")]
@@ -41,7 +41,7 @@ def _mib(n: Any) -> str:
 
 
 def print_event(e: Event) -> None:
-    err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {e.node}: {e.message}")
+    err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(e.node)}: {escape(e.message)}")
 
 
 def _root(config: Path | None, name: str | None) -> Path:
@@ -143,7 +143,8 @@ def preflight_cmd(
         table = Table("check", "node", "result", "detail", "fix")
         colour = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
         for r in rows:
-            table.add_row(r.check, r.node, f"[{colour.get(r.status, '')}]{r.status}[/]", r.message, r.fix)
+            table.add_row(r.check, escape(r.node), f"[{colour.get(r.status, '')}]{r.status}[/]", escape(r.message),
+                          escape(r.fix))
         console.print(table)
         fails = sum(r.status == "fail" for r in rows)
         warns = sum(r.status == "warn" for r in rows)
@@ -209,7 +210,7 @@ def print_status(data: dict[str, Any]) -> None:
     if data["memory"]:
         mem = Table("node", "device", "model", "KV", "compute", "total", title="memory at load")
         for d in data["memory"]:
-            mem.add_row(d["node"], d["device"], _mib(d["model_bytes"]), _mib(d["kv_bytes"]),
+            mem.add_row(d["node"], escape(d["device"]), _mib(d["model_bytes"]), _mib(d["kv_bytes"]),
                         _mib(d["compute_bytes"]), _mib(d["total_bytes"]))
         console.print(mem)
     if data.get("slots") is not None:
@@ -224,6 +225,10 @@ def print_status(data: dict[str, Any]) -> None:
 def status_cmd(config: SpecOpt = None, name: NameOpt = None,
                as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Show each process (alive, pid, port, RSS), the model, per-device memory and the slots.
+
+    `phase` is ready, degraded (a process died) or stopped (all died). Exits 3, as
+    `systemctl status` does, when a process of the cluster is not running (the output is printed
+    first, JSON included).
 
     Example: splitserve status -c cluster.toml --json
     """

@@ -9,18 +9,17 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from .._demo import DEFAULT_PROMPT, run_demo
 from .._errors import SplitserveError
 from ..cluster import Event
 from ..engine import BuildOptions
-from ._app import app, fail
+from ._app import app, fail, make_console
 from ._cluster import print_event
 from ._engine import build_with_progress
 
-console = Console(highlight=False, soft_wrap=True)
+console = make_console()
 
 
 @app.command("demo")

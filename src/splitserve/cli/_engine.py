@@ -6,24 +6,24 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .._errors import SplitserveError
 from ..engine import BuildOptions, build_engine, get_engine, list_engines
-from ._app import app, fail
+from ._app import app, fail, make_console
 
 engine_app = typer.Typer(
     help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu",
     no_args_is_help=True)
 app.add_typer(engine_app, name="engine")
-console = Console(highlight=False, soft_wrap=True)
+console = make_console()
 
 
 def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[object, bool]:
     """Build (or reuse) an engine, drawing a progress bar on stderr."""
-    err = Console(stderr=True, highlight=False)
+    err = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("engine: preparing", total=None)
@@ -34,7 +34,7 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[obj
         def on_log(msg: str) -> None:
             bar.update(task, description=f"engine: {msg}")
             if not quiet:
-                err.print(f"[dim]engine: {msg}[/dim]")
+                err.print(f"[dim]engine: {escape(msg)}[/dim]")
 
         return build_engine(options, progress=on_step, log=on_log)
 

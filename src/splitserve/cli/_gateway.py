@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from .._errors import SplitserveError, UsageError
-from ._app import app, fail
+from ._app import app, fail, make_console
 
-console = Console(highlight=False, soft_wrap=True)
+console = make_console()
 
 keys_app = typer.Typer(help="API keys for the gateway, stored hashed.\n\n"
                             "Example: splitserve keys add keys.txt --name alice",

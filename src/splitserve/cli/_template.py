@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from .._errors import SplitserveError, UsageError
@@ -23,15 +22,15 @@ from ..chat import (
     render_chat,
     transplant,
 )
-from ._app import app, fail
+from ._app import app, fail, make_console
 
 template_app = typer.Typer(
     help="Read, render, check and transplant chat templates.\n\n"
          "Example: splitserve template check --model model.gguf",
     no_args_is_help=True)
 app.add_typer(template_app, name="template")
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = make_console()
+err = make_console(stderr=True)
 
 
 def _read_text(path: Path, what: str) -> str:

@@ -67,8 +67,12 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     order = [p.node for p in state.processes]
     memory = sorted((dict(d, node=_node_of(d, state)) for d in memory),
                     key=lambda d: order.index(d["node"]) if d["node"] in order else len(order))
+    phase = state.phase
+    alive = [p["alive"] for p in procs]
+    if phase == "ready" and not all(alive):
+        phase = "stopped" if not any(alive) else "degraded"
     out: dict[str, Any] = {
-        "name": state.name, "phase": state.phase, "endpoint": state.endpoint,
+        "name": state.name, "phase": phase, "endpoint": state.endpoint,
         "engine_endpoint": state.engine_url, "gateway": state.gateway is not None, "model": state.model,
         "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,
         "up_seconds": state.up_seconds, "processes": procs, "memory": memory, "slots": None,
