@@ -111,7 +111,11 @@ def test_spec_error_before_anything_starts(tmp_path: Path, state_home) -> None: 
     bad = tmp_path / "bad.toml"
     bad.write_text('model = "x.gguf"\n[[workers]]\nname = "w1"\nbind = "0.0.0.0"\n')
     with pytest.raises(SpecError, match=r"bad\.toml: workers\[w1\]\.bind = '0\.0\.0\.0' is a wildcard"):
-        load_spec(bad)
+        up(load_spec(bad))
+    res = subprocess.run([sys.executable, "-m", "splitserve", "up", "-c", str(bad), "--skip-preflight"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "is a wildcard address" in res.stderr and "allow_public_rpc = true" in res.stderr
 
 
 def test_status_after_a_worker_died_says_degraded_and_exits_3(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

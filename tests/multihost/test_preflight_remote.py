@@ -108,12 +108,14 @@ def test_bind_address_checks(engine, smollm2, state_home, hosts: Hosts, tmp_path
     assert r["status"] == "fail" and f"{b2.address} is not an address of box1" in r["message"]
     assert b1.address in r["fix"]
 
-    # A wildcard bind: refused at load unless allowed, then a warning row.
+    # A wildcard bind: a failing row with its fix unless allowed, then a warning row.
     wild = workers.replace(f'bind = "{b2.address}"\nport = 50072', 'bind = "0.0.0.0"\nport = 50072')
     spec_file = remote_spec(tmp_path / "wild.toml", smollm2, hosts, "wild", head_port=hp, workers=wild)
     rc, rows, err = cli_preflight(spec_file)
-    assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "'0.0.0.0' is a wildcard" in err and "allow_public_rpc = true" in err
+    assert rc == 1
+    r = row(rows, "bind", "w1")
+    assert r["status"] == "fail" and "0.0.0.0 is a wildcard address" in r["message"]
+    assert "allow_public_rpc = true" in r["fix"]
     spec_file = remote_spec(tmp_path / "wild2.toml", smollm2, hosts, "wild2", head_port=hp, workers=wild,
                             extra="allow_public_rpc = true")
     rc, rows, _ = cli_preflight(spec_file)

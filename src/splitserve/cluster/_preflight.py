@@ -516,7 +516,8 @@ def _bind_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
             rows.append(CheckRow("bind", w.name, status,
                                  f"{w.bind} is {problem}; llama.cpp's RPC has no authentication"
                                  + (" (allowed by allow_public_rpc = true)" if spec.allow_public_rpc else ""),
-                                 "bind to the private link's address"))
+                                 "bind to the private link's address" + ("" if spec.allow_public_rpc else
+                                                                         ", or set allow_public_rpc = true")))
             continue
         if w.bind in ("localhost", "127.0.0.1", "::1") or f.addresses is None:
             rows.append(CheckRow("bind", w.name, "pass", f"{w.bind} is private"))

@@ -23,7 +23,7 @@ from ..engine import Engine, EngineClient, EngineHTTPError, EngineUnavailable, g
 from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, gateway_plan, launch_plan, process_env
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
-from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec, check_files, is_local_host
+from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec, check_binds, check_files, is_local_host
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
 from ._transport import ProcessRef, Transport, stop, transport_for, wait_reaped
@@ -195,6 +195,7 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
     """
     t0 = time.monotonic()
     emit = on_event or (lambda _e: None)
+    check_binds(spec)
     check_files(spec)
     _check_gateway_auth(spec)
     engines = resolve_engines(spec, engine)

@@ -268,13 +268,8 @@ class ClusterSpec(_Strict):
             local = [(w.bind, w.port) for w in self.workers if not w.remote]
             if any(p == self.gateway.port for (_b, p) in local):
                 raise ValueError(f"gateway.port = {self.gateway.port} is also a local worker's port")
-        if not self.allow_public_rpc:
-            for w in self.workers:
-                problem = unsafe_bind(w.bind)
-                if problem:
-                    raise ValueError(
-                        f"workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol has no "
-                        "authentication: bind to the private link's address, or set allow_public_rpc = true")
+        # A wildcard or public worker bind is refused by `up` (check_binds) and shown by
+        # `preflight` as a failing row, not at load: preflight must be able to report it.
         return self
 
 
@@ -317,11 +312,31 @@ def _loc(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
     return out
 
 
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the table holding ``loc``'s last key accepts (``workers[w1].prot`` -> a worker's)."""
+    model: Any = ClusterSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        ann = field.annotation
+        for arg in (ann, *getattr(ann, "__args__", ())):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                model = arg
+                break
+        else:
+            return []
+    return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
 def _message(err: dict[str, Any]) -> str:
     msg = str(err.get("msg", "invalid"))
     msg = re.sub(r"^Value error, ", "", msg)
     if err.get("type") == "extra_forbidden":
-        return "unknown key"
+        allowed = [k for k in _allowed_keys(tuple(err.get("loc", ()))) if k != "source_file"]
+        return f"unknown key; allowed: {', '.join(allowed)}" if allowed else "unknown key"
     if err.get("type") == "missing":
         return "required key is missing"
     return msg
@@ -374,6 +389,20 @@ def load_spec(path: str | Path) -> ClusterSpec:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     return parse_spec(data, path.resolve())
+
+
+def check_binds(spec: ClusterSpec) -> None:
+    """No RPC worker listens on a wildcard or public address unless the spec allows it (the
+    protocol has no authentication); `up` refuses such a spec before starting anything."""
+    if spec.allow_public_rpc:
+        return
+    where = str(spec.source_file or "<spec>")
+    for w in spec.workers:
+        problem = unsafe_bind(w.bind)
+        if problem:
+            raise SpecError(f"{where}: workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol "
+                            "has no authentication: bind to the private link's address, or set "
+                            "allow_public_rpc = true")
 
 
 def check_files(spec: ClusterSpec) -> None:

@@ -70,8 +70,6 @@ def test_good_spec_loads_and_resolves_model_relative_to_file(tmp_path: Path) -> 
          "two workers listen on the same address: 127.0.0.1:50052"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\ntensor_split = [1, 2, 3]\n',
          "tensor_split has 3 entries; expected 1"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\nbind = "0.0.0.0"\n', "wildcard address"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\nbind = "8.8.8.8"\n', "public address"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\nbind = "box2"\n', "must be an IP address"),
         ('model = "m.gguf"\n[[workers]]\nname = "bad name"\n', "workers[bad name].name"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nctx_size = "big"\n', "server.ctx_size"),
@@ -96,9 +94,22 @@ def test_bad_spec_names_file_key_and_rule(tmp_path: Path, text: str, expected: s
     assert "\n" not in message
 
 
-def test_public_rpc_allowed_only_when_asked(tmp_path: Path) -> None:
-    text = 'model = "m.gguf"\nallow_public_rpc = true\n[[workers]]\nname = "w1"\nbind = "0.0.0.0"\n'
-    assert load_spec(write(tmp_path, text)).workers[0].bind == "0.0.0.0"
+@pytest.mark.parametrize(("bind", "problem"), [("0.0.0.0", "a wildcard address"), ("8.8.8.8", "a public address")])
+def test_public_rpc_refused_by_up_unless_allowed(tmp_path: Path, bind: str, problem: str) -> None:
+    from splitserve.cluster import check_binds, up
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    path = write(tmp_path, f'model = "m.gguf"\n[[workers]]\nname = "w1"\nbind = "{bind}"\n')
+    spec = load_spec(path)  # loads: `preflight` must be able to show the failing bind row
+    for refuse in (check_binds, up):
+        with pytest.raises(SpecError) as info:
+            refuse(spec)  # type: ignore[operator]
+        msg = str(info.value)
+        assert msg.startswith(str(path)) and f"workers[w1].bind = '{bind}' is {problem}" in msg
+        assert "allow_public_rpc = true" in msg and "\n" not in msg
+    allowed = load_spec(write(tmp_path, f'model = "m.gguf"\nallow_public_rpc = true\n[[workers]]\nname = "w1"\n'
+                                        f'bind = "{bind}"\n', "ok.toml"))
+    check_binds(allowed)
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:
