@@ -272,6 +272,7 @@ def _print_plan(plan: Plan) -> None:
     kvpt = plan.kv_bytes_per_token
     p("KV per token: " + ", ".join(f"{k.split('/')[0]} {_size(v)}" for k, v in kvpt.items() if k.split('/')[0] == k.split('/')[1]))
     p(f"--tensor-split {','.join(f'{x:g}' for x in plan.tensor_split)}")
+    p(f"llama-server flags: {' '.join(plan.server_args())}", markup=False)
     mc = ", ".join(f"{k} {v['ctx']:,}" + (" (training limit)" if v.get("limited_by_training_context") else "")
                    if v.get("ctx") is not None else f"{k} n/a" for k, v in plan.max_ctx.items())
     p(f"max context (margin {_gib(o.margin_bytes)}/node): {mc}")

@@ -98,6 +98,16 @@ class Plan:
     def host_bytes(self) -> int:
         return self.host_weights_bytes + self.host_compute_bytes
 
+    def server_args(self) -> list[str]:
+        """The llama-server flags this plan is for (memory-relevant ones; add ``-m`` and ``--rpc``)."""
+        o = self.options
+        args = ["-c", str(self.ctx), "-np", str(o.parallel), "-ctk", o.cache_type_k, "-ctv", o.cache_type_v,
+                "-ub", str(o.ubatch), "-fa", "on" if o.flash_attn else "off", "-ngl", "999",
+                "--tensor-split", ",".join(f"{x:g}" for x in self.tensor_split)]
+        if o.unified:
+            args.append("--kv-unified")
+        return args
+
     def to_dict(self) -> dict[str, Any]:
         o = self.options
         return {
@@ -120,6 +130,7 @@ class Plan:
             "kv_bytes_per_token_by_type": self.kv_bytes_per_token,
             "tensor_split": self.tensor_split,
             "tensor_split_arg": ",".join(f"{x:g}" for x in self.tensor_split),
+            "llama_server_args": self.server_args(),
             # the largest context per KV type (None: that type cannot be used, see max_ctx_detail)
             "max_ctx": {t: v.get("ctx") for t, v in self.max_ctx.items()},
             "max_ctx_detail": self.max_ctx,

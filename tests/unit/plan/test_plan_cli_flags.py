@@ -180,3 +180,17 @@ def test_inspect_json_names_each_fact_of_the_header(tmp_path: Path) -> None:
     assert d["kv"] == {"sliding_window": None, "swa_layers": 0, "mla": False}
     assert (d["experts"]["count"], d["experts"]["used"], d["experts"]["shared"]) == (16, 4, 0)
     assert d["chat_template"] == {"embedded": False, "tool_call_format": None}
+
+
+def test_the_plan_writes_the_llama_server_flags(model: Path) -> None:
+    code, out, err = run("plan", str(model), "--node", "a=2", "--node", "b=2", "--ctx", "2048", "-np", "2",
+                         "-ctk", "q8_0", "-ctv", "q8_0", "-ub", "256", "-kvu", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    args = d["llama_server_args"]
+    pairs = dict(zip(args[::2], args[1::2]))
+    assert pairs["-c"] == "2048" and pairs["-np"] == "2" and pairs["-ctk"] == pairs["-ctv"] == "q8_0"
+    assert pairs["-ub"] == "256" and pairs["-fa"] == "on" and pairs["--tensor-split"] == d["tensor_split_arg"]
+    assert "--kv-unified" in args
+    code, out, _ = run("plan", str(model), "--node", "a=2", "--ctx", "2048")
+    assert "llama-server flags: -c 2048 -np 1 -ctk f16 -ctv f16 -ub 512 -fa on -ngl 999 --tensor-split" in out
