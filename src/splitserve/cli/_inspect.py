@@ -60,8 +60,8 @@ def _print_inspect(m: ModelInfo, show_layers: bool) -> None:
     p(f"  architecture   {m.architecture}" + ("" if m.known_architecture else "  (not known to splitserve: estimated)"))
     if m.name:
         p(f"  name           {m.name}", markup=False)
-    p(f"  parameters     {m.n_params / 1e9:,.2f} B")
-    p(f"  file size      {_gib(m.file_bytes)} ({m.file_bytes:,} bytes)")
+    p("  parameters     " + (f"{m.n_params / 1e9:,.2f} B" if m.n_params >= 1e9 else f"{m.n_params / 1e6:,.1f} M"))
+    p(f"  file size      {_size(m.file_bytes)} ({m.file_bytes:,} bytes)")
     p(f"  layers         {m.n_layer} × (embd {m.n_embd}, heads {m.n_head}), vocab {m.n_vocab:,}, "
       f"context {m.n_ctx_train:,}")
     kv = m.layers[0] if m.layers else None
