@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ class CheckRow:
     check: str
     node: str
     status: str
-    """``pass``, ``warn``, ``fail`` or ``skip``."""
+    """``pass``, ``warn``, ``fail``, or ``skip`` (could not be checked: the reason is the message)."""
     message: str
     fix: str = ""
 
@@ -277,7 +277,9 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
                 rows.append(CheckRow("drop-caches", label, "warn",
                                      f"drop_caches = true needs root or passwordless sudo on {host}; not available",
                                      "allow `sudo -n tee /proc/sys/vm/drop_caches` there, or set drop_caches = false"))
-    return rows
+    # Host-wide checks (ssh, memory, OOM killer, drop-caches) were made once per host: one row
+    # per check and node, as every other check has.
+    return [replace(r, node=n) for r in rows for n in r.node.split(",")]
 
 
 def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None],
