@@ -185,13 +185,15 @@ def check_cmd(
     fmt: Annotated[Optional[str], typer.Option("--format", help="tool-call format (default: "
                                                "detected from the template)")] = None,
     kwargs: KwargsOpt = None,
-    strict: Annotated[bool, typer.Option(help="exit 1 when any conversation fails")] = False,
+    strict: Annotated[bool, typer.Option(help="also fail a template that has no tool-call format "
+                                         "(only rendering could be checked)")] = False,
 ) -> None:
     """Render canonical conversations and check each reads back as written.
 
     Plain chat, one tool call, call -> result -> answer, parallel calls, reasoning on and
     off: each must render, and the assistant turn it writes must parse back (with the
-    template's format) to the same content, reasoning and calls.
+    template's format) to the same content, reasoning and calls. Exits 1 when a conversation
+    fails.
 
     Example: splitserve template check --template MiniMax-M3.jinja --strict
     """
@@ -202,8 +204,29 @@ def check_cmd(
                                  _kwargs_from(kwargs))
     except SplitserveError as exc:
         raise fail(exc) from None
-    if not _report(results, fmt_name) and strict:
+    if not _report(results, fmt_name) or (strict and not fmt_name):
         raise typer.Exit(1)
+
+
+@template_app.command("formats")
+def formats_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """List the tool-call formats (the names `--format`, `--model-format` and the spec's
+    `gateway.model_format` take), with their reasoning markers.
+
+    Example: splitserve template formats
+    """
+    from ..chat import list_formats
+
+    rows = [{"name": f.name, "reasoning": [f.reasoning.open, f.reasoning.close] if f.reasoning else None,
+             "end_markers": list(f.end_markers)} for f in list_formats()]
+    rows.append({"name": "plain", "reasoning": None, "end_markers": []})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("format", "reasoning", title="tool-call formats")
+    for r in rows:
+        table.add_row(r["name"], " ... ".join(r["reasoning"]) if r["reasoning"] else "-")
+    console.print(table)
 
 
 @template_app.command("transplant")

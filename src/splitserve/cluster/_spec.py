@@ -156,7 +156,7 @@ class GatewaySpec(_Strict):
     port: Port | None = None
     """Default: 8000, or a free port when 8000 is taken (`up` says which)."""
     model_format: str | None = None
-    """Tool-call format (``splitserve template formats``); default: detected from the template."""
+    """Tool-call format (`splitserve template formats`); default: detected from the template."""
     chat_template_file: Path | None = None
     """The template the gateway renders; default: server.chat_template_file, else the GGUF's."""
     model_name: str | None = None

@@ -84,8 +84,14 @@ def test_template_commands(tmp_path: Path, tdir: Path, smollm2: Path,
                         "--strict"], capsys)
     assert code == 0 and "minimax-m3" in out and "FAIL" not in out
     code, out, _ = cli(["template", "check", "--template",
-                        str(tdir / "meta-llama-Llama-3.1-8B-Instruct.jinja"), "--strict"], capsys)
-    assert code == 1 and "FAIL" in out
+                        str(tdir / "meta-llama-Llama-3.1-8B-Instruct.jinja")], capsys)
+    assert code == 1 and "FAIL" in out  # a failing conversation fails the command, --strict or not
+    code, out, _ = cli(["template", "check", "--model", str(smollm2)], capsys)
+    assert code == 0 and "rendering only" in out  # no tool format: rendering checked, passes
+    assert cli(["template", "check", "--model", str(smollm2), "--strict"], capsys)[0] == 1
+    code, out, _ = cli(["template", "formats", "--json"], capsys)
+    names = [f["name"] for f in json.loads(out)]
+    assert code == 0 and names[0] == "minimax-m3" and "hermes" in names and names[-1] == "plain"
 
     hybrid = tmp_path / "hybrid.jinja"
     code, _, err = cli(["template", "transplant", "--base", str(tdir / "MiniMax-M3.jinja"),
