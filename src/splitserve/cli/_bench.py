@@ -270,6 +270,8 @@ def engine_cmd(
                                   depths=ints(depth, "-d") if depth else [],
                                   ubatch=ints(ubatch, "--ubatch") if ubatch else [],
                                   repetitions=repetitions, flash_attn=flash_attn.lower() if flash_attn else None)
+        if cluster is None and model is not None and not model.is_file():
+            raise UsageError(f"-m {model}: no such model file")
         path = out_path(out, "engine")
         total = len(opts.prompt_tokens) + len(opts.gen_tokens)
         total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
