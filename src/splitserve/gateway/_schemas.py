@@ -25,7 +25,9 @@ ENGINE_FIELDS = frozenset({
     "grammar", "json_schema", "grammar_lazy", "grammar_triggers", "preserved_tokens",
     "n_probs", "min_keep", "ignore_eos", "logit_bias", "samplers", "id_slot", "n_keep",
     "cache_prompt", "t_max_predict_ms", "t_max_prompt_ms", "n_cache_reuse", "adaptive_target",
-    "adaptive_decay", "post_sampling_probs", "lora",
+    "adaptive_decay", "post_sampling_probs", "lora", "backend_sampling", "n_indent",
+    "reasoning_budget_tokens", "reasoning_budget_message", "reasoning_budget_start_tag",
+    "reasoning_budget_end_tags", "timings_per_token", "return_progress",
 })
 
 
