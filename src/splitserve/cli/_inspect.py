@@ -109,6 +109,18 @@ def _flash(value: str) -> bool:
     raise UsageError(f"--flash-attn {value!r}: use on, off or auto")
 
 
+def _cache_type(flag: str, value: str | None) -> str | None:
+    """A KV cache type as llama-server spells it (lower case), or a UsageError naming the flag."""
+    if value is None:
+        return None
+    from ..plan._memory import CACHE_TYPES
+
+    v = value.strip().lower()
+    if v not in CACHE_TYPES:
+        raise UsageError(f"{flag} {value!r}: not a KV cache type llama.cpp takes; use one of {', '.join(CACHE_TYPES)}")
+    return v
+
+
 def _split(value: str | None) -> tuple[float, ...] | None:
     if not value:
         return None
@@ -155,7 +167,8 @@ def plan_cmd(
     """
     try:
         given: dict[str, Any] = {"ctx": ctx, "parallel": parallel, "unified": kv_unified,
-                                 "cache_type_k": cache_type_k, "cache_type_v": cache_type_v, "ubatch": ubatch,
+                                 "cache_type_k": _cache_type("--cache-type-k", cache_type_k),
+                                 "cache_type_v": _cache_type("--cache-type-v", cache_type_v), "ubatch": ubatch,
                                  "flash_attn": None if flash_attn is None else _flash(flash_attn),
                                  "tensor_split": _split(tensor_split),
                                  "margin_bytes": None if margin is None else int(margin * GIB),

@@ -69,6 +69,15 @@ def test_bad_numbers_are_one_line_errors(model: Path) -> None:
     one_line_error(run("plan", str(model), "--node", "a=2,device=tpu9"), "unknown device 'tpu9'")
     one_line_error(run("plan", str(model), "--node", "a=2,bw=-3"), "bw must be a positive")
     one_line_error(run("plan", str(model), "--node", "a=2", "--host-node", "zz"), "--host-node 'zz'")
+    one_line_error(run("plan", str(model), "--node", "a=2", "-ctv", "q7_9"), "--cache-type-v 'q7_9'")
+
+
+def test_cache_types_are_spelled_as_llama_server_wants(model: Path) -> None:
+    code, out, err = run("plan", str(model), "--node", "a=2", "-ctk", "Q8_0", "-ctv", "Q4_0", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert (d["settings"]["cache_type_k"], d["settings"]["cache_type_v"]) == ("q8_0", "q4_0")
+    assert "q8_0" in d["llama_server_args"] and "Q8_0" not in d["llama_server_args"]
 
 
 def test_sizes_with_units_and_vendor_device_names() -> None:
