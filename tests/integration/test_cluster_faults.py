@@ -136,3 +136,15 @@ def test_status_after_a_worker_died_says_degraded_and_exits_3(engine, smollm2, s
     finally:
         down(spec)
     assert wait_dead(list(pids.values())) == []
+
+
+def test_load_failure_names_the_real_cause(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # llama.cpp refuses a quantized V cache without flash attention, then logs generic wrappers
+    # ("failed to create context", "exiting due to model loading error"): the cause is named.
+    spec = load_spec(two_worker_spec(tmp_path, smollm2, name="vcache", cache_type_v="q8_0", flash_attn="off"))
+    rec = PidRecorder(spec)
+    with pytest.raises(NodeError) as info:
+        up(spec, engine=engine, on_event=rec)
+    assert info.value.node == "head"
+    assert "quantized V cache requires flash_attn" in str(info.value)
+    assert_nothing_left(spec, rec)

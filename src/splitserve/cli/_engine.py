@@ -74,7 +74,7 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
     """
     engines = list_engines()
     if as_json:
-        print(json.dumps([e.provenance | {"root": str(e.root)} for e in engines], indent=2))
+        print(json.dumps([e.provenance | {"root": str(e.root), "bin_dir": str(e.bin_dir)} for e in engines], indent=2))
         return
     if not engines:
         console.print("no engines yet; run `splitserve engine build`")

@@ -131,12 +131,21 @@ def base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def default_gateway_port(spec: ClusterSpec) -> int:
+    """8000, or the next port that neither llama-server nor a local worker of the spec uses."""
+    ours = {spec.server.port} | {w.port for w in spec.workers if not w.remote}
+    port = DEFAULT_GATEWAY_PORT
+    while port in ours:
+        port += 1
+    return port
+
+
 def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None = None) -> ProcessPlan:
     """``splitserve serve`` in front of llama-server; keys travel in the environment, not argv.
 
     ``port``: the port `up` chose when the spec gives none (default: the spec's, else 8000)."""
     g = spec.gateway
-    port = port or g.port or DEFAULT_GATEWAY_PORT
+    port = port or g.port or default_gateway_port(spec)
     argv = [sys.executable, "-m", "splitserve", "serve", "--engine", engine_url, "--host", g.host,
             "--port", str(port), "--max-concurrent", str(g.max_concurrent), "--max-queue", str(g.max_queue)]
     if g.model_format:

@@ -74,7 +74,7 @@ def parse_load_report(text: str) -> LoadReport:
     devices: dict[str, DeviceMemory] = {}
     for m in _BUFFER.finditer(text):
         dev = devices.setdefault(m.group("dev"), DeviceMemory(m.group("dev")))
-        size = int(round(float(m.group("mib")) * MIB))
+        size = round(float(m.group("mib")) * MIB)
         kind = m.group("kind")
         if kind == "model":
             dev.model_bytes += size

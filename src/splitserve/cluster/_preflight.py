@@ -117,7 +117,7 @@ def _rest(facts: NodeFacts, text: str) -> NodeFacts:
 def node_facts(spec: ClusterSpec, host: str) -> NodeFacts:
     """Run the facts script on ``host`` (``local`` or an ssh destination)."""
     if is_local_host(host):
-        res = subprocess.run(["sh", "-c", FACTS_SCRIPT], capture_output=True, timeout=30)
+        res = subprocess.run(["sh", "-c", FACTS_SCRIPT], capture_output=True, timeout=30, check=False)
         return parse_facts(host, res.stdout.decode("utf-8", "replace"))
     from ._transport import transport_for
 
@@ -367,7 +367,7 @@ def planned_need(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of:
             hosts.append("local")
         options = spec_options(spec)
         plan = make_plan(inspect_model(spec.model), nodes, options)
-    except Exception:  # the planner is an estimate: any failure falls back to the file-size share
+    except Exception:  # noqa: BLE001 - the planner is an estimate: any failure falls back to the file-size share
         return None
     need: dict[str, float] = {}
     for node, host in zip(plan.nodes, hosts):
@@ -552,7 +552,7 @@ def drop_page_caches(spec: ClusterSpec) -> list[tuple[str, str]]:
     hosts = list(dict.fromkeys(["local"] + [w.host for w in spec.workers if w.remote]))
     for host in hosts:
         if is_local_host(host):
-            res = subprocess.run(["sh", "-c", script], capture_output=True, timeout=120)
+            res = subprocess.run(["sh", "-c", script], capture_output=True, timeout=120, check=False)
             ok = res.returncode == 0
         else:
             ok = transport_for(host, spec.ssh).run(script, check=False, timeout=120).returncode == 0  # type: ignore[attr-defined]

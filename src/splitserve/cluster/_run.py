@@ -20,10 +20,18 @@ from pathlib import Path
 
 from .._errors import ClusterError, NodeError, NotRunningError, SpecError, SplitserveError
 from ..engine import Engine, EngineClient, EngineHTTPError, EngineUnavailable, get_engine
-from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, gateway_plan, launch_plan, process_env
+from ._commands import (
+    LaunchPlan,
+    ProcessPlan,
+    cluster_state_dir,
+    default_gateway_port,
+    gateway_plan,
+    launch_plan,
+    process_env,
+)
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
-from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec, check_binds, check_files, is_local_host
+from ._spec import ClusterSpec, WorkerSpec, check_binds, check_files, is_local_host
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
 from ._transport import ProcessRef, Transport, stop, transport_for, wait_reaped
@@ -71,14 +79,23 @@ def worker_transport(spec: ClusterSpec, worker: WorkerSpec) -> Transport:
     return transport_for(worker.host, spec.ssh)
 
 
+_ERROR_LINE = re.compile(r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception|"
+                         r"requires|not supported|invalid|out of memory", re.IGNORECASE)
+# llama.cpp's wrappers around the real cause ("failed to create context", "exiting due to model
+# loading error"): named only when nothing more specific was logged.
+_GENERIC = re.compile(r"exiting due to|failed to (create|load|init)|common_init_|load_model:|"
+                      r"encountered an error while trying to fit", re.IGNORECASE)
+
+
 def _log_cause(text: str) -> str:
-    """The most telling line at the end of a process's log."""
+    """The most telling line at the end of a process's log: the last specific error, else the
+    last error of any kind, else the last line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# splitserve:")]
     tail = lines[-40:]
-    for pattern in (r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception",):
-        hits = [ln for ln in tail if re.search(pattern, ln, re.IGNORECASE)]
-        if hits:
-            return hits[-1][:300]
+    hits = [ln for ln in tail if _ERROR_LINE.search(ln)]
+    specific = [ln for ln in hits if not _GENERIC.search(ln)]
+    if specific or hits:
+        return (specific or hits)[-1][:300]
     return tail[-1][:300] if tail else "no output"
 
 
@@ -378,8 +395,9 @@ def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
     if not g.enabled or g.port is not None:
         return None
     ours = {spec.server.port} | {w.port for w in spec.workers if not w.remote}
-    if DEFAULT_GATEWAY_PORT not in ours and not port_in_use(g.host, DEFAULT_GATEWAY_PORT):
-        return DEFAULT_GATEWAY_PORT
+    first = default_gateway_port(spec)
+    if not port_in_use(g.host, first):
+        return first
     family = socket.AF_INET6 if ":" in g.host else socket.AF_INET
     while True:
         with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -387,7 +405,7 @@ def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
             port = int(s.getsockname()[1])
         if port not in ours:
             break
-    emit(Event("gateway_port", "gateway", f"port {DEFAULT_GATEWAY_PORT} is taken; the gateway listens on "
+    emit(Event("gateway_port", "gateway", f"port {first} is taken; the gateway listens on "
                f"{port} (set gateway.port to choose)"))
     return port
 

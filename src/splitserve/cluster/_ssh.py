@@ -103,7 +103,7 @@ class SshTransport(Transport):
         fails (exit 255) or, with ``check``, when the script fails."""
         argv = [*self.ssh_argv(), "exec sh -c " + shlex.quote(script)]
         try:
-            res = subprocess.run(argv, input=input, capture_output=True, timeout=timeout,
+            res = subprocess.run(argv, input=input, capture_output=True, timeout=timeout, check=False,
                                  stdin=None if input is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise ClusterError(f"{self.host}: ssh did not answer within {timeout:.0f} s") from None
@@ -123,7 +123,7 @@ class SshTransport(Transport):
 
     def close(self) -> None:
         """Close the shared connection (``ssh -O exit``)."""
-        subprocess.run([*self.ssh_argv()[:-2], "-O", "exit", self.host], capture_output=True,
+        subprocess.run([*self.ssh_argv()[:-2], "-O", "exit", self.host], capture_output=True, check=False,
                        stdin=subprocess.DEVNULL, timeout=10)
 
     # -- Transport --------------------------------------------------------------------------

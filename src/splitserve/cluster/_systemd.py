@@ -38,8 +38,8 @@ def systemd_units(spec: ClusterSpec, engines: dict[str, Engine], spec_file: Path
     units: dict[str, str] = {}
     units[f"splitserve-{spec.name}.service"] = "\n".join([
         "[Unit]",
-        f"Description=splitserve cluster {spec.name}: llama-server{', the gateway' if spec.gateway.enabled else ''} "
-        f"and {len(spec.workers)} RPC workers, supervised",
+        (f"Description=splitserve cluster {spec.name}: llama-server{', the gateway' if spec.gateway.enabled else ''} "
+         f"and {len(spec.workers)} RPC workers, supervised"),
         "Wants=network-online.target",
         "After=network-online.target",
         "",

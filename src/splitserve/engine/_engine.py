@@ -95,6 +95,7 @@ def load_engine(root: Path) -> Engine:
         bin_dir = Path(provenance.get("bin_dir") or root / "bin")
         if not bin_dir.is_absolute():
             bin_dir = root / bin_dir
+        provenance.setdefault("flags", provenance.get("cmake_args", []))  # the name for them
         return Engine(root=root, bin_dir=bin_dir, provenance=provenance)
     # A folder of binaries someone built by hand (e.g. build/bin).
     for candidate in (root, root / "bin", root / "build" / "bin"):
