@@ -312,6 +312,10 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
     o = options or PlanOptions()
     if not nodes:
         raise UsageError("no nodes: give at least one --node NAME=GIB")
+    names = [n.name for n in nodes]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--node {', '.join(twice)} given more than once; give each device its own name")
     if o.parallel < 1:
         raise UsageError("--parallel must be at least 1")
     if o.ubatch < 1:

@@ -70,6 +70,7 @@ def test_bad_numbers_are_one_line_errors(model: Path) -> None:
     one_line_error(run("plan", str(model), "--node", "a=2,bw=-3"), "bw must be a positive")
     one_line_error(run("plan", str(model), "--node", "a=2", "--host-node", "zz"), "--host-node 'zz'")
     one_line_error(run("plan", str(model), "--node", "a=2", "-ctv", "q7_9"), "--cache-type-v 'q7_9'")
+    one_line_error(run("plan", str(model), "--node", "a=2", "--node", "a=3"), "--node a given more than once")
 
 
 def test_cache_types_are_spelled_as_llama_server_wants(model: Path) -> None:
