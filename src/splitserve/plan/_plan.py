@@ -120,6 +120,7 @@ class Plan:
             "nodes": [{
                 "name": n.name, "layers": list(n.layers) if n.layers else None, "n_layers": n.n_layers,
                 "output_layer": n.has_output, "weights_bytes": n.weights_bytes, "kv_bytes": n.kv_bytes,
+                "kv_bytes_per_token": round(n.kv_bytes / self.ctx) if self.ctx else 0,
                 "compute_bytes": n.compute_bytes, "host_bytes": n.host_bytes, "total_bytes": n.total_bytes,
                 "memory_bytes": n.memory_bytes, "headroom_bytes": n.headroom_bytes,
                 "bandwidth_gbps": n.bandwidth_gbps,

@@ -204,3 +204,13 @@ def test_the_plan_writes_the_llama_server_flags(model: Path) -> None:
     assert "--kv-unified" in args
     code, out, _ = run("plan", str(model), "--node", "a=2", "--ctx", "2048")
     assert "llama-server flags: -c 2048 -np 1 -ctk f16 -ctv f16 -ub 512 -fa on -ngl 999 --tensor-split" in out
+
+
+def test_kv_per_token_per_node_adds_up(model: Path) -> None:
+    code, out, err = run("plan", str(model), "--node", "a=2", "--node", "b=2", "--ctx", "4096", "-ts", "1,1",
+                         "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    per_node = [n["kv_bytes_per_token"] for n in d["nodes"]]
+    assert all(x > 0 for x in per_node) and sum(per_node) == d["kv_bytes_per_token"]  # no SWA: exact
+    assert all(n["kv_bytes_per_token"] * 4096 == n["kv_bytes"] for n in d["nodes"])
