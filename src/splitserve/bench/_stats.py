@@ -32,6 +32,14 @@ def inter_token_ms(rec: RequestRecord) -> list[float]:
     return [b - a for a, b in zip(t, t[1:])]
 
 
+def tpot_ms(rec: RequestRecord) -> float | None:
+    """Time per output token after the first (vLLM's TPOT): (end - first token) / (tokens - 1),
+    with the token count from the server's usage."""
+    if not rec.completion_tokens or rec.completion_tokens < 2 or rec.ttf_token_ms is None or rec.e2e_ms is None:
+        return None
+    return (rec.e2e_ms - rec.ttf_token_ms) / (rec.completion_tokens - 1)
+
+
 def request_metrics(rec: RequestRecord) -> dict[str, float | None]:
     """Speeds of one request, from the server's timings and from the client's clock."""
     out: dict[str, float | None] = {
@@ -96,6 +104,7 @@ def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
     ok = [r for r in records if r.ok]
     metrics = [request_metrics(r) for r in ok]
     itl = [d for r in ok for d in inter_token_ms(r)]
+    tpot = [t for t in (tpot_ms(r) for r in ok) if t is not None]
     through = batch_throughput(records)
 
     def med(key: str) -> float | None:
@@ -119,7 +128,12 @@ def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "itl_ms_p50": percentile(itl, 50),
         "itl_ms_p90": percentile(itl, 90),
         "itl_ms_p99": percentile(itl, 99),
+        "ttf_token_ms_p99": percentile([r.ttf_token_ms for r in ok if r.ttf_token_ms is not None], 99),
+        "tpot_ms_p50": percentile(tpot, 50),
+        "tpot_ms_p90": percentile(tpot, 90),
+        "tpot_ms_p99": percentile(tpot, 99),
         "e2e_ms_p50": median(r.e2e_ms for r in ok),
         "e2e_ms_p90": percentile([r.e2e_ms for r in ok if r.e2e_ms is not None], 90),
+        "e2e_ms_p99": percentile([r.e2e_ms for r in ok if r.e2e_ms is not None], 99),
         "throughput_tps": median(through),
     }

@@ -44,3 +44,18 @@ def test_summarize_counts_errors_and_cache_hits() -> None:
     s = summarize([rec(id="a", cache_hit=True, e2e_ms=5.0), rec(id="b", error="HTTP 500: x")])
     assert (s["n"], s["errors"], s["cache_hits"]) == (2, 1, 1)
     assert s["e2e_ms_p50"] == 5.0
+
+
+def test_tpot_is_time_after_the_first_token_per_further_token() -> None:
+    from splitserve.bench._records import RequestRecord
+    from splitserve.bench._stats import summarize, tpot_ms
+
+    def rec(ttft: float, e2e: float, n: int) -> RequestRecord:
+        return RequestRecord(id=f"r{ttft}", kind="speed", cell={}, ttf_token_ms=ttft, e2e_ms=e2e,
+                             completion_tokens=n, status=200)
+
+    assert tpot_ms(rec(100.0, 1100.0, 11)) == 100.0
+    assert tpot_ms(rec(100.0, 100.0, 1)) is None  # one token: no time per further token
+    s = summarize([rec(100.0, 1100.0, 11), rec(100.0, 2100.0, 11)])
+    assert s["tpot_ms_p50"] == 150.0 and s["tpot_ms_p99"] > s["tpot_ms_p50"]
+    assert s["e2e_ms_p99"] > s["e2e_ms_p90"] > s["e2e_ms_p50"] == 1600.0
