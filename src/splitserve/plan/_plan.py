@@ -346,6 +346,10 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
         elif n.headroom_bytes < o.margin_bytes:
             warnings.append(f"{n.name}: headroom {n.headroom_bytes / GIB:.2f} GiB is under the "
                             f"{o.margin_bytes / GIB:.2f} GiB margin")
+    per_slot = ctx if o.unified else ctx // o.parallel
+    if model.n_ctx_train and per_slot > model.n_ctx_train:
+        warnings.append(f"context per slot {per_slot:,} is above the model's training context "
+                        f"{model.n_ctx_train:,} (llama.cpp warns too: quality may drop past it)")
     kvpt = {f"{t}/{t}": kv_bytes_per_token(model, t, t) for t in MAX_CTX_TYPES}
     kvpt.setdefault(f"{o.cache_type_k}/{o.cache_type_v}", kv_bytes_per_token(model, o.cache_type_k, o.cache_type_v))
     max_ctx: dict[str, dict[str, Any]] = {}

@@ -214,3 +214,14 @@ def test_kv_per_token_per_node_adds_up(model: Path) -> None:
     per_node = [n["kv_bytes_per_token"] for n in d["nodes"]]
     assert all(x > 0 for x in per_node) and sum(per_node) == d["kv_bytes_per_token"]  # no SWA: exact
     assert all(n["kv_bytes_per_token"] * 4096 == n["kv_bytes"] for n in d["nodes"])
+
+
+def test_a_context_past_the_training_one_is_warned(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    [p] = dense_llama(tmp_path / "t" / "d.gguf", n_layer=2, n_embd=128, n_head=2, n_head_kv=2, n_ff=256,
+                      n_vocab=512)
+    train = json.loads(run("inspect", str(p), "--json")[1])["context_length"]
+    d = json.loads(run("plan", str(p), "--node", "a=4", "--ctx", str(train * 2), "--json")[1])
+    assert any("training context" in w for w in d["warnings"])
+    d = json.loads(run("plan", str(p), "--node", "a=4", "--ctx", str(train * 2), "-np", "2", "--json")[1])
+    assert not any("training context" in w for w in d["warnings"])  # per slot it is the training context
