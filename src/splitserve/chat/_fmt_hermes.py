@@ -25,7 +25,7 @@ from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
 from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
 from ._reasoning import ReasoningSpec
-from ._schema import ToolSet, coerce_value
+from ._schema import ToolSet, coerce_value, loads_json
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _TEXT, _BODY, _JSON, _AFTER, _RAW = range(5)
@@ -92,7 +92,7 @@ class HermesParser(ToolParser):
 
     def _on_json(self, text: str) -> None:
         try:
-            calls = calls_from_json(json.loads(text))
+            calls = calls_from_json(loads_json(text))
         except ValueError:
             calls = None
         if calls is None:

@@ -21,7 +21,7 @@ import re
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
 from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
-from ._schema import ToolSet, coerce_value
+from ._schema import ToolSet, coerce_value, loads_json
 
 PYTHON_TAG = "<|python_tag|>"
 _START, _JSON, _AFTER, _PASS = range(4)
@@ -82,7 +82,7 @@ class Llama3JsonParser(ToolParser):
             text = rawtext.strip()
             text = text.removeprefix(PYTHON_TAG)
             try:
-                calls = calls_from_json(json.loads(text), ("parameters", "arguments"))
+                calls = calls_from_json(loads_json(text), ("parameters", "arguments"))
             except ValueError:
                 calls = None
             if calls is None:

@@ -36,7 +36,7 @@ from ._events import (
 )
 from ._reasoning import ReasoningSpec, ReasoningSplitter
 from ._scan import TextBuffer
-from ._schema import Schema, ToolSet
+from ._schema import Schema, ToolSet, loads_json, misfits
 
 if TYPE_CHECKING:
     from ._grammar import CallGrammar
@@ -131,6 +131,8 @@ class ToolParser:
     def whole_call(self, name: str, arguments: dict[str, Any]) -> None:
         """Emit a complete call at once (formats whose arguments arrive as one JSON value)."""
         index = self.start_call(name)
+        for problem in misfits(arguments, self.schema(name)):
+            self.warn(f"tool call {index}: argument {problem}; kept as written")
         self.args(index, json.dumps(arguments, ensure_ascii=False))
         self.end_call(index)
 
@@ -230,7 +232,7 @@ def calls_from_json(value: Any, args_keys: tuple[str, ...] = ("arguments", "para
                 break
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = loads_json(args) if args.strip() else {}
             except ValueError:
                 return None
         if args is None:

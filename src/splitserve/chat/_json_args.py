@@ -4,7 +4,9 @@ JSON formats write ``{"name": "f", "arguments": {"k": "v", "n": 3}}``. Once the 
 read and ``"arguments": {`` follows, the call starts and :class:`JsonArgsStreamer` reads the
 arguments object as it arrives: a string value under a plain-string schema is passed through
 as it is written (it is already JSON-escaped text), so it streams; other values are read whole,
-coerced by the schema and written (:class:`ArgsWriter` decides, as for the XML formats).
+coerced by the schema and written (:class:`ArgsWriter` decides, as for the XML formats). A
+number or boolean under a plain-string schema is read whole too and becomes its text as
+written (``7`` -> ``"7"``); ``null`` there stays null, with a warning.
 Anything that is not a JSON object of key/value pairs stops the streamer (``failed``): the
 caller then drops the call and keeps the raw text as content.
 """
@@ -17,7 +19,7 @@ from typing import Any
 
 from ._args import ArgsWriter
 from ._scan import JsonScanner
-from ._schema import Schema, coerce_value
+from ._schema import Schema, coerce_value, loads_json
 
 # The opening of a call object up to its arguments object, within its first 512 characters.
 PREFIX_LIMIT = 512
@@ -44,7 +46,7 @@ def match_prefix(text: str) -> tuple[str, int] | None:
 
 
 def json_coerce(raw: Any, schema: Schema | None) -> Any:
-    return coerce_value(json.loads(raw, strict=False), schema)
+    return coerce_value(loads_json(raw, strict=False), schema)
 
 
 def _escape_controls(text: str) -> str:
@@ -115,7 +117,7 @@ class JsonArgsStreamer:
             except ValueError:
                 self.state = _FAILED
                 return m.start() + 1
-            self.w.open(key)
+            self.w.open(key, lazy=True)
             self.state = _COLON
             return m.start() + 1
         if state == _COLON:
@@ -124,10 +126,13 @@ class JsonArgsStreamer:
         if state == _VALUE:
             if ch.isspace():
                 return pos + 1
-            if ch == '"' and self.w.mode == "stream":
-                self.state = _STREAM
-                self._esc = ""
-                return pos + 1
+            if self.w.mode == "stream":
+                if ch == '"':
+                    self.w.begin_stream()
+                    self.state = _STREAM
+                    self._esc = ""
+                    return pos + 1
+                self.w.demote()  # a number, true, null, ... under a string schema
             self._raw = []
             self._scanner = JsonScanner() if ch in '"{[' else None
             self.state = _RAW

@@ -16,6 +16,13 @@ comes from the request's JSON Schema for that tool. The rules, pinned:
   ``$ref`` (``#/...`` pointers inside the tool's parameters) is followed, cycles cut;
 - no schema (unknown parameter or tool): JSON literals are inferred (``true``, ``3``,
   ``null``, ``[...]``, ``{...}``); other text stays a string.
+
+Values that are already typed (JSON formats, JSON text inside an XML value) are kept as the
+model wrote them, except where the change is lossless: a number or boolean under a schema
+that allows a string but not its type becomes its JSON text as written (``7`` -> ``"7"``,
+``1.50`` -> ``"1.50"``, ``true`` -> ``"true"``), and an integral number under an
+integer-only schema an integer (``3.0`` -> ``3``). ``null`` stays null (a JSON null is not the
+string "null"). :func:`misfits` names what still does not fit, for a warning.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
@@ -146,6 +153,11 @@ def is_plain_string(schema: Schema | None) -> bool:
     return allowed_types(schema) == {"string"}
 
 
+def has_enum(schema: Schema | None) -> bool:
+    """True when the schema lists the values it allows (``enum``/``const``)."""
+    return schema is not None and _enum_values(schema) is not None
+
+
 def allows_array(schema: Schema | None) -> bool:
     types = allowed_types(schema)
     return types is None or "array" in types
@@ -201,7 +213,7 @@ def _literal(text: str) -> tuple[bool, Any]:
         return False, None
     if s in ("true", "false", "null") or _NUMBER.fullmatch(s) or s[0] in "[{":
         try:
-            return True, json.loads(s)
+            return True, loads_json(s)
         except ValueError:
             return False, None
     return False, None
@@ -265,8 +277,52 @@ def coerce_text(text: str, schema: Schema | None, bool_words: bool = False) -> A
     return text
 
 
+class _JsonFloat(float):
+    """A JSON number with a fraction or exponent that remembers how the model wrote it."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> Self:
+        obj = super().__new__(cls, text)
+        obj.text = text
+        return obj
+
+
+def loads_json(text: str, strict: bool = True) -> Any:
+    """``json.loads``, except that non-integer numbers keep their text (for :func:`coerce_value`)."""
+    return json.loads(text, strict=strict, parse_float=_JsonFloat)
+
+
+def _json_text(value: float) -> str:
+    """A JSON number or boolean as the model wrote it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _JsonFloat):
+        return value.text
+    return json.dumps(value)
+
+
+def _coerce_scalar(value: Any, schema: Schema | None) -> Any:
+    """A typed JSON scalar (number, boolean, null) under a schema; lossless changes only."""
+    types = allowed_types(schema)
+    if types is None or value is None:
+        return value
+    kind = _json_type(value)
+    if kind in types:
+        return value
+    if (kind == "number" and "integer" in types and isinstance(value, float)
+            and value.is_integer() and abs(value) < 2**53):
+        return int(value)
+    if "string" in types:
+        return _json_text(value)
+    return value
+
+
 def coerce_value(value: Any, schema: Schema | None, bool_words: bool = False) -> Any:
     """Coerce an already-structured value (JSON, or an XML tree's dicts/lists/texts)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return _coerce_scalar(value, schema)
     if isinstance(value, str):
         if isinstance(value, _Raw):
             return coerce_text(str(value), schema, bool_words)
@@ -284,6 +340,52 @@ def coerce_value(value: Any, schema: Schema | None, bool_words: bool = False) ->
                              for v in value]} if value else {}
         return [coerce_value(v, item_schema(schema, i), bool_words) for i, v in enumerate(value)]
     return value
+
+
+def _fits_enum(value: Any, schema: Schema) -> bool:
+    enum = _enum_values(schema)
+    if enum is None:
+        return True
+    return any(c == value and isinstance(c, bool) == isinstance(value, bool)
+               and isinstance(c, str) == isinstance(value, str) for c in enum)
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def misfits(value: Any, schema: Schema | None, path: str = "") -> list[str]:
+    """Where a (coerced) value does not fit its schema: one line per place, naming its path.
+
+    A value fits when its JSON type is one the schema allows (an integer fits ``number``)
+    and, for an ``enum``/``const`` schema, it is one of the values; objects and arrays are
+    checked item by item. No schema (None, or one that names no type) fits anything.
+    """
+    types = allowed_types(schema)
+    here = path or "the arguments"
+    if types is not None:
+        assert schema is not None
+        kind = _json_type(value)
+        if kind not in types:
+            shown = "" if value is None else f" ({_preview(value)})"
+            allowed = " or ".join(sorted(types))
+            return [f"{here} is {_ARTICLE[kind]}{shown} where the schema allows {allowed}"]
+        if not _fits_enum(value, schema):
+            return [f"{here} ({_preview(value)}) is not one of the schema's enum values"]
+    out: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out += misfits(item, property_schema(schema, key), f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            out += misfits(item, item_schema(schema, i), f"{path}[{i}]")
+    return out
+
+
+_ARTICLE = {"null": "null", "boolean": "a boolean", "integer": "an integer",
+            "number": "a number", "string": "a string", "array": "an array",
+            "object": "an object"}
 
 
 class _Raw(str):

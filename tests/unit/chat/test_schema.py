@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from splitserve.chat import Schema, coerce_text, coerce_value
-from splitserve.chat._schema import raw
+from splitserve.chat._schema import loads_json, misfits, raw
 
 
 def S(node: Any, root: Any = None) -> Schema:
@@ -51,7 +51,11 @@ def S(node: Any, root: Any = None) -> Schema:
 ])
 def test_coerce_text(text: str, schema: Any, want: Any) -> None:
     got = coerce_text(text, None if schema is None else S(schema))
-    assert got == want and type(got) is type(want)
+    assert got == want and _kind(got) is _kind(want)
+
+
+def _kind(value: Any) -> type:
+    return float if isinstance(value, float) else type(value)  # a float that keeps its text
 
 
 def test_refs_allof_additional_and_prefix_items() -> None:
@@ -78,3 +82,49 @@ def test_json_values_keep_their_types_unless_the_schema_disallows_them() -> None
                                                                  {"type": "string"}]}}})
     assert coerce_value({"s": "007", "i": "42", "u": "3", "x": "9"}, schema) == {
         "s": "007", "i": 42, "u": "3", "x": "9"}
+
+
+@pytest.mark.parametrize(("json_text", "schema", "want"), [
+    ("7", {"type": "string"}, "7"),
+    ("1.50", {"type": "string"}, "1.50"),  # the text as written, not 1.5
+    ("-2e3", {"type": ["string", "null"]}, "-2e3"),
+    ("true", {"type": "string"}, "true"),
+    ("false", {"type": "string", "enum": ["true", "false"]}, "false"),
+    ("null", {"type": "string"}, None),  # a JSON null is not the string "null"
+    ("3.0", {"type": "integer"}, 3),
+    ("3.5", {"type": "integer"}, 3.5),
+    ("7", {"type": "number"}, 7),
+    ("true", {"type": "integer"}, True),  # booleans are not numbers
+    ("1", {"type": "boolean"}, 1),
+    ('{"zip": 1, "n": [2, true]}', {"type": "object", "properties": {
+        "zip": {"type": "string"}, "n": {"type": "array", "items": {"type": "string"}}}},
+     {"zip": "1", "n": ["2", "true"]}),
+    ("7", None, 7),
+])
+def test_coerce_value_typed_json_is_kept_or_made_a_string_losslessly(
+        json_text: str, schema: Any, want: Any) -> None:
+    got = coerce_value(loads_json(json_text), None if schema is None else S(schema))
+    assert got == want and _kind(got) is _kind(want)
+
+
+def _kind(value: Any) -> type:
+    return float if isinstance(value, float) else type(value)  # a float that keeps its text
+
+
+def test_misfits_name_every_place_that_does_not_fit() -> None:
+    schema = S({"type": "object", "properties": {
+        "s": {"type": "string"}, "e": {"enum": ["a", 1]}, "n": {"type": "number"},
+        "rows": {"type": "array", "items": {"type": "object", "properties": {
+            "ok": {"type": "boolean"}}}},
+        "free": {}}})
+    value = {"s": None, "e": "c", "n": 3, "rows": [{"ok": True}, {"ok": "yes"}],
+             "free": [1, None], "other": 5}
+    assert misfits(value, schema) == [
+        "s is null where the schema allows string",
+        "e (\"c\") is not one of the schema's enum values",
+        'rows[1].ok is a string ("yes") where the schema allows boolean',
+    ]
+    assert misfits({"s": "x", "e": 1, "n": 2.5}, schema) == []
+    assert misfits({"e": True}, schema) == [
+        "e is a boolean (true) where the schema allows integer or string"]
+    assert misfits({"anything": [None]}, None) == []
