@@ -63,3 +63,17 @@ def test_files_named_after_the_repo_like_huggingface_cli(tmp_path: Path) -> None
         assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["README.md", "config.json"]
         _one_line_error(_fetch(hub, tmp_path, REPO, "nothere.bin", "--dir", str(out)), "'nothere.bin'")
         _one_line_error(_fetch(hub, tmp_path, REPO, "config.json", "--verify", str(out)), "leave out REPO")
+
+
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
+    with HubServer(tmp_path / "srv") as hub:
+        hub.add_file(REPO, "config.json", b"{}")
+        afile = tmp_path / "afile"
+        afile.write_text("x")
+        _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(afile)), "that is a file, not a folder")
+        _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(tmp_path / "o"), "--stall-timeout", "0"),
+                        "--stall-timeout 0")
+        _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(tmp_path / "o"), "--retries", "-1"),
+                        "--retries -1")
+        _one_line_error(_fetch(hub, tmp_path, "a/b/c", "--dir", str(tmp_path / "o")), "not a repository id")
+        _one_line_error(_fetch(hub, tmp_path, "org/Missing", "--dir", str(tmp_path / "o")), "not found")

@@ -113,6 +113,12 @@ def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | N
     """List and select; decide per file what is left to do.  Moves no bytes, writes nothing."""
     if options.connections < 1 or options.connections > 256:
         raise UsageError(f"--connections {options.connections}: use 1 to 256")
+    if options.stall_timeout <= 0:
+        raise UsageError(f"--stall-timeout {options.stall_timeout:g}: give a number of seconds above 0")
+    if options.retries < 0:
+        raise UsageError(f"--retries {options.retries}: give 0 or more")
+    if options.dir is not None and options.dir.exists() and not options.dir.is_dir():
+        raise UsageError(f"--dir {options.dir}: that is a file, not a folder; choose another --dir")
     hub = hub or HfHub(token=options.token)
     events = events or Events()
     listing = hub.list_files(options.repo_id, options.revision)

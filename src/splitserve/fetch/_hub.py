@@ -82,8 +82,12 @@ class HfHub(Hub):
             return HubError(f"{what}: repository not found at {self.endpoint} ({hint})")
         if isinstance(exc, errors.EntryNotFoundError):
             return HubError(f"{what}: the file is not in the repository at that commit")
+        if isinstance(exc, errors.HFValidationError):
+            return HubError(f"{what}: not a repository id ({exc}); use NAMESPACE/NAME, e.g. unsloth/MiniMax-M2-GGUF")
         if isinstance(exc, errors.HfHubHTTPError):
             status = exc.response.status_code if exc.response is not None else "?"
+            if status == 404:
+                return HubError(f"{what}: not found at {self.endpoint} (HTTP 404); check the name")
             return HubError(f"{what}: the hub at {self.endpoint} answered HTTP {status}; "
                             "try again later")
         return HubError(f"{what}: cannot reach the hub at {self.endpoint} "
