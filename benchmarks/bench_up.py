@@ -8,7 +8,8 @@ command lines `up` would use and times llama-server from exec to /health 200,
 then (2) times `up()` as a whole (spec to ready, including the one-token check)
 and (3) the `splitserve up` command (process start included). The overhead is
 (2) - (1). Then it runs `splitserve demo --json` and reports its wall time and
-the pp/tg speeds it printed. Needs the CPU engine in the cache.
+the pp/tg speeds it printed. Needs the CPU engine in the cache. `up` starts the gateway
+too (ready = its /health 200 as well); `--no-gateway` measures without it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def bare_load_seconds(spec, engine) -> float:  # type: ignore[no-untyped-def]
         with httpx.Client(timeout=5) as client:
             while True:
                 try:
-                    if client.get(f"{plan.endpoint}/health").status_code == 200:
+                    if client.get(f"{plan.engine_endpoint}/health").status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass
@@ -76,6 +77,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("results/bench_up.json"))
+    ap.add_argument("--no-gateway", action="store_true",
+                    help="[gateway] enabled = false: llama-server's endpoint only (what the gateway adds)")
     args = ap.parse_args()
     engine, _ = build_engine(BuildOptions(backend="cpu"))
     model = smollm2_path()
@@ -83,7 +86,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPLITSERVE_STATE"] = str(Path(tmp) / "state")
         for i in range(args.repeat):
-            spec_file = two_worker_spec(Path(tmp), model, name=f"bench{i}")
+            spec_file = two_worker_spec(Path(tmp), model, name=f"bench{i}",
+                                        gateway={"enabled": False} if args.no_gateway else None)
             spec = load_spec(spec_file)
             bare = bare_load_seconds(spec, engine)
             t0 = time.monotonic()
@@ -114,6 +118,8 @@ def main() -> None:
     result = {
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "arch": platform.machine()},
         "engine": engine.key,
+        "gateway": not args.no_gateway,
+        "loadavg": list(os.getloadavg()),
         "runs": rows,
         "median_overhead_s": statistics.median(r["overhead_s"] for r in rows),
         "median_cli_overhead_s": statistics.median(r["cli_overhead_s"] for r in rows),
