@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._errors import SplitserveError, UsageError
-from ._app import app, fail
+from ._app import app, fail, make_console
 
 PROBES = 3  # calibration requests before the cells (splitserve.bench._speed.PROBE_WORDS)
 
@@ -23,10 +20,8 @@ bench_app = typer.Typer(
          "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
     no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-# a pipe or a file gets whole lines (paths unbroken, tables uncut), not 80 columns
-console = Console(highlight=False, soft_wrap=True,
-                  width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = make_console()
+err = make_console(stderr=True)
 
 UrlOpt = Annotated[str | None, typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")]
 SpecOpt = Annotated[Path | None, typer.Option("-c", "--cluster", help="a cluster spec (the cluster `up` started)")]

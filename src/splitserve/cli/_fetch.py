@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -34,11 +31,9 @@ from ..fetch import (
     plan_fetch,
     verify_dir,
 )
-from ._app import app, fail
+from ._app import app, fail, make_console
 
-# a pipe or a file gets whole lines (paths unbroken, tables uncut), not 80 columns
-console = Console(highlight=False, soft_wrap=True,
-                  width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
+console = make_console()
 
 
 def _size(n: int) -> str:
@@ -130,7 +125,7 @@ def _result_json(result: FetchResult) -> dict[str, object]:
 
 
 def _verify(directory: Path, as_json: bool) -> None:
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("verifying", total=None)
@@ -218,14 +213,14 @@ def fetch_cmd(
                     table.add_row(f.remote.path, _size(f.remote.size), f.action)
                 console.print(table)
             return
-        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err = make_console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                       TransferSpeedColumn(), TimeRemainingColumn(), console=err,
                       disable=quiet, transient=False, refresh_per_second=4) as bar:
             events = _RichEvents(bar, plan.total, plan.total - plan.todo)
             result = fetch(options, events=events, plan=plan)
     except KeyboardInterrupt:
-        Console(stderr=True, soft_wrap=True).print("interrupted; run the same command again to resume")
+        make_console(stderr=True).print("interrupted; run the same command again to resume")
         raise typer.Exit(130) from None
     except FetchFailed as exc:
         if as_json:

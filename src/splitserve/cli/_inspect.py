@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from .._errors import SplitserveError, UsageError
 from ..model import ModelInfo, inspect_model
 from ..plan import GIB, Node, Plan, PlanOptions, make_plan, parse_node
-from ._app import app, fail
+from ._app import app, fail, make_console
 
-# a pipe or a file gets whole lines (paths unbroken, tables uncut), not 80 columns
-console = Console(highlight=False, soft_wrap=True,
-                  width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
+console = make_console()
 
 
 def _gib(n: float) -> str:
