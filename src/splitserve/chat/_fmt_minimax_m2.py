@@ -59,14 +59,8 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(key) and key == key.strip() and not set(key) & set("\"'>")
 
-    invoke_end = g.lit("</invoke>\n")
-    alts = []
-    for t in tools:
-        params = g.xml_params(t, param, valid, forbid=DIALECT.param_close,
-                              json_forbid=DIALECT.param_close)
-        head = g.lit(f'<invoke name="{t.name}">\n')
-        alts.append(g.rule(f"{t.name}-invoke", f"{head} {params} {invoke_end}"))
-    calls = g.calls(g.choice(alts), parallel)
+    calls = g.xml_calls(tools, lambda name: f'<invoke name="{name}">\n', param, valid,
+                        "</invoke>\n", DIALECT.param_close, parallel)
     wrap_open = g.lit(DIALECT.wrap_open + "\n")
     return f"{wrap_open} {calls} {g.lit(DIALECT.wrap_close)}"
 

@@ -28,18 +28,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import Schema, ToolSet, allowed_types, coerce_value, item_schema, property_schema, raw
+from ._xml_flat import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
 
 NS = "]<]minimax[>["
 _TAG = re.compile(r"\s*<(/?)([^\s<>/=\"]+)((?:\s[^<>]*)?)>")
 _PARTIAL = re.compile(r"\s*(?:<(?:/?(?:[^\s<>/=\"]+(?:\s[^<>]*)?)?)?)?")
 _NAME_ATTR = re.compile(r"""\s*name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))\s*""")
 _TAG_LIMIT = 512
-_TEXT, _WRAP, _INVOKE, _PARAM = range(4)
 
 Token = tuple[str, str]  # ("text", s) | ("open", name) | ("close", name)
 
@@ -100,18 +99,11 @@ def coerce_tokens(tokens: list[Token], schema: Schema | None) -> Any:
     return coerce_value(_shape(_tree(tokens), schema), schema)
 
 
-class MinimaxM3Parser(ToolParser):
+class MinimaxM3Parser(WrappedCallParser):
     """The incremental parser for MiniMax-M3 output (after reasoning is split off)."""
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)
-        self._state = _TEXT
-        self._implicit = False
-        self._wrap_raw: list[str] = []
-        self._wrap_calls = 0
-        self._garbage: list[str] = []
-        self._call: ArgsWriter | None = None
-        self._call_raw: list[str] = []
         self._tokens: list[Token] = []
         self._stack: list[str] = []
 
@@ -146,11 +138,11 @@ class MinimaxM3Parser(ToolParser):
         if tok is None:
             return False
         kind, value, attrs, rawtext = tok
-        if self._state == _TEXT:
+        if self._state == TEXT:
             self._on_text(kind, value, attrs, rawtext)
-        elif self._state == _WRAP:
+        elif self._state == WRAP:
             self._on_wrap(kind, value, attrs, rawtext)
-        elif self._state == _INVOKE:
+        elif self._state == INVOKE:
             self._on_invoke(kind, value, attrs, rawtext)
         else:
             self._on_param(kind, value, attrs, rawtext)
@@ -168,26 +160,8 @@ class MinimaxM3Parser(ToolParser):
                 return
         self.content(rawtext)
 
-    def _open_wrap(self, rawtext: str, implicit: bool) -> None:
-        self._state = _WRAP
-        self._implicit = implicit
-        self._wrap_raw = [rawtext]
-        self._wrap_calls = 0
-        self._garbage = []
-
-    def _close_wrap(self, closer: str) -> None:
-        self._state = _TEXT
-        rawtext = "".join(self._wrap_raw) + closer
-        junk = "".join(self._garbage)
-        if self._wrap_calls == 0:
-            if junk.strip():
-                self.warn("a tool-call block held no call; its text is kept as content", rawtext)
-                self.content(rawtext)
-            else:
-                self.warn("an empty tool-call block was dropped", rawtext)
-        elif junk.strip():
-            self.warn("text inside a tool-call block that is not a call was ignored", junk)
-        self._wrap_raw, self._garbage = [], []
+    def _coerce(self, raw: Any, schema: Schema | None) -> Any:
+        return coerce_tokens(raw, schema)
 
     def _on_wrap(self, kind: str, value: str, attrs: str, rawtext: str) -> None:
         if kind == "open" and value == "invoke":
@@ -200,21 +174,6 @@ class MinimaxM3Parser(ToolParser):
             return
         self._wrap_raw.append(rawtext)
         self._garbage.append(rawtext)
-
-    def _start(self, name: str, rawtext: str) -> None:
-        self._wrap_raw.append(rawtext)
-        self._wrap_calls += 1
-        index = self.start_call(name)
-        self._call = ArgsWriter(self, index, name, coerce_tokens)
-        self._call_raw = [rawtext]
-        self._state = _INVOKE
-
-    def _end_call(self) -> None:
-        assert self._call is not None
-        self._call.finish()
-        self.end_call(self._call.index)
-        self._call = None
-        self._state = _WRAP
 
     def _on_invoke(self, kind: str, value: str, attrs: str, rawtext: str) -> None:
         self._call_raw.append(rawtext)
@@ -240,7 +199,7 @@ class MinimaxM3Parser(ToolParser):
             assert self._call is not None
             self._call.open(value)
             self._tokens, self._stack = [], []
-            self._state = _PARAM
+            self._state = PARAM
             return
         self._garbage.append(rawtext)  # a closer for nothing open
 
@@ -251,7 +210,7 @@ class MinimaxM3Parser(ToolParser):
         key = call.key
         if kind == "close" and value in ("invoke", "tool_call") and value not in self._stack:
             self._close_param()
-            self._state = _INVOKE
+            self._state = INVOKE
             self._call_raw.pop()
             self._on_invoke(kind, value, attrs, rawtext)
             return
@@ -284,20 +243,7 @@ class MinimaxM3Parser(ToolParser):
         assert self._call is not None
         self._call.close(self._tokens)
         self._tokens, self._stack = [], []
-        self._state = _INVOKE
-
-    def _at_eof(self) -> None:
-        if self._state in (_INVOKE, _PARAM) and self._call is not None:
-            self.drop_call(self._call.index, "".join(self._call_raw))
-            self._call = None
-            self._state = _WRAP
-        if self._state == _WRAP:
-            if self._wrap_calls == 0:
-                self._close_wrap("")
-            elif "".join(self._garbage).strip():
-                self.warn("text inside a tool-call block that is not a call was ignored",
-                          "".join(self._garbage))
-            self._state = _TEXT
+        self._state = INVOKE
 
 
 def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
@@ -322,13 +268,8 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(_KEY.fullmatch(key)) and key not in ("invoke", "tool_call")
 
-    invoke_end = g.lit(f"{NS}</invoke>\n")
-    alts = []
-    for t in tools:
-        params = g.xml_params(t, param, valid, forbid=NS, json_forbid=NS)
-        head = g.lit(f'{NS}<invoke name="{t.name}">')
-        alts.append(g.rule(f"{t.name}-invoke", f"{head} {params} {invoke_end}"))
-    calls = g.calls(g.choice(alts), parallel)
+    calls = g.xml_calls(tools, lambda name: f'{NS}<invoke name="{name}">', param, valid,
+                        f"{NS}</invoke>\n", NS, parallel)
     wrap_open = g.lit(f"{NS}<tool_call>\n")
     return f"{wrap_open} {calls} {g.lit(f'{NS}</tool_call>')}"
 

@@ -59,14 +59,8 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(key) and key == key.strip() and ">" not in key and "\n" not in key
 
-    end = g.lit("</function>\n</tool_call>")
-    alts = []
-    for t in tools:
-        params = g.xml_params(t, param, valid, forbid=DIALECT.param_close,
-                              json_forbid=DIALECT.param_close)
-        head = g.lit(f"<tool_call>\n<function={t.name}>\n")
-        alts.append(g.rule(f"{t.name}-call", f"{head} {params} {end}"))
-    return g.calls(g.choice(alts), parallel)
+    return g.xml_calls(tools, lambda name: f"<tool_call>\n<function={name}>\n", param, valid,
+                       "</function>\n</tool_call>", DIALECT.param_close, parallel, kind="call")
 
 
 FORMAT = ToolCallFormat(

@@ -428,6 +428,20 @@ class GrammarBuilder:
             parts.append(one if required else f"{one}?")
         return " ".join(parts)
 
+    def xml_calls(self, tools: list[GrammarTool], head: Callable[[str], str],
+                  param: Callable[[str, str], str], valid: Callable[[str], bool],
+                  end: str, forbid: str, parallel: bool, kind: str = "invoke") -> str:
+        """Calls in an XML format: per tool the literal ``head(name)``, its parameters
+        (:meth:`xml_params`, ``forbid`` kept out of raw and JSON values), the literal ``end``;
+        one of the tools, or one or more when ``parallel`` (rules named ``<tool>-<kind>``)."""
+        alts = []
+        close = self.lit(end)
+        for t in tools:
+            params = self.xml_params(t, param, valid, forbid=forbid, json_forbid=forbid)
+            alts.append(self.rule(f"{t.name}-{kind}",
+                                  f"{self.lit(head(t.name))} {params} {close}"))
+        return self.calls(self.choice(alts), parallel)
+
 
 def _plain_types(schema: Any) -> set[str] | None:
     """The schema's types when it is a plain typed node (no combinators), else None."""

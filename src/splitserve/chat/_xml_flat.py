@@ -12,6 +12,9 @@ Shared by ``minimax-m2`` (``<minimax:tool_call><invoke name="f"><parameter name=
 - an invoke left open when the wrapper closes or the next invoke starts is closed there;
 - a wrapper with no invoke: its raw text is content, with a warning; an empty one is dropped;
 - the end of output inside an invoke drops that call (earlier calls are kept).
+
+:class:`WrappedCallParser` is the part every XML format shares (``minimax-m3`` too): the
+wrapper and invoke bookkeeping, one call per invoke, and what the end of output resolves.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from ._args import ArgsWriter
 from ._format import IdFactory, ToolParser
 from ._schema import Schema, ToolSet, coerce_text
 
-_TEXT, _WRAP, _INVOKE, _PARAM = range(4)
+# the states of an XML tool-call parser: in content, in a wrapper, in an invoke, in a value
+TEXT, WRAP, INVOKE, PARAM = range(4)
 _HEADER_LIMIT = 512
 
 
@@ -42,20 +46,88 @@ class Dialect:
     bool_words: bool = False
 
 
-class FlatXmlParser(ToolParser):
+class WrappedCallParser(ToolParser):
+    """Wrappers holding invokes, one call per invoke: the bookkeeping the XML formats share.
+
+    A subclass reads its own tags in :meth:`_step` and calls :meth:`_open_wrap`,
+    :meth:`_close_wrap`, :meth:`_start` and :meth:`_end_call`; it supplies :meth:`_coerce`
+    (a parameter's raw value and schema -> the typed value). The raw text of the wrapper
+    (``_wrap_raw``), of the open call (``_call_raw``) and of what in the wrapper is not a
+    call (``_garbage``) is kept for the warnings and for a block that turns out to be content.
+    """
+
+    def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
+        super().__init__(tools, id_factory)
+        self._state = TEXT
+        self._implicit = False  # the wrapper was implied by an invoke outside one
+        self._wrap_raw: list[str] = []
+        self._wrap_calls = 0
+        self._garbage: list[str] = []
+        self._call: ArgsWriter | None = None
+        self._call_raw: list[str] = []
+
+    def _coerce(self, raw: Any, schema: Schema | None) -> Any:
+        raise NotImplementedError
+
+    def _open_wrap(self, raw: str, implicit: bool) -> None:
+        self._state = WRAP
+        self._implicit = implicit
+        self._wrap_raw = [raw]
+        self._wrap_calls = 0
+        self._garbage = []
+
+    def _close_wrap(self, closer: str) -> None:
+        self._state = TEXT
+        raw = "".join(self._wrap_raw) + closer
+        junk = "".join(self._garbage)
+        if self._wrap_calls == 0:
+            if junk.strip():
+                self.warn("a tool-call block held no call; its text is kept as content", raw)
+                self.content(raw)
+            else:
+                self.warn("an empty tool-call block was dropped", raw)
+        elif junk.strip():
+            self.warn("text inside a tool-call block that is not a call was ignored", junk)
+        self._wrap_raw, self._garbage = [], []
+
+    def _start(self, name: str, raw: str) -> None:
+        self._wrap_raw.append(raw)
+        self._wrap_calls += 1
+        index = self.start_call(name)
+        self._call = ArgsWriter(self, index, name, self._coerce)
+        self._call_raw = [raw]
+        self._state = INVOKE
+
+    def _end_call(self) -> None:
+        """The open invoke is complete: its held arguments, then its end (back in the wrapper)."""
+        assert self._call is not None
+        self._call.finish()
+        self.end_call(self._call.index)
+        self._call = None
+        self._call_raw = []
+        self._state = WRAP
+
+    def _at_eof(self) -> None:
+        if self._state in (INVOKE, PARAM) and self._call is not None:
+            self.drop_call(self._call.index, "".join(self._call_raw))
+            self._call = None
+            self._state = WRAP
+        if self._state == WRAP:
+            if self._wrap_calls == 0:
+                self._close_wrap("")
+            elif "".join(self._garbage).strip():
+                self.warn("text inside a tool-call block that is not a call was ignored",
+                          "".join(self._garbage))
+            self._state = TEXT
+
+
+class FlatXmlParser(WrappedCallParser):
     """The incremental parser for one :class:`Dialect`."""
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory, dialect: Dialect) -> None:
         super().__init__(tools, id_factory)
         self.d = dialect
         self.bool_words = dialect.bool_words
-        self._state = _TEXT
-        self._implicit = False
-        self._wrap_raw: list[str] = []
-        self._wrap_calls = 0
-        self._garbage: list[str] = []
-        self._call: ArgsWriter | None = None
-        self._call_raw: list[str] = []
         self._value: list[str] = []
         self._value_started = False
         self._trail_nl = False
@@ -79,11 +151,11 @@ class FlatXmlParser(ToolParser):
 
     # -- the state machine -------------------------------------------------------------
     def _step(self) -> bool:
-        if self._state == _TEXT:
+        if self._state == TEXT:
             return self._step_text()
-        if self._state == _WRAP:
+        if self._state == WRAP:
             return self._step_wrap()
-        if self._state == _INVOKE:
+        if self._state == INVOKE:
             return self._step_invoke()
         return self._step_param()
 
@@ -107,27 +179,6 @@ class FlatXmlParser(ToolParser):
         self._start(name, self.buf.take(length))
         return True
 
-    def _open_wrap(self, raw: str, implicit: bool) -> None:
-        self._state = _WRAP
-        self._implicit = implicit
-        self._wrap_raw = [raw]
-        self._wrap_calls = 0
-        self._garbage = []
-
-    def _close_wrap(self, closer: str) -> None:
-        self._state = _TEXT
-        raw = "".join(self._wrap_raw) + closer
-        if self._wrap_calls == 0:
-            if "".join(self._garbage).strip():
-                self.warn("a tool-call block held no call; its text is kept as content", raw)
-                self.content(raw)
-            else:
-                self.warn("an empty tool-call block was dropped", raw)
-        elif "".join(self._garbage).strip():
-            self.warn("text inside a tool-call block that is not a call was ignored",
-                      "".join(self._garbage))
-        self._wrap_raw, self._garbage = [], []
-
     def _step_wrap(self) -> bool:
         d = self.d
         before, marker = self.buf.scan((d.invoke_prefix, d.wrap_close))
@@ -149,21 +200,6 @@ class FlatXmlParser(ToolParser):
             return True
         self._start(name, self.buf.take(length))
         return True
-
-    def _start(self, name: str, raw: str) -> None:
-        self._wrap_raw.append(raw)
-        self._wrap_calls += 1
-        index = self.start_call(name)
-        self._call = ArgsWriter(self, index, name, self._coerce)
-        self._call_raw = [raw]
-        self._state = _INVOKE
-
-    def _end_call(self) -> None:
-        assert self._call is not None
-        self._call.finish()
-        self.end_call(self._call.index)
-        self._call = None
-        self._call_raw = []
 
     def _step_invoke(self) -> bool:
         d = self.d
@@ -191,10 +227,10 @@ class FlatXmlParser(ToolParser):
             if self._implicit:
                 self._close_wrap("")
             else:
-                self._state = _WRAP
+                self._state = WRAP
             return True
         self._end_call()  # wrapper closer or a new invoke: the open invoke ends here
-        self._state = _WRAP
+        self._state = WRAP
         return True
 
     def _open_param(self, key: str) -> None:
@@ -203,7 +239,7 @@ class FlatXmlParser(ToolParser):
         self._value = []
         self._value_started = False
         self._trail_nl = False
-        self._state = _PARAM
+        self._state = PARAM
 
     def _piece(self, text: str) -> None:
         if not text:
@@ -252,17 +288,4 @@ class FlatXmlParser(ToolParser):
             value = value[:-1]
         self._call.close(value)
         self._value = []
-        self._state = _INVOKE
-
-    def _at_eof(self) -> None:
-        if self._state in (_INVOKE, _PARAM) and self._call is not None:
-            self.drop_call(self._call.index, "".join(self._call_raw))
-            self._call = None
-            self._state = _WRAP
-        if self._state == _WRAP:
-            if self._wrap_calls == 0:
-                self._close_wrap("")
-            elif "".join(self._garbage).strip():
-                self.warn("text inside a tool-call block that is not a call was ignored",
-                          "".join(self._garbage))
-            self._state = _TEXT
+        self._state = INVOKE
