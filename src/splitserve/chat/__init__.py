@@ -24,7 +24,6 @@ from ._events import (
     coalesce,
 )
 from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser, random_call_id
-from ._gguf import read_chat_templates
 from ._grammar import GrammarBuilder, GrammarError, GrammarTool, tool_call_grammar
 from ._reasoning import ReasoningSpec
 from ._registry import (
@@ -83,3 +82,13 @@ __all__ = [
     "tool_call_grammar",
     "transplant",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The GGUF reader needs the gguf package (and numpy): imported on first use only, so the
+    # gateway, which takes its template from the engine, starts without them.
+    if name == "read_chat_templates":
+        from ._gguf import read_chat_templates
+
+        return read_chat_templates
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
