@@ -14,6 +14,8 @@ Pinned policies every format parser follows (see docs/chat.md):
   complete calls are kept;
 - a call to a tool the request did not declare is kept, its arguments inferred without a
   schema, and a warning names it;
+- an argument value that does not fit its schema (after lossless coercion) is kept as
+  written, and a warning names its path;
 - argument fragments concatenate to a JSON object equal to the final arguments.
 """
 
