@@ -75,11 +75,30 @@ def _register(argv: list[str]) -> None:
         importlib.import_module(f"{__package__}.{name}")
 
 
+def _one_line_usage_errors() -> None:
+    """Typer's own usage errors (a bad int, an unknown option or command) in one line, like ours,
+    instead of click's three-line usage block; `splitserve` alone still prints its help."""
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+    shown = UsageError.show
+
+    def show(self: UsageError, file: object = None) -> None:
+        if isinstance(self, NoArgsIsHelpError):
+            shown(self, file)  # type: ignore[arg-type]
+            return
+        where = self.ctx.command_path if self.ctx is not None else "splitserve"
+        err_console.print(f"splitserve: error: {where}: {self.format_message()} (see `{where} --help`)",
+                          markup=False)
+
+    UsageError.show = show  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``splitserve`` script."""
+    _one_line_usage_errors()
     _register(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=argv, standalone_mode=True)
+        app(args=argv, prog_name="splitserve", standalone_mode=True)
     except SplitserveError as exc:  # raised outside a command's own handler
         err_console.print(f"splitserve: error: {exc}", markup=False)
         sys.exit(exc.exit_code)
