@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .._errors import SpecError
+from .._errors import SpecError, SplitserveError
 
 HOST_RE = r"^[A-Za-z0-9_.@:%\[\]-]{1,255}$"
 LOCAL_HOSTS = ("local", "localhost", "127.0.0.1")
@@ -355,6 +355,13 @@ def parse_spec(data: dict[str, Any], source: Path | None = None) -> ClusterSpec:
         raise SpecError(f"{head}{_message(first)}{more}") from None
     base = source.parent if source else Path.cwd()
     spec.model = _resolve(spec.model, base)
+    if spec.model.is_dir():  # a folder `splitserve fetch` wrote: its one model (first shard)
+        from ..model import model_in_dir
+
+        try:
+            spec.model = model_in_dir(spec.model)
+        except SplitserveError as exc:
+            raise SpecError(f"{where}: model: {exc}") from None
     if spec.server.chat_template_file is not None:
         spec.server.chat_template_file = _resolve(spec.server.chat_template_file, base)
     for key in ("chat_template_file", "keys_file"):

@@ -155,3 +155,15 @@ def test_up_refuses_a_gateway_beyond_loopback_without_a_key(tmp_path: Path, monk
     with pytest.raises(SpecError) as info:
         up(load_spec(path))  # refused before any engine is looked up or process started
     assert "gateway.host = '0.0.0.0' is beyond loopback: set gateway.api_key or gateway.keys_file" in str(info.value)
+
+
+def test_model_may_be_the_folder_fetch_wrote(tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "Q4_K_M"
+    folder.mkdir(parents=True)
+    for i in (1, 2):
+        (folder / f"m3-0000{i}-of-00002.gguf").write_bytes(b"GGUF")
+    text = GOOD.replace('model = "models/m3.gguf"', 'model = "models"')
+    assert load_spec(write(tmp_path, text)).model == folder / "m3-00001-of-00002.gguf"
+    (tmp_path / "models" / "other.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SpecError, match=r"cluster\.toml: model: .*2 models in this folder"):
+        load_spec(write(tmp_path, text))
