@@ -304,7 +304,12 @@ class _HubHandler(_Base):
         if m := _API.match(path):
             repo = hub._find(m["repo"], unquote(m["rev"] or "main"))
             if repo is None:
-                self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+                # As the hub does: a known repository at an unknown revision is RevisionNotFound.
+                if target is not None:
+                    self._json(404, {"error": f"Invalid rev id: {unquote(m['rev'] or 'main')}"},
+                               {"X-Error-Code": "RevisionNotFound"})
+                else:
+                    self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
                 return
             blobs = "blobs" in parse_qs(url.query)
             siblings = []
@@ -322,7 +327,8 @@ class _HubHandler(_Base):
             repo = hub._find(m["repo"], m["rev"])
             f = repo.files.get(m["path"]) if repo else None
             if repo is None or f is None:
-                code = "RepoNotFound" if repo is None else "EntryNotFound"
+                code = ("EntryNotFound" if repo is not None else
+                        "RevisionNotFound" if target is not None else "RepoNotFound")
                 self._json(404, {"error": "not found"}, {"X-Error-Code": code})
                 return
             common = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes"}
