@@ -42,9 +42,10 @@ class Event:
     """Something `up` did or saw, for progress displays and tests."""
 
     kind: str
-    """``stale``, ``preflight``, ``engine``, ``worker_started``, ``worker_ready``, ``protocol``,
-    ``head_started``, ``loading``, ``gateway_started``, ``gateway_ready``, ``ready``; from supervision also ``died``, ``restarting``,
-    ``gave_up`` and ``stopping``."""
+    """``stale``, ``preflight``, ``engine``, ``gateway_port``, ``gateway_started``, ``worker_started``,
+    ``worker_ready``, ``protocol``, ``head_started``, ``loading``, ``gateway_ready``, ``ready``; from
+    supervision also ``died``, ``restarting``, ``restarted`` / ``restart_failed`` (the gateway
+    alone), ``gave_up`` and ``stopping``."""
     node: str
     message: str
 
