@@ -204,7 +204,7 @@ class Gateway:
         check_history(req)
         model = await self.check_model(req.model)
         plan = plan_chat(req, model, test_hooks=self.config.test_hooks)
-        turn = Turn(plan, plan.parser(model.format))
+        turn = Turn(plan, plan.parser())
         stack = contextlib.AsyncExitStack()
         await stack.enter_async_context(self.limiter.slot(key))
         try:

@@ -10,7 +10,13 @@ agent loop re-sending its history costs only the new tokens.
 carries a GBNF ``grammar`` (:func:`splitserve.chat.tool_call_grammar`) whose sentences are
 exactly (reasoning, then) a call in the format's syntax to an allowed tool. A client
 constraint (``grammar``, ``json_schema``, ``response_format``) cannot hold at the same time:
-400. The ``plain`` format writes no calls, so there the choice is only checked.
+400.
+
+A ``plain`` model (a template with no tool support) still gets tool calls: with ``tools``
+and a choice other than ``"none"`` the request is planned in the Hermes-style fallback of
+:mod:`._generic` (tools described in the system message, history rewritten, the output
+read and ``required`` enforced as ``hermes``); :attr:`Plan.format` is the format that
+request is read in.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..chat import (
     tool_call_grammar,
 )
 from ._errors import APIError, bad_request
+from ._generic import GENERIC, generic_messages, uses_generic
 from ._plain import PLAIN
 from ._schemas import ENGINE_FIELDS, ChatRequest
 
@@ -66,9 +73,11 @@ class Plan:
     parallel: bool
     include_usage: bool
     warnings: list[str] = field(default_factory=list)
+    format: ToolCallFormat = PLAIN
+    """The format this request's output is read in: the model's, or the fallback's."""
 
-    def parser(self, fmt: ToolCallFormat) -> ChatParser:
-        return fmt.parser(self.tools, prefilled=self.prefilled)
+    def parser(self, fmt: ToolCallFormat | None = None) -> ChatParser:
+        return (fmt or self.format).parser(self.tools, prefilled=self.prefilled)
 
 
 def gbnf_literal(text: str) -> str:
@@ -81,14 +90,29 @@ def gbnf_literal(text: str) -> str:
 def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False) -> Plan:
     """Render the prompt and build the engine body; 400 for what cannot be served."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    choice = req.tool_choice
+    named = None
+    if isinstance(choice, dict):
+        named = choice["function"]["name"]
+        choice = "required"
+    if choice is None:
+        choice = "auto" if tools else "none"
+    if not tools:
+        choice = "none"
+    fmt = model.format
     messages = [m.to_template() for m in req.messages]
     kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
     kwargs.setdefault("bos_token", model.bos_token)
     kwargs.setdefault("eos_token", model.eos_token)
-    try:
-        prompt = render_chat(model.template, messages, tools, add_generation_prompt=True, **kwargs)
-    except TemplateError as exc:
-        raise bad_request(f"messages: {exc}", "messages") from None
+    if tools and uses_generic(fmt, tools, choice):
+        fmt = GENERIC
+        prompt = _render_generic(model.template, messages, tools, kwargs)
+    else:
+        try:
+            prompt = render_chat(model.template, messages, tools, add_generation_prompt=True,
+                                 **kwargs)
+        except TemplateError as exc:
+            raise bad_request(f"messages: {exc}", "messages") from None
     if model.add_bos and model.bos_token and prompt.startswith(model.bos_token):
         prompt = prompt[len(model.bos_token):]  # the engine adds BOS when it tokenizes
 
@@ -106,7 +130,7 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stops) > 16:
         raise bad_request("stop: at most 16 sequences", "stop")
-    body["stop"] = stops + [m for m in model.format.end_markers if m not in stops]
+    body["stop"] = stops + [m for m in fmt.end_markers if m not in stops]
 
     rf = req.response_format
     if rf is not None and rf.type != "text":
@@ -122,16 +146,7 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
                 raise bad_request("response_format.json_schema.schema: a JSON Schema object is "
                                   "required", "response_format.json_schema.schema")
             body["json_schema"] = schema
-    choice = req.tool_choice
-    named = None
-    if isinstance(choice, dict):
-        named = choice["function"]["name"]
-        choice = "required"
-    if choice is None:
-        choice = "auto" if tools else "none"
-    if not tools:
-        choice = "none"
-    prefilled = model.format.prefilled_by(prompt)
+    prefilled = fmt.prefilled_by(prompt)
 
     if req.force_output is not None:
         if not test_hooks:
@@ -139,13 +154,29 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
                               "--test-hooks to use it", "force_output")
         body.pop("json_schema", None)
         body["grammar"] = gbnf_literal(req.force_output)
-    elif choice == "required" and model.format.call_grammar is not None:
-        body["grammar"] = _required_grammar(req, model.format, tools, named, prompt, prefilled,
-                                            body)
+    elif choice == "required" and fmt.call_grammar is not None:
+        body["grammar"] = _required_grammar(req, fmt, tools, named, prompt, prefilled, body)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     return Plan(body=body, prompt=prompt, prefilled=prefilled,
                 tools=tools, tool_choice=choice, named_tool=named,
-                parallel=req.parallel_tool_calls, include_usage=include_usage)
+                parallel=req.parallel_tool_calls, include_usage=include_usage, format=fmt)
+
+
+def _render_generic(template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                    kwargs: dict[str, Any]) -> str:
+    """The fallback's prompt: tools in the system message, or (a template that refuses a
+    system role) at the start of the first user message. The template gets no ``tools``:
+    the description it would otherwise write may ask for another syntax."""
+    try:
+        return render_chat(template, generic_messages(messages, tools), None,
+                           add_generation_prompt=True, **kwargs)
+    except TemplateError:
+        pass
+    try:
+        return render_chat(template, generic_messages(messages, tools, system=False), None,
+                           add_generation_prompt=True, **kwargs)
+    except TemplateError as exc:
+        raise bad_request(f"messages: {exc}", "messages") from None
 
 
 def _required_grammar(req: ChatRequest, fmt: ToolCallFormat, tools: list[dict[str, Any]] | None,

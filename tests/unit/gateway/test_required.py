@@ -66,9 +66,12 @@ def test_auto_and_none_add_no_grammar(choice: str | None) -> None:
     assert "grammar" not in plan_chat(req(**kw), model()).body
 
 
-def test_plain_format_keeps_the_check_only() -> None:
+def test_plain_format_is_enforced_through_the_hermes_fallback() -> None:
+    """A template without tool support: the call is forced in hermes' syntax (test_generic.py)."""
     plan = plan_chat(req(tools=TOOLS, tool_choice="required"), model("plain"))
-    assert "grammar" not in plan.body and plan.tool_choice == "required"
+    assert plan.tool_choice == "required" and plan.format.name == "hermes"
+    assert plan.body["grammar"].startswith("root ::= tool-calls")  # no reasoning offered
+    assert '<tool_call>\\n{\\"name\\": \\"get_weather\\"' in plan.body["grammar"]
 
 
 @pytest.mark.parametrize("extra,param", [
