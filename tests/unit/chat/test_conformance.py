@@ -273,8 +273,9 @@ def _json_call(fmt: str, name: str, args_text: str, args_first: bool = False) ->
     return text.replace('{"__ARGS__": 0}', args_text)
 
 
-@pytest.mark.parametrize("args_first", [False, True])
-@pytest.mark.parametrize("fmt", JSON)
+# DeepSeek writes the name before the arguments: it has no arguments-first shape.
+@pytest.mark.parametrize(("fmt", "args_first"),
+                         [(f, False) for f in JSON] + [(f, True) for f in JSON if f != "deepseek-v3"])
 def test_c_json_number_or_boolean_under_a_string_schema_keeps_its_text(
         fmt: str, args_first: bool) -> None:
     """A JSON number or boolean under a string schema becomes its text as written, never "".
@@ -282,8 +283,6 @@ def test_c_json_number_or_boolean_under_a_string_schema_keeps_its_text(
     (An audit found ``"zip": 7`` coming out as ``"zip": ""``.) ``null`` under a string schema
     that does not allow null stays null, with a warning naming it; the rest fits, no warning.
     """
-    if args_first and fmt == "deepseek-v3":
-        pytest.skip("DeepSeek writes the name before the arguments; there is no other shape")
     args = ('{"zip": 7, "flag": true, "ref": 1.50, "big": -2e3, "note": null,'
             ' "addr": {"zip": 94110, "tags": [1, false]}, "code": 2}')
     msg = parse(fmt, _json_call(fmt, "strings", args, args_first), [STRINGS], prefilled=False)
