@@ -27,7 +27,8 @@ app.add_typer(doctor_app, name="doctor")
 def serve_cmd(
     engine: Annotated[str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080")],
     model_format: Annotated[str | None, typer.Option(
-        help="tool-call format (default: detected from the chat template; 'plain' for none)")] = None,
+        help="tool-call format (default: detected from the chat template; 'plain' for a template "
+             "without tool support: tools then go through a Hermes-style fallback)")] = None,
     host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     api_key: Annotated[str | None, typer.Option(
