@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -242,15 +243,7 @@ class Gateway:
             await stack.aclose()
             raise
         if req.stream:
-            async def relay() -> AsyncIterator[bytes]:
-                try:
-                    async for chunk in resp.aiter_raw():
-                        yield chunk
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await resp.aclose()
-                        await stack.aclose()
-            return EngineStream(relay(), self.metrics.disconnects.inc)
+            return EngineStream(_relay(resp, stack), self.metrics.disconnects.inc)
         try:
             data = await resp.aread()
         finally:
@@ -275,16 +268,7 @@ class Gateway:
             raise
         headers = {k: v for k, v in resp.headers.items()
                    if k.lower() in ("content-type", "retry-after", "cache-control")}
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in resp.aiter_raw():
-                    yield chunk
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await resp.aclose()
-                    await stack.aclose()
-        return EngineStream(relay(), self.metrics.disconnects.inc, status_code=resp.status_code,
+        return EngineStream(_relay(resp, stack), self.metrics.disconnects.inc, status_code=resp.status_code,
                             headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -323,6 +307,17 @@ class Gateway:
         data, ctype = self.metrics.render()
         return Response(data, media_type=ctype.split(";")[0],
                         headers={"Content-Type": ctype})
+
+
+async def _relay(resp: httpx.Response, stack: contextlib.AsyncExitStack) -> AsyncIterator[bytes]:
+    """The engine's bytes as they come; closes the engine response and frees the slot at the end."""
+    try:
+        async for chunk in resp.aiter_raw():
+            yield chunk
+    finally:
+        with anyio.CancelScope(shield=True):
+            await resp.aclose()
+            await stack.aclose()
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[dict[str, Any]]
