@@ -78,7 +78,8 @@ def up_cmd(
         state = up(spec, on_event=print_event, preflight=not skip_preflight)
     except SplitserveError as exc:
         raise fail(exc) from None
-    console.print(f"ready: {state.endpoint}/v1  (model load {state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
+    console.print(f"ready: {state.endpoint}  (OpenAI base URL {state.endpoint}/v1; model load "
+                  f"{state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
                   markup=False)
     if state.gateway is not None:
         console.print(f"llama-server itself: {state.engine_url}", markup=False)

@@ -69,7 +69,8 @@ def demo_cmd(
         data = dict(vars(result), demo_wall_seconds=round(wall, 2))
         json_out.write_text(json.dumps(data, indent=2) + "\n")
     if keep:
-        console.print(f"still running: {result.endpoint}/v1  (stop with: splitserve down --name demo)",
+        console.print(f"still running: {result.endpoint}  (OpenAI base URL {result.endpoint}/v1; "
+                      "stop with: splitserve down --name demo)",
                       markup=False)
     else:
         console.print("stopped everything")
