@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from test_gateway import client, engine_url, model_id, plain  # noqa: F401 - fixtures
+from test_gateway_required import assert_streamed_call, assert_structured_call
 
 pytestmark = [pytest.mark.engine]
 
@@ -43,29 +44,11 @@ def test_the_template_is_served_as_plain(plain: str) -> None:  # noqa: F811
 
 
 def test_required_gives_a_structured_call(plain: str) -> None:  # noqa: F811
-    r = create(plain, tool_choice="required", max_tokens=60)
-    choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls", choice
-    assert choice.message.tool_calls, choice.message
-    for call in choice.message.tool_calls:
-        assert call.function.name in NAMES and call.id and call.type == "function"
-        assert isinstance(json.loads(call.function.arguments), dict)
-    assert not choice.message.content
-    assert "splitserve" not in (r.model_extra or {})  # no parse or "no call" warning
+    assert_structured_call(create(plain, tool_choice="required", max_tokens=60), NAMES)
 
 
 def test_required_streamed(plain: str) -> None:  # noqa: F811
-    chunks = list(create(plain, tool_choice="required", max_tokens=60, stream=True))
-    deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
-    tool_deltas = [tc for d in deltas for tc in (d.tool_calls or [])]
-    first = tool_deltas[0]
-    assert first.id and first.type == "function" and first.function.name in NAMES
-    by_index: dict[int, str] = {}
-    for tc in tool_deltas:
-        by_index[tc.index] = by_index.get(tc.index, "") + (tc.function.arguments or "")
-    assert by_index and all(isinstance(json.loads(a), dict) for a in by_index.values())
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
-    assert not "".join(d.content or "" for d in deltas)
+    assert_streamed_call(list(create(plain, tool_choice="required", max_tokens=60, stream=True)), NAMES)
 
 
 def test_named_choice_calls_that_function(plain: str) -> None:  # noqa: F811

@@ -52,6 +52,33 @@ RICH_TOOLS: list[dict[str, Any]] = TOOLS + [
 ]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NAMES = {"get_weather", "get_time"}
+
+
+def assert_structured_call(r: Any, names: set[str]) -> None:
+    """A non-streamed answer that is complete calls to allowed tools, JSON arguments, no text."""
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.tool_calls, choice.message
+    for call in choice.message.tool_calls:
+        assert call.function.name in names and call.id and call.type == "function"
+        assert isinstance(json.loads(call.function.arguments), dict)
+    assert not choice.message.content
+    assert "splitserve" not in (r.model_extra or {})  # no parse or "required but no call" warning
+
+
+def assert_streamed_call(chunks: list[Any], names: set[str]) -> None:
+    """The streamed shape: the first tool-call delta has id, type and name; each call's argument
+    fragments join to a JSON object; finish_reason tool_calls; no text."""
+    deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+    tool_deltas = [tc for d in deltas for tc in (d.tool_calls or [])]
+    first = tool_deltas[0]
+    assert first.id and first.type == "function" and first.function.name in names
+    by_index: dict[int, str] = {}
+    for tc in tool_deltas:
+        by_index[tc.index] = by_index.get(tc.index, "") + (tc.function.arguments or "")
+    assert by_index and all(isinstance(json.loads(a), dict) for a in by_index.values())
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(d.content or "" for d in deltas)
 PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -88,29 +115,11 @@ def create(gw: tuple[str, dict[str, Any]], extra_body: dict[str, Any] | None = N
 # -- through the gateway, with the official client ------------------------------------------
 
 def test_required_gives_a_structured_call(gateway: tuple[str, dict[str, Any]]) -> None:
-    r = create(gateway, tool_choice="required")
-    choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls", choice
-    assert choice.message.tool_calls, choice.message
-    for call in choice.message.tool_calls:
-        assert call.function.name in NAMES and call.id and call.type == "function"
-        assert isinstance(json.loads(call.function.arguments), dict)
-    assert not choice.message.content
-    assert "splitserve" not in (r.model_extra or {})  # no "required but no call" warning
+    assert_structured_call(create(gateway, tool_choice="required"), NAMES)
 
 
 def test_required_streamed(gateway: tuple[str, dict[str, Any]]) -> None:
-    chunks = list(create(gateway, tool_choice="required", stream=True))
-    deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
-    tool_deltas = [tc for d in deltas for tc in (d.tool_calls or [])]
-    first = tool_deltas[0]
-    assert first.id and first.type == "function" and first.function.name in NAMES
-    by_index: dict[int, str] = {}
-    for tc in tool_deltas:
-        by_index[tc.index] = by_index.get(tc.index, "") + (tc.function.arguments or "")
-    assert all(isinstance(json.loads(a), dict) for a in by_index.values())
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
-    assert not "".join(d.content or "" for d in deltas)
+    assert_streamed_call(list(create(gateway, tool_choice="required", stream=True)), NAMES)
 
 
 def test_named_choice_calls_that_function_once(gateway: tuple[str, dict[str, Any]]) -> None:
