@@ -8,10 +8,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from test_gateway import engine_url, running_gateway  # noqa: F401 - fixture
 
-from helpers import bare_server
 from splitserve.gateway import GatewayConfig, KeyRing
-from test_gateway import running_gateway
 
 pytestmark = [pytest.mark.engine]
 
@@ -20,13 +19,7 @@ MESSAGES = [{"role": "system", "content": "You are terse."},
 
 
 @pytest.fixture(scope="module")
-def engine_url(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    with bare_server(engine, smollm2, "--parallel", "1", "-t", "1", ctx=2048) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def gateway(engine_url: str) -> Iterator[str]:
+def gateway(engine_url: str) -> Iterator[str]:  # noqa: F811
     with running_gateway(GatewayConfig(engine_url=engine_url, keys=KeyRing.build("sk-native", None))) as url:
         yield url
 
@@ -41,7 +34,7 @@ def greedy_chat(url: str, headers: dict[str, str] | None = None) -> dict:  # typ
     return r.json()  # type: ignore[no-any-return]
 
 
-def test_same_prompt_tokens_and_greedy_text_as_llama_server(engine_url: str, gateway: str) -> None:
+def test_same_prompt_tokens_and_greedy_text_as_llama_server(engine_url: str, gateway: str) -> None:  # noqa: F811
     # SmolLM2's BOS is <|im_start|> but its tokenizer does not add one: the gateway must keep the
     # template's, or the prompt loses its first token and the reply changes.
     direct = greedy_chat(engine_url)
@@ -50,7 +43,7 @@ def test_same_prompt_tokens_and_greedy_text_as_llama_server(engine_url: str, gat
     assert via["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
 
 
-def test_native_endpoints_pass_through_under_auth(engine_url: str, gateway: str) -> None:
+def test_native_endpoints_pass_through_under_auth(engine_url: str, gateway: str) -> None:  # noqa: F811
     body = {"content": "Hello world", "add_special": False}
     assert httpx.post(f"{gateway}/tokenize", json=body, timeout=30).status_code == 401
     tokens = httpx.post(f"{gateway}/tokenize", json=body, headers=AUTH, timeout=30)
@@ -62,7 +55,7 @@ def test_native_endpoints_pass_through_under_auth(engine_url: str, gateway: str)
     props = httpx.get(f"{gateway}/props", headers=AUTH, timeout=30)
     assert props.status_code == 200 and "chat_template" in props.json()
     slots = httpx.get(f"{gateway}/slots", headers=AUTH, timeout=30)
-    assert slots.status_code == 200 and slots.json()[0]["n_ctx"] == 2048
+    assert slots.status_code == 200 and slots.json()[0]["n_ctx"] == 2048  # 4096 over 2 slots
 
     done = httpx.post(f"{gateway}/completion", headers=AUTH, timeout=120,
                       json={"prompt": "The capital of France is", "n_predict": 4, "temperature": 0})
