@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -229,17 +229,17 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
 
     facts: dict[str, NodeFacts | None] = {}
     for host in hosts:
-        label = ",".join(node_of_host.get(host, [host]))
+        nodes = node_of_host.get(host, [host])
         if is_local_host(host):
             facts[host] = node_facts(spec, host)
             continue
         try:
             t0 = time.perf_counter()
             facts[host] = node_facts(spec, host)
-            rows.append(CheckRow("ssh", label, "pass", f"{host} answers ({(time.perf_counter() - t0) * 1000:.0f} ms)"))
+            rows.extend(_per_node("ssh", nodes, "pass", f"{host} answers ({(time.perf_counter() - t0) * 1000:.0f} ms)"))
         except ClusterError as exc:
             facts[host] = None
-            rows.append(CheckRow("ssh", label, "fail", str(exc),
+            rows.extend(_per_node("ssh", nodes, "fail", str(exc),
                                  f"make `ssh {host} true` work without a prompt (ssh-copy-id {host}, ~/.ssh/config)"))
 
     def host_of(w: WorkerSpec) -> str:
@@ -249,16 +249,16 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
     rows += _memory_rows(spec, facts, host_of)
     for host in hosts:
         f = facts.get(host)
-        label = ",".join(node_of_host.get(host, [host]))
+        nodes = node_of_host.get(host, [host])
         if f is None:
             continue
         if f.oom_killers:
             name = f.oom_killers[0]
-            rows.append(CheckRow("oom-killer", label, "fail",
+            rows.extend(_per_node("oom-killer", nodes, "fail",
                                  f"{', '.join(f.oom_killers)} runs on {host}: it may SIGTERM llama.cpp while the model loads",
                                  OOM_KILLERS.get(name, f"stop {name}")))
         else:
-            rows.append(CheckRow("oom-killer", label, "pass", "no earlyoom / systemd-oomd"))
+            rows.extend(_per_node("oom-killer", nodes, "pass", "no earlyoom / systemd-oomd"))
     rows += _link_rows(spec, facts, host_of)
     if "ports" not in skipped:
         rows += _port_rows(spec, facts, host_of)
@@ -269,17 +269,21 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
             f = facts.get(host)
             if f is None:
                 continue
-            label = ",".join(node_of_host.get(host, [host]))
+            nodes = node_of_host.get(host, [host])
             if f.uid == 0 or f.sudo:
-                rows.append(CheckRow("drop-caches", label, "pass",
+                rows.extend(_per_node("drop-caches", nodes, "pass",
                                      f"page cache will be dropped ({'root' if f.uid == 0 else 'sudo -n'})"))
             else:
-                rows.append(CheckRow("drop-caches", label, "warn",
+                rows.extend(_per_node("drop-caches", nodes, "warn",
                                      f"drop_caches = true needs root or passwordless sudo on {host}; not available",
                                      "allow `sudo -n tee /proc/sys/vm/drop_caches` there, or set drop_caches = false"))
-    # Host-wide checks (ssh, memory, OOM killer, drop-caches) were made once per host: one row
-    # per check and node, as every other check has.
-    return [replace(r, node=n) for r in rows for n in r.node.split(",")]
+    return rows
+
+
+def _per_node(check: str, nodes: list[str], status: str, message: str, fix: str = "") -> list[CheckRow]:
+    """A host-wide check's result as one row per node on that host (ssh, memory, OOM killer,
+    drop-caches are made once per host; every check reports per node)."""
+    return [CheckRow(check, node, status, message, fix) for node in nodes]
 
 
 def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None],
@@ -391,24 +395,24 @@ def _memory_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of:
         need.update(planned)
     for host, want in need.items():
         f = facts.get(host)
-        label = ",".join(names[host])
+        nodes = names[host]
         if f is None:
             continue
         if not total:
-            rows.append(CheckRow("memory", label, "skip", f"model {spec.model} not found here; cannot estimate"))
+            rows.extend(_per_node("memory", nodes, "skip", f"model {spec.model} not found here; cannot estimate"))
             continue
         if f.mem_available is None:
-            rows.append(CheckRow("memory", label, "warn", f"could not read /proc/meminfo on {host}", ""))
+            rows.extend(_per_node("memory", nodes, "warn", f"could not read /proc/meminfo on {host}", ""))
             continue
         text = f"needs {_mib(want)} ({how}) vs {_mib(f.mem_available)} available on {host}"
         if want > f.mem_available:
-            rows.append(CheckRow("memory", label, "fail", text,
+            rows.extend(_per_node("memory", nodes, "fail", text,
                                  "move layers to a bigger node with server.tensor_split, or free memory there"))
         elif want > 0.9 * f.mem_available:
-            rows.append(CheckRow("memory", label, "warn", text + " (under 10% left for KV and compute)",
+            rows.extend(_per_node("memory", nodes, "warn", text + " (under 10% left for KV and compute)",
                                  "lower ctx_size or shift server.tensor_split away from this node"))
         else:
-            rows.append(CheckRow("memory", label, "pass", text))
+            rows.extend(_per_node("memory", nodes, "pass", text))
     return rows
 
 
