@@ -414,17 +414,14 @@ def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
 
 def _check_gateway_auth(spec: ClusterSpec) -> None:
     """A gateway beyond loopback needs a key: refused before anything starts."""
-    import ipaddress
     import os
+
+    from .._net import is_loopback
 
     g = spec.gateway
     if not g.enabled or g.api_key or g.keys_file or os.environ.get("SPLITSERVE_API_KEY"):
         return
-    try:
-        loopback = g.host == "localhost" or ipaddress.ip_address(g.host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback(g.host):
         where = str(spec.source_file or "<spec>")
         raise SpecError(f"{where}: gateway.host = {g.host!r} is beyond loopback: set gateway.api_key or "
                         "gateway.keys_file (or SPLITSERVE_API_KEY); the gateway serves other machines only "

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import SpecError, UsageError
+from .._net import is_loopback
 
 
 def hash_key(key: str) -> str:
@@ -88,15 +88,6 @@ def add_key(path: Path, name: str) -> str:
         f.write(f"{name} {hash_key(key)}\n")
     path.chmod(0o600)
     return key
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def require_auth_off_loopback(host: str, keys: KeyRing) -> None:
