@@ -131,9 +131,14 @@ def base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def spec_ports(spec: ClusterSpec) -> set[int]:
+    """The ports the spec itself gives to processes on this machine (llama-server, local workers)."""
+    return {spec.server.port} | {w.port for w in spec.workers if not w.remote}
+
+
 def default_gateway_port(spec: ClusterSpec) -> int:
     """8000, or the next port that neither llama-server nor a local worker of the spec uses."""
-    ours = {spec.server.port} | {w.port for w in spec.workers if not w.remote}
+    ours = spec_ports(spec)
     port = DEFAULT_GATEWAY_PORT
     while port in ours:
         port += 1

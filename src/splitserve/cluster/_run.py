@@ -28,6 +28,7 @@ from ._commands import (
     gateway_plan,
     launch_plan,
     process_env,
+    spec_ports,
 )
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, parse_load_report
@@ -396,7 +397,7 @@ def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
     g = spec.gateway
     if not g.enabled or g.port is not None:
         return None
-    ours = {spec.server.port} | {w.port for w in spec.workers if not w.remote}
+    ours = spec_ports(spec)
     first = default_gateway_port(spec)
     if not port_in_use(g.host, first):
         return first
