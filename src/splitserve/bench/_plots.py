@@ -23,6 +23,14 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)[:60]
 
 
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close a figure; returns its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_throughput(runs: Sequence[BenchRun], path: Path) -> Path | None:
     """Aggregate throughput and per-request decode speed vs concurrency, a line per prompt size (and run)."""
     series = []
@@ -51,10 +59,7 @@ def plot_throughput(runs: Sequence[BenchRun], path: Path) -> Path | None:
         ax.minorticks_off()
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_prefill_vs_length(runs: Sequence[BenchRun], path: Path) -> Path | None:
@@ -75,10 +80,7 @@ def plot_prefill_vs_length(runs: Sequence[BenchRun], path: Path) -> Path | None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_retrieval_grid(run: BenchRun, path: Path) -> Path | None:
@@ -108,10 +110,7 @@ def plot_retrieval_grid(run: BenchRun, path: Path) -> Path | None:
     for i in range(len(lengths)):
         for j in range(len(depths)):
             ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_sweep(run: BenchRun, path: Path) -> Path | None:
@@ -138,10 +137,7 @@ def plot_sweep(run: BenchRun, path: Path) -> Path | None:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def write_plots(runs: Sequence[BenchRun], out_dir: Path) -> list[Path]:
