@@ -72,6 +72,10 @@ def serve_cmd(
             max_body_bytes=max_body_bytes, test_hooks=test_hooks)
         if max_concurrent < 1 or max_queue < 0:
             raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
+        if not 1 <= port <= 65535:
+            raise UsageError(f"--port {port}: a TCP port is 1 to 65535")
+        if not engine.startswith(("http://", "https://")):
+            raise UsageError(f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080")
         require_auth_off_loopback(host, keys)
         console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
                       f"{' (auth on)' if keys.enabled else ''}", markup=False)

@@ -23,6 +23,14 @@ def test_serve_refuses_an_unknown_format() -> None:
     assert res.exit_code == 2 and "unknown tool-call format 'nope'" in res.output
 
 
+def test_serve_refuses_a_bad_port_or_engine_url_before_serving() -> None:
+    res = CliRunner().invoke(app, ["serve", "--engine", "http://127.0.0.1:1", "--port", "99999"])
+    assert res.exit_code == 2 and "--port 99999: a TCP port is 1 to 65535" in res.output
+    res = CliRunner().invoke(app, ["serve", "--engine", "notaurl"])
+    assert res.exit_code == 2 and "--engine notaurl: give llama-server's base URL" in res.output
+    assert "gateway on" not in res.output
+
+
 def test_keys_add_prints_the_key_once_and_stores_its_hash(tmp_path: Path) -> None:
     path = tmp_path / "keys.txt"
     res = CliRunner().invoke(app, ["keys", "add", str(path), "--name", "alice"])
