@@ -113,12 +113,7 @@ class WorkerSpec(_Strict):
     @field_validator("bind")
     @classmethod
     def _bind_is_address(cls, value: str) -> str:
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            if value != "localhost":
-                raise ValueError("must be an IP address (the interface the RPC server listens on)") from None
-        return value
+        return _bind_address(value, "the interface the RPC server listens on")
 
 
 class ServerSpec(_Strict):
@@ -171,6 +166,11 @@ class GatewaySpec(_Strict):
     """Requests waiting per API key before 429."""
     extra_args: list[str] = Field(default_factory=list)
     """Passed to ``splitserve serve`` untouched."""
+
+    @field_validator("host")
+    @classmethod
+    def _host_is_address(cls, value: str) -> str:
+        return _bind_address(value, "the interface the gateway listens on")
 
     @field_validator("model_format")
     @classmethod
@@ -271,6 +271,16 @@ class ClusterSpec(_Strict):
         # A wildcard or public worker bind is refused by `up` (check_binds) and shown by
         # `preflight` as a failing row, not at load: preflight must be able to report it.
         return self
+
+
+def _bind_address(value: str, what: str) -> str:
+    """``value`` if it is an IP address or ``localhost`` (a listening address), else a ValueError."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if value != "localhost":
+            raise ValueError(f"must be an IP address ({what})") from None
+    return value
 
 
 def is_local_host(host: str) -> bool:

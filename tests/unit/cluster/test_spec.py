@@ -82,6 +82,8 @@ def test_good_spec_loads_and_resolves_model_relative_to_file(tmp_path: Path) -> 
          "gateway.model_format: unknown tool-call format 'nope'; known: plain, minimax-m3"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nmax_concurrent = 0\n', "gateway.max_concurrent"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nbogus = 1\n', "gateway.bogus: unknown key"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nhost = "box2"\n',
+         "gateway.host: must be an IP address (the interface the gateway listens on)"),
     ],
 )
 def test_bad_spec_names_file_key_and_rule(tmp_path: Path, text: str, expected: str) -> None:
