@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,17 +77,20 @@ def greedy(endpoint: str, prompt: str, n_predict: int = 32) -> str:
 
 @contextmanager
 def bare_server(engine: Engine, model: Path, *extra: str, ctx: int = 2048) -> Iterator[str]:
-    """llama-server on the local CPU, no RPC: the unsplit reference."""
+    """llama-server on the local CPU, no RPC: the unsplit reference. If it dies before it
+    serves, the failure says how (exit status or signal) and shows the end of its log."""
     (port,) = free_ports(1)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    log = tempfile.NamedTemporaryFile(prefix="bare-llama-server-", suffix=".log", delete=False)
     proc = subprocess.Popen([str(engine.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
                              "-c", str(ctx), "-ngl", "999", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            assert proc.poll() is None, "bare llama-server exited"
+            if proc.poll() is not None:
+                raise AssertionError(died_message("bare llama-server", proc.returncode, Path(log.name)))
             try:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
@@ -96,3 +101,46 @@ def bare_server(engine: Engine, model: Path, *extra: str, ctx: int = 2048) -> It
     finally:
         proc.kill()
         proc.wait()
+        log.close()
+        os.unlink(log.name)
+
+
+def died_message(what: str, returncode: int, log: Path, lines: int = 15) -> str:
+    """``<what> was killed by SIGILL`` / ``exited with code 1``, and the last lines of its log."""
+    how = (f"was killed by {signal.Signals(-returncode).name}" if returncode < 0
+           else f"exited with code {returncode}")
+    text = log.read_text(errors="replace").splitlines()[-lines:] if log.is_file() else []
+    return f"{what} {how}; last lines of {log}:\n" + "\n".join(text)
+
+
+@contextmanager
+def rpc_workers(engine: Engine, ports: list[int], tmp_dir: Path | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """ggml-rpc-server on each loopback port, each with its log; a worker that dies before it
+    listens fails the test with its exit status and the end of its log."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    folder = Path(tempfile.mkdtemp(prefix="rpc-workers-", dir=tmp_dir))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for port in ports:
+            with open(folder / f"rpc-{port}.log", "wb") as log:
+                procs.append(subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(port)], env=env,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        for port, proc in zip(ports, procs):
+            deadline = time.monotonic() + 20
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(died_message(f"ggml-rpc-server on port {port}", proc.returncode,
+                                                      folder / f"rpc-{port}.log"))
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"ggml-rpc-server on port {port} did not listen in 20 s; log: "
+                                         f"{folder / f'rpc-{port}.log'}")
+                time.sleep(0.05)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=30)

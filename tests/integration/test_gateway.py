@@ -20,7 +20,7 @@ import openai
 import pytest
 import uvicorn
 
-from helpers import bare_server, free_ports
+from helpers import bare_server, died_message, free_ports
 from splitserve.engine import resolve_source
 from splitserve.gateway import GatewayConfig, KeyRing, create_app
 
@@ -273,16 +273,18 @@ def test_engine_down_is_503_with_retry_after() -> None:
         assert h.status_code == 503 and "retry-after" in h.headers
 
 
-def test_engine_loading_is_503_with_retry_after(engine, smollm2) -> None:  # type: ignore[no-untyped-def]
+def test_engine_loading_is_503_with_retry_after(engine, smollm2, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A real llama-server that is still loading (a large context takes seconds to set up)."""
     import os
     import subprocess
 
     port, = free_ports(1)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    proc = subprocess.Popen([str(engine.server), "-m", str(smollm2), "--host", "127.0.0.1",
-                             "--port", str(port), "-c", "65536", "-t", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    log = tmp_path / "llama-server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(engine.server), "-m", str(smollm2), "--host", "127.0.0.1",
+                                 "--port", str(port), "-c", "65536", "-t", "1"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
     engine_url = f"http://127.0.0.1:{port}"
     try:
         with running_gateway(GatewayConfig(engine_url=engine_url)) as url:
@@ -299,7 +301,8 @@ def test_engine_loading_is_503_with_retry_after(engine, smollm2) -> None:  # typ
                 seen.append(httpx.post(f"{url}/v1/chat/completions", json={
                     "model": "m", "messages": [{"role": "user", "content": "x"}]}))
             loading = [r for r in seen if r.status_code == 503]
-            assert loading, "never caught the engine loading"
+            assert loading, "never caught the engine loading" + (
+                f"; {died_message('llama-server', proc.returncode, log)}" if proc.poll() is not None else "")
             r = loading[0]
             assert r.headers["retry-after"] == "2" and "not ready" in r.json()["error"]["message"]
     finally:

@@ -15,13 +15,13 @@ import os
 import socket
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gguf_factory import Q, dense_llama, mixed_quant_llama, moe_qwen3
+from helpers import rpc_workers
 
 from splitserve.cluster import parse_load_report
 from splitserve.model import inspect_model
@@ -75,28 +75,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_port(port: int, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"rpc worker on {port} did not listen")
-
-
 def run_llama(engine: Any, model: Path, case: Case) -> tuple[str, list[str]]:
     """Load ``model`` over ``case.workers`` loopback RPC workers; return the log and the worker endpoints."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(engine.bin_dir))
-    procs: list[subprocess.Popen[str]] = []
     lines: list[str] = []
-    try:
-        ports = [_free_port() for _ in range(case.workers)]
-        for p in ports:
-            procs.append(subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(p)], env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True))
-        for p in ports:
-            _wait_port(p)
+    ports = [_free_port() for _ in range(case.workers)]
+    with rpc_workers(engine, ports):
         argv = [str(engine.server), "-m", str(model), "--rpc", ",".join(f"127.0.0.1:{p}" for p in ports),
                 "-ngl", "999", "-ts", case.ts, "-c", str(case.ctx), "-ctk", case.cache, "-ctv", case.cache,
                 "-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch)), "-fa", case.fa, "-np", str(case.parallel),
@@ -104,7 +88,6 @@ def run_llama(engine: Any, model: Path, case: Case) -> tuple[str, list[str]]:
         if case.unified:
             argv.append("--kv-unified")
         srv = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(srv)
         done = threading.Event()
 
         def read() -> None:
@@ -115,14 +98,13 @@ def run_llama(engine: Any, model: Path, case: Case) -> tuple[str, list[str]]:
                     break
             done.set()
 
-        threading.Thread(target=read, daemon=True).start()
-        done.wait(180)
-        return "".join(lines), [f"127.0.0.1:{p}" for p in ports]
-    finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait(timeout=30)
+        try:
+            threading.Thread(target=read, daemon=True).start()
+            done.wait(180)
+            return "".join(lines), [f"127.0.0.1:{p}" for p in ports]
+        finally:
+            srv.kill()
+            srv.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +187,7 @@ def test_plan_measure_puts_llama_cpp_beside_the_plan(engine: Any, smollm2: Path,
                     + "".join(f'[[workers]]\nname = "w{i + 1}"\nport = {p}\n' for i, p in enumerate(ports))
                     + '[server]\nctx_size = 8192\ncache_type_k = "q8_0"\ncache_type_v = "q8_0"\n'
                       'flash_attn = "on"\n')
-    env = dict(os.environ, LD_LIBRARY_PATH=str(engine.bin_dir))
-    workers = [subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(p)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
-    try:
-        for p in ports:
-            _wait_port(p)
+    with rpc_workers(engine, ports, tmp_path):
         res = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
                               "--node", "w2=8", "--measure", "--json"], check=False, capture_output=True, text=True,
                              timeout=300)
@@ -218,11 +195,6 @@ def test_plan_measure_puts_llama_cpp_beside_the_plan(engine: Any, smollm2: Path,
         over = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
                                "--node", "w2=8", "--measure", "--json", "--ctx-size", "2048", "-ctk", "f16",
                                "-ctv", "f16"], check=False, capture_output=True, text=True, timeout=300)
-    finally:
-        for w in workers:
-            w.kill()
-        for w in workers:
-            w.wait(timeout=30)
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout)
     rows = out["measured"]

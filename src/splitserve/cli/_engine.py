@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, Optional
 
 import typer
@@ -22,14 +23,27 @@ console = make_console()
 
 
 def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[object, bool]:
-    """Build (or reuse) an engine, drawing a progress bar on stderr."""
+    """Build (or reuse) an engine, showing progress on stderr: a rich bar with ninja's
+    ``[N/M]`` and the elapsed time on a terminal, a plain line every 5% (or minute) otherwise
+    (a CI log, ``| tee``), where a bar would draw nothing."""
     err = make_console(stderr=True)
+    live = err.is_terminal and not quiet
+    started = time.monotonic()
+    last = {"pct": -5, "at": started}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=quiet) as bar:
+                  TimeElapsedColumn(), console=err, transient=True, disable=not live) as bar:
         task = bar.add_task("engine: preparing", total=None)
 
         def on_step(done: int, total: int, line: str) -> None:
             bar.update(task, completed=done, total=total, description="engine: compiling")
+            if live or quiet:
+                return
+            now, pct = time.monotonic(), int(100 * done / max(total, 1))
+            if pct >= last["pct"] + 5 or now - last["at"] >= 60 or done == total:
+                last.update(pct=pct, at=now)
+                elapsed = int(now - started)
+                err.print(f"engine: compiling [{done}/{total}] {pct}% {elapsed // 60}:{elapsed % 60:02d} elapsed",
+                          markup=False, highlight=False)
 
         def on_log(msg: str) -> None:
             bar.update(task, description=f"engine: {msg}")
@@ -50,13 +64,20 @@ def build_cmd(
     jobs: Annotated[Optional[int], typer.Option(help="parallel compile jobs (default: all cores)")] = None,
     cmake_arg: Annotated[Optional[list[str]], typer.Option("--cmake-arg", help="extra cmake flag; repeatable")] = None,
     force: Annotated[bool, typer.Option(help="rebuild even when the cache has this engine")] = False,
+    native: Annotated[bool, typer.Option(
+        help="compile the CPU code for this machine's CPU only (-march=native); the default engine "
+             "carries every CPU variant and picks the best one on each node at start")] = False,
+    skip_cpu_variant: Annotated[Optional[list[str]], typer.Option(
+        "--skip-cpu-variant", help="leave a CPU variant out of the portable engine (e.g. sapphirerapids, "
+                                   "whose AMX code a node's kernel may not allow); repeatable")] = None,
 ) -> None:
     """Build llama.cpp (llama-server, ggml-rpc-server, llama-bench) with RPC into the cache.
 
     Example: splitserve engine build --backend cuda --cuda-arch 90 --jobs 16
     """
     options = BuildOptions(backend=backend, cuda_arch=cuda_arch, source=source, prs=list(pr or []),
-                           jobs=jobs, cmake_args=list(cmake_arg or []), force=force)
+                           jobs=jobs, cmake_args=list(cmake_arg or []), force=force,
+                           native=native, skip_cpu_variants=list(skip_cpu_variant or []))
     try:
         engine, built = build_with_progress(options)
     except SplitserveError as exc:
@@ -79,10 +100,11 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
     if not engines:
         console.print("no engines yet; run `splitserve engine build`")
         return
-    table = Table("key", "backend", "version", "rpc protocol", "built")
+    table = Table("key", "backend", "cpu", "version", "rpc protocol", "built")
     for e in engines:
         p = e.provenance
-        table.add_row(e.key, e.backend, str(p.get("version")), str(p.get("rpc_protocol")), str(p.get("built_at")))
+        table.add_row(e.key, e.backend, str(p.get("cpu_build", "?")), str(p.get("version")),
+                      str(p.get("rpc_protocol")), str(p.get("built_at")))
     console.print(table)
 
 

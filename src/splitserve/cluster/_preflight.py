@@ -10,8 +10,15 @@ protocol), ``memory`` (free memory against the node's share of the weights),
 ``oom-killer`` (earlyoom / systemd-oomd would SIGTERM the server mid-load),
 ``link`` (TCP connect round trip from the head to the worker's bind address),
 ``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
-address of the node, not public or wildcard unless allowed), ``drop-caches``
-(root or passwordless sudo when ``drop_caches = true``).
+address of the node, not public or wildcard unless allowed), ``smoke`` (the
+engine computes on the node's CPU: see :mod:`._smoke`), ``drop-caches`` (root
+or passwordless sudo when ``drop_caches = true``).
+
+Nothing is started for good or changed, with two exceptions that ``up`` would
+make anyway: a remote node without the head's engine gets it copied (so its
+smoke test runs the engine it will use), and the smoke test starts short-lived
+processes (ggml-rpc-server on the worker's own address and port, a llama-server
+on a free loopback port here).
 """
 
 from __future__ import annotations
@@ -264,6 +271,8 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
         rows += _port_rows(spec, facts, host_of)
     rows += _disk_rows(spec, facts, host_of)
     rows += _bind_rows(spec, facts, host_of)
+    if "smoke" not in skipped:
+        rows += _smoke_rows(spec, engines, facts, rows)
     if spec.drop_caches:
         for host in hosts:
             f = facts.get(host)
@@ -338,8 +347,83 @@ def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str,
         elif found.same:
             rows.append(CheckRow("engine", w.name, "pass", f"same build as the head: {found.detail}"))
         else:
-            rows.append(CheckRow("engine", w.name, "warn", f"{found.detail}: up will copy the head's build",
-                                 "nothing to do (or copy it now with `splitserve up`)"))
+            # Copied now, as `up` would, so the smoke test runs the engine this node will use.
+            from ._distribute import copy_engine
+
+            try:
+                sent = copy_engine(w, eng, transport_for(w.host, spec.ssh))
+            except SplitserveError as exc:
+                rows.append(CheckRow("engine", w.name, "fail", f"{found.detail}; copying the head's build failed: {exc}",
+                                     f"check the disk and write access of {w.workdir} on {w.host}"))
+                continue
+            rows.append(CheckRow("engine", w.name, "pass",
+                                 f"{found.detail}: copied the head's build to {w.host}:{eng.bin_dir} "
+                                 f"({sent / 1048576:.1f} MiB, sha256 verified)"))
+    return rows
+
+
+def _smoke_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None],
+                earlier: list[CheckRow]) -> list[CheckRow]:
+    """The engine smoke test on every node with the engine it will run (see ._smoke)."""
+    from ._smoke import ROLES, fix_for, local_report, node_check
+    from ._transport import transport_for
+
+    failed = {(r.check, r.node) for r in earlier if r.status in ("fail", "skip")}
+    rows: list[CheckRow] = []
+    head = engines["head"]
+    reports: dict[str, Any] = {}
+    token: list[int] | None = None
+    local_nodes = ["head"] + [w.name for w in spec.workers if not w.remote]
+    for node in local_nodes:
+        eng = engines[node]
+        if ("engine", node) in failed:
+            rows.append(CheckRow("smoke", node, "skip", "no usable engine", "fix the engine row first"))
+            continue
+        missing = [r for r in ROLES if not (eng.bin_dir / str(eng.provenance.get("binaries", {}).get(r, "-"))).is_file()]
+        if missing:
+            rows.append(CheckRow("smoke", node, "skip", f"engine {eng.key} has no {', '.join(missing)} binary",
+                                 "build one with `splitserve engine build` to have it tested"))
+            continue
+        if eng.key not in reports:
+            reports[eng.key] = local_report(eng)
+        report, from_build = reports[eng.key]
+        if isinstance(report, dict):  # the build's own, on this machine
+            rows.append(CheckRow("smoke", node, "pass",
+                                 f"{eng.key} passed its smoke test when built on this machine"
+                                 + (f" (CPU variant {report.get('cpu_variant')})" if report.get("cpu_variant") else "")))
+            token = token or report.get("token")
+        elif report.ok:
+            rows.append(CheckRow("smoke", node, "pass", f"{eng.key}: {report.summary()}"))
+            token = token or report.token
+        else:
+            bad = report.failed
+            rows.append(CheckRow("smoke", node, "fail", f"{eng.key} on this machine: {report.summary()}",
+                                 fix_for(eng, bad, "this machine")))
+    head_ok = any(r.node == "head" and r.status == "pass" for r in rows)
+    for w in spec.workers:
+        if not w.remote:
+            continue
+        if facts.get(w.host) is None or ("engine", w.name) in failed or ("bind", w.name) in failed:
+            rows.append(CheckRow("smoke", w.name, "skip", "node, engine or bind address not usable",
+                                 "fix the rows above first"))
+            continue
+        if not head_ok:
+            rows.append(CheckRow("smoke", w.name, "skip", "the head's engine did not pass its own smoke test",
+                                 "fix the head's smoke row first"))
+            continue
+        try:
+            check = node_check(spec, w, engines[w.name], head, token, transport_for(w.host, spec.ssh))
+        except SplitserveError as exc:
+            rows.append(CheckRow("smoke", w.name, "fail", f"could not run the smoke test on {w.host}: {exc}",
+                                 "check ssh and the engine folder on that node"))
+            continue
+        if check.ok:
+            variant = f", CPU variant {check.cpu_variant}" if check.cpu_variant else ""
+            rows.append(CheckRow("smoke", w.name, "pass",
+                                 f"ggml-rpc-server on {w.host} computed the head's token over {w.bind}:{w.port}{variant}"))
+        else:
+            rows.append(CheckRow("smoke", w.name, "fail", f"on {w.host}: {check.line()}",
+                                 fix_for(engines[w.name], check, w.host)))
     return rows
 
 

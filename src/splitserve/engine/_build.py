@@ -29,6 +29,8 @@ from typing import Any
 from .._errors import BuildError, UsageError
 from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
+from ._smoke import SmokeReport, machine_fingerprint, smoke_test
+from ._tiny import tiny_model
 from ._source import SourceTree, resolve_source
 
 TARGETS = ("llama-server", "ggml-rpc-server", "llama-bench")
@@ -49,6 +51,12 @@ class BuildOptions:
     jobs: int | None = None
     cmake_args: list[str] = field(default_factory=list)
     force: bool = False
+    native: bool = False
+    """Tie the CPU code to this machine's CPU (``-march=native``) instead of the portable
+    build with every CPU variant chosen at run time."""
+    skip_cpu_variants: list[str] = field(default_factory=list)
+    """Portable CPU variants to leave out (moved aside after compiling), e.g. ``sapphirerapids``
+    for nodes whose kernel does not grant the AMX state that variant uses."""
 
 
 @dataclass
@@ -78,8 +86,27 @@ class BuildPlan:
         return ["cmake", "--build", str(self.build_dir), "--target", *self.targets, "-j", str(self.jobs)]
 
 
-def cmake_arguments(backend: str, cuda_arch: str | None, extra: list[str]) -> list[str]:
-    """The cmake flags of a build; these (with the source) make the cache key."""
+# The portable CPU build of llama.cpp's own releases: the CPU backend compiled once per
+# instruction-set level (x64, sse42, ..., haswell, skylakex, icelake, zen4, sapphirerapids on
+# x86; armv8.0 ... armv9.2 on aarch64 Linux) as loadable modules next to the binaries; at start
+# ggml scores each against the running CPU (cpuid / hwcaps) and loads the best.
+CPU_VARIANTS = ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "skylakex",
+                "cannonlake", "cascadelake", "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids",
+                "armv8.0_1", "armv8.2_1", "armv8.2_2", "armv8.2_3", "armv8.6_1", "armv8.6_2", "armv9.2_1",
+                "armv9.2_2", "android_armv8.0_1", "android_armv8.2_1", "android_armv8.2_2",
+                "android_armv8.6_1", "android_armv9.0_1", "android_armv9.2_1", "android_armv9.2_2",
+                "apple_m1", "apple_m2_m3", "apple_m4", "power0", "power7_1", "power7_2", "power8_1",
+                "power8_2", "power9", "power10", "power11", "z15", "z16", "riscv64_0", "riscv64_v")
+"""The variants GGML_CPU_ALL_VARIANTS builds (ggml/src/CMakeLists.txt of the pinned source)."""
+PORTABLE_CPU_ARGS = ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON")
+NATIVE_CPU_ARGS = ("-DGGML_NATIVE=ON",)
+
+
+def cmake_arguments(backend: str, cuda_arch: str | None, extra: list[str], native: bool = False) -> list[str]:
+    """The cmake flags of a build; these (with the source) make the cache key.
+
+    By default the CPU code is portable (:data:`PORTABLE_CPU_ARGS`), so one engine runs on every
+    node it is copied to; ``native`` compiles it for this machine's CPU only."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     args = [
@@ -94,6 +121,7 @@ def cmake_arguments(backend: str, cuda_arch: str | None, extra: list[str]) -> li
         # Binaries find their libraries next to themselves: no LD_LIBRARY_PATH.
         "-DCMAKE_INSTALL_RPATH=$ORIGIN",
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+        *(NATIVE_CPU_ARGS if native else PORTABLE_CPU_ARGS),
     ]
     if backend == "cuda":
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch or 'native'}"]
@@ -105,8 +133,17 @@ def cmake_arguments(backend: str, cuda_arch: str | None, extra: list[str]) -> li
 def plan_build(options: BuildOptions, log: Callable[[str], None] = lambda _m: None) -> BuildPlan:
     """Resolve the source and compute the flags, key and folder of a build."""
     source = resolve_source(options.source, options.prs, log)
-    args = cmake_arguments(options.backend, options.cuda_arch, options.cmake_args)
-    ident = {"source": source.identity, "cmake_args": args, "targets": list(TARGETS)}
+    args = cmake_arguments(options.backend, options.cuda_arch, options.cmake_args, options.native)
+    skip = sorted(set(options.skip_cpu_variants))
+    unknown = [v for v in skip if v not in CPU_VARIANTS]
+    if unknown:
+        raise UsageError(f"--skip-cpu-variant {unknown[0]!r}: not a CPU variant of llama.cpp's portable build "
+                         f"(one of {', '.join(CPU_VARIANTS)})")
+    if skip and options.native:
+        raise UsageError("--skip-cpu-variant: a --native build has no CPU variants to skip")
+    ident: dict[str, Any] = {"source": source.identity, "cmake_args": args, "targets": list(TARGETS)}
+    if skip:
+        ident["skip_cpu_variants"] = skip
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
     key = f"{source.slug}-{options.backend}-{digest}"
     return BuildPlan(source=source, backend=options.backend, cmake_args=args, targets=list(TARGETS),
@@ -229,8 +266,37 @@ def build_engine(options: BuildOptions, progress: Progress | None = None,
         if (plan.root / PROVENANCE).is_file() and not options.force:
             engine = load_engine(plan.root)
             if all(role in find_binaries(engine.bin_dir) for role in ("server", "rpc_server", "bench")):
-                return engine, False
+                return resmoke_if_needed(engine, options, log), False
         return _build(plan, options, progress, log), True
+
+
+def resmoke_if_needed(engine: Engine, options: BuildOptions, log: Callable[[str], None]) -> Engine:
+    """A cached engine whose smoke test did not run on this machine (built before there was
+    one, or a cache carried to another machine) is tested now; its provenance records the
+    result. One that cannot run here is an error, not a cache hit."""
+    smoke = engine.provenance.get("smoke")
+    if isinstance(smoke, dict) and smoke.get("ok") and smoke.get("machine") == machine_fingerprint():
+        return engine
+    log(f"smoke test of the cached engine {engine.key} on this machine")
+    binaries = find_binaries(engine.bin_dir)
+    report, disabled = smoke_with_fallback(engine.bin_dir, binaries, log)
+    if not report.ok:
+        raise BuildError(f"the cached engine {engine.key} does not run on this machine: {report.summary()}; "
+                         "rebuild it with `splitserve engine build --force`")
+    before = engine.provenance.get("cpu_variants_disabled") or {}
+    provenance = dict(engine.provenance)
+    provenance.pop("flags", None)
+    native = provenance.get("cpu_build") == "native" or "-DGGML_NATIVE=OFF" not in provenance.get("cmake_args", [])
+    provenance.update(cpu_provenance(native, engine.bin_dir, report, before | disabled))
+    provenance["smoke"] = report.as_dict() | {"machine": machine_fingerprint()}
+    _write_provenance(engine.root, provenance)
+    return load_engine(engine.root)
+
+
+def _write_provenance(root: Path, provenance: dict[str, Any]) -> None:
+    tmp = root / (PROVENANCE + ".tmp")
+    tmp.write_text(json.dumps(provenance, indent=2) + "\n")
+    tmp.rename(root / PROVENANCE)
 
 
 def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
@@ -254,6 +320,13 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
         _run_logged(plan.configure_command() + generator + launcher, log_fh, env, None, "cmake configure")
         log(f"compiling {', '.join(plan.targets)} with {plan.jobs} jobs")
         _run_logged(plan.build_command(), log_fh, env, progress, "cmake build")
+    return finish_build(plan, options, started, log)
+
+
+def finish_build(plan: BuildPlan, options: BuildOptions, started: float, log: Callable[[str], None],
+                 model: Path | None = None) -> Engine:
+    """Probe and smoke-test the compiled binaries in ``plan.build_dir/bin``; only an engine
+    that passes gets its ``engine.json`` (and so counts as built)."""
     bin_dir = plan.build_dir / "bin"
     binaries = find_binaries(bin_dir)
     missing = [r for r in ("server", "rpc_server", "bench") if r not in binaries]
@@ -264,6 +337,15 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
     rpath = _rpath(server)
     versions = probe_server_version(server)
     rpc_protocol = probe_rpc_protocol(bin_dir / binaries["rpc_server"])
+    skipped = {v: "left out (--skip-cpu-variant)" for v in sorted(set(options.skip_cpu_variants))}
+    for variant in skipped:
+        disable_variant(bin_dir, variant)
+    log("smoke test: one token on the local CPU, one over a local RPC server, a tiny llama-bench")
+    report, disabled = smoke_with_fallback(bin_dir, binaries, log, model=model)
+    disabled = skipped | disabled
+    if not report.ok:
+        raise BuildError(f"the engine built in {plan.root} does not run on this machine: {report.summary()}; "
+                         f"it is not cached (build log: {plan.log_path})")
     provenance: dict[str, Any] = {
         "key": plan.key,
         "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -286,8 +368,81 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
         "bin_dir": str(bin_dir.relative_to(plan.root)),
         "log": str(plan.log_path),
         "machine": {"system": platform.system(), "arch": platform.machine(), "host": platform.node()},
+        **cpu_provenance(options.native, bin_dir, report, disabled),
+        "smoke": report.as_dict() | {"machine": machine_fingerprint()},
     }
-    tmp = plan.root / (PROVENANCE + ".tmp")
-    tmp.write_text(json.dumps(provenance, indent=2) + "\n")
-    tmp.rename(plan.root / PROVENANCE)
+    _write_provenance(plan.root, provenance)
     return load_engine(plan.root)
+
+
+DISABLED_DIR = "cpu-disabled"
+
+
+def cpu_variants(bin_dir: Path) -> list[str]:
+    """The CPU backend variants an engine carries (``libggml-cpu-<variant>.so``), sorted."""
+    return sorted(p.name[len("libggml-cpu-"):].split(".")[0] for p in bin_dir.glob("libggml-cpu-*.so"))
+
+
+def smoke_with_fallback(bin_dir: Path, binaries: dict[str, str], log: Callable[[str], None],
+                        runner: Any = None, model: Path | None = None) -> tuple[SmokeReport, dict[str, str]]:
+    """Smoke-test the binaries; when they crash with a CPU variant ggml chose (say
+    ``sapphirerapids``, whose AMX kernels a VM's kernel may not let run), move that variant
+    aside (``bin/cpu-disabled/``) so the loader picks the next best, and test again.
+    Returns the last report and the variants disabled, each with the failure that did it."""
+    model = model or tiny_model()
+    disabled: dict[str, str] = {}
+    previous: tuple[str, str] | None = None  # (variant disabled last, the check that crashed)
+    while True:
+        report = smoke_test(bin_dir, binaries, model, runner)
+        bad = report.failed
+        if previous is not None and bad is not None and bad.verdict == "signal" and bad.name == previous[1]:
+            # The same crash without that variant: it was not the cause. Put it back.
+            restore_variant(bin_dir, previous[0])
+            del disabled[previous[0]]
+            log(f"the crash does not depend on the CPU variant; {previous[0]} restored")
+            return smoke_test(bin_dir, binaries, model, runner), disabled
+        variant = report.cpu_variant
+        if (bad is None or bad.verdict != "signal" or not variant or variant in disabled
+                or len(cpu_variants(bin_dir)) < 2):
+            return report, disabled
+        disabled[variant] = bad.line()
+        previous = (variant, bad.name)
+        log(f"CPU variant {variant} crashed ({bad.detail}); disabling it and testing the next best")
+        disable_variant(bin_dir, variant)
+
+
+def restore_variant(bin_dir: Path, variant: str) -> None:
+    for lib in (bin_dir / DISABLED_DIR).glob(f"libggml-cpu-{variant}.so*"):
+        lib.rename(bin_dir / lib.name)
+
+
+def disable_variant(bin_dir: Path, variant: str) -> None:
+    """Move ``libggml-cpu-<variant>.so`` out of the loader's sight (into ``cpu-disabled/``)."""
+    (bin_dir / DISABLED_DIR).mkdir(exist_ok=True)
+    for lib in bin_dir.glob(f"libggml-cpu-{variant}.so*"):
+        lib.rename(bin_dir / DISABLED_DIR / lib.name)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_provenance(native: bool, bin_dir: Path, report: SmokeReport, disabled: dict[str, str]) -> dict[str, Any]:
+    """What the provenance says about the CPU code: portable (its variants, the one chosen
+    here, the ones disabled) or native (tied to this CPU)."""
+    out: dict[str, Any] = {
+        "cpu_build": "native" if native else "portable",
+        "cpu_variants": cpu_variants(bin_dir),
+        "cpu_variant_chosen": report.cpu_variant,
+        "cpu_variants_disabled": disabled,
+    }
+    if native:
+        out["cpu_tied_to"] = (f"{_cpu_model()} on {platform.node()}: compiled with -march=native, this engine "
+                              "may crash (SIGILL) on another CPU; build without --native for a portable one")
+    return out

@@ -44,14 +44,25 @@ def test_cmake_arguments_rpc_rpath_and_backend() -> None:
         cmake_arguments("cpu", "90", [])
 
 
+def test_default_cpu_code_is_portable_and_native_is_opt_in() -> None:
+    portable = cmake_arguments("cpu", None, [])
+    assert {"-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"} <= set(portable)
+    native = cmake_arguments("cpu", None, [], native=True)
+    assert "-DGGML_NATIVE=ON" in native
+    assert not {"-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_BACKEND_DL=ON"} & set(native)
+    # CUDA engines carry the same portable CPU code (their workers may be CPU-only nodes).
+    assert "-DGGML_CPU_ALL_VARIANTS=ON" in cmake_arguments("cuda", "90", [])
+
+
 def test_cache_key_depends_on_source_and_flags_only(cache: Path, tmp_path: Path) -> None:
     tree = fake_tree(tmp_path / "src")
     a = plan_build(BuildOptions(source=str(tree)))
     b = plan_build(BuildOptions(source=str(tree), jobs=7))
     c = plan_build(BuildOptions(source=str(tree), backend="cuda", cuda_arch="90"))
-    d = plan_build(BuildOptions(source=str(tree), cmake_args=["-DGGML_NATIVE=OFF"]))
+    d = plan_build(BuildOptions(source=str(tree), cmake_args=["-DGGML_LTO=ON"]))
+    e = plan_build(BuildOptions(source=str(tree), native=True))
     assert a.key == b.key, "the job count does not change the build"
-    assert len({a.key, c.key, d.key}) == 3
+    assert len({a.key, c.key, d.key, e.key}) == 4
     assert a.root == cache / "engines" / a.key
     assert "-cpu-" in a.key and "-cuda-" in c.key
     assert a.build_command()[-2:] == ["-j", str(a.jobs)]
