@@ -43,10 +43,16 @@ def test_all_pass_across_hosts(engine, smollm2, state_home, hosts: Hosts, tmp_pa
         assert row(rows, "link", node)["status"] in ("pass", "warn")
         assert row(rows, "ports", node)["status"] == "pass"
         assert row(rows, "bind", node)["status"] == "pass"
-        # Empty work folders: the engine is not there yet, up will copy it.
+        # Empty work folders: preflight copies the head's engine, as up would, and tests it there.
         eng = row(rows, "engine", node)
-        assert eng["status"] == "warn" and "up will copy" in eng["message"]
+        assert eng["status"] == "pass" and "no copy in" in eng["message"] and "copied the head's build" in eng["message"]
+        smoke = row(rows, "smoke", node)
+        assert smoke["status"] == "pass" and "computed the head's token" in smoke["message"], smoke
+    assert row(rows, "smoke", "head")["status"] == "pass"
     assert {r["status"] for r in rows} <= {"pass", "warn"}
+    # The second time the copies are there: nothing to copy.
+    rc, rows, err = cli_preflight(spec_file)
+    assert rc == 0 and "same build as the head" in row(rows, "engine", "w1")["message"]
 
 
 def test_fake_earlyoom_fails_with_the_command_to_stop_it(engine, smollm2, state_home, hosts: Hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -150,7 +156,11 @@ def test_node_with_a_different_engine_build(engine, smollm2, state_home, hosts: 
     assert r1["status"] == "fail" and "RPC protocol 6.1.0" in r1["message"] and "7.0.0" in r1["message"]
     assert "build the head's llama.cpp version on that node" in r1["fix"]
     r2 = row(rows, "engine", "w2")
-    assert r2["status"] == "warn" and "differ from the head's" in r2["message"]
+    assert r2["status"] == "pass" and "differ from the head's" in r2["message"] and "copied" in r2["message"]
+    assert row(rows, "smoke", "w1")["status"] == "skip"  # its engine row failed
+    assert row(rows, "smoke", "w2")["status"] == "pass"
+    with open(copy / "libggml-base.so.0.26.0", "ab") as fh:
+        fh.write(b"different build")
 
     # Without the foreign build, `up` replaces box2's altered copy and verifies it.
     workers_ok = workers.replace(f'engine = "{own}"\n', "")
@@ -160,8 +170,8 @@ def test_node_with_a_different_engine_build(engine, smollm2, state_home, hosts: 
 
     up(spec, engine=engine, on_event=events.append)
     down(spec)
-    msgs = {e.node: e.message for e in events if e.kind == "engine"}
-    assert "copied" in msgs["w2"] and "sha256 verified" in msgs["w2"]
+    msgs = " | ".join(e.message for e in events if e.kind == "engine" and e.node == "w2")
+    assert "copied" in msgs and "sha256 verified" in msgs
     assert (copy / "libggml-base.so.0.26.0").read_bytes() == (engine.bin_dir / "libggml-base.so.0.26.0").read_bytes()
     assert hosts.user_pids() == {"box1": [], "box2": []}
 
@@ -194,3 +204,34 @@ def test_ssh_unreachable_memory_and_disk(engine, smollm2, state_home, hosts: Hos
     assert disk["status"] == "warn" and "cache = false" in disk["fix"]
     assert row(rows, "drop-caches", "w1")["status"] == "pass"  # root on box1
     assert os.geteuid() == 0
+
+
+def test_a_node_whose_rpc_server_dies_by_sigill_is_a_failing_smoke_row(engine, smollm2, state_home, hosts: Hosts,  # type: ignore[no-untyped-def]
+                                                                        tmp_path: Path) -> None:
+    b1, b2 = hosts.boxes
+    # box1's own build: an RPC server that prints its version, then dies of an illegal
+    # instruction, as a native build from another CPU does on its first kernel.
+    own = b1.workdir / "sigill-build" / "bin"
+    own.mkdir(parents=True)
+    fake = own / "ggml-rpc-server"
+    fake.write_text("#!/bin/sh\necho 'Starting RPC server v7.0.0'\necho 'llama threadpool init'\n"
+                    "sleep 0.2\nkill -ILL $$\n")
+    fake.chmod(0o755)
+    (hp,) = free_ports(1)
+    workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50102\n'
+               f'engine = "{own}"\nworkdir = "{b1.workdir}"\n'
+               f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50103\nworkdir = "{b2.workdir}"\n')
+    spec_file = remote_spec(tmp_path / "ill.toml", smollm2, hosts, "ill", head_port=hp, workers=workers)
+    rc, rows, _ = cli_preflight(spec_file)
+    assert rc == 1
+    assert row(rows, "engine", "w1")["status"] == "pass"
+    r = row(rows, "smoke", "w1")
+    assert r["status"] == "fail" and "killed by SIGILL" in r["message"] and "on box1" in r["message"], r
+    assert "llama threadpool init" in r["message"], "the last lines of its log"
+    assert str(own) in r["fix"] and "-DGGML_NATIVE=OFF" in r["fix"]
+    assert row(rows, "smoke", "w2")["status"] == "pass"
+    # `up` stops at the same row, before it starts anything.
+    with pytest.raises(NodeError) as info:
+        up(load_spec(spec_file), engine=engine)
+    assert info.value.node == "w1" and "preflight smoke" in str(info.value) and "SIGILL" in str(info.value)
+    assert hosts.user_pids() == {"box1": [], "box2": []}

@@ -411,6 +411,10 @@ def _smoke_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, 
             rows.append(CheckRow("smoke", w.name, "skip", "the head's engine did not pass its own smoke test",
                                  "fix the head's smoke row first"))
             continue
+        if ("ports", w.name) in failed or probe_port(w.bind, w.port) != "closed":
+            rows.append(CheckRow("smoke", w.name, "skip", f"{w.bind}:{w.port} is taken: the test runs on that port",
+                                 "free the port (see the ports row)"))
+            continue
         try:
             check = node_check(spec, w, engines[w.name], head, token, transport_for(w.host, spec.ssh))
         except SplitserveError as exc:

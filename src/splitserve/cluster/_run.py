@@ -43,7 +43,7 @@ class Event:
     """Something `up` did or saw, for progress displays and tests."""
 
     kind: str
-    """``stale``, ``preflight``, ``engine``, ``gateway_port``, ``gateway_started``, ``worker_started``,
+    """``stale``, ``preflight``, ``engine``, ``smoke``, ``gateway_port``, ``gateway_started``, ``worker_started``,
     ``worker_ready``, ``protocol``, ``head_started``, ``loading``, ``gateway_ready``, ``ready``; from
     supervision also ``died``, ``restarting``, ``restarted`` / ``restart_failed`` (the gateway
     alone), ``gave_up`` and ``stopping``."""
@@ -437,6 +437,8 @@ def _preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnE
     for row in rows:
         if row.status != "pass":
             emit(Event("preflight", row.node, f"{row.status}: {row.check}: {row.message}"))
+        elif row.check in ("engine", "smoke") and row.node != "head":
+            emit(Event(row.check, row.node, row.message))  # what preflight did there: copied, tested
     failed = [r for r in rows if r.status == "fail"]
     if failed:
         first = failed[0]

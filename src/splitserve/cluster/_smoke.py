@@ -86,6 +86,11 @@ def node_check(spec: ClusterSpec, worker: WorkerSpec, engine: Engine, head: Engi
 def fix_for(engine: Engine, check: Check, host: str) -> str:
     """What to do about a failed smoke check on ``host``."""
     if check.verdict == "signal":
+        own = engine.provenance.get("node_path")
+        if own:
+            return (f"the llama.cpp build in {own} cannot run on {host}'s CPU: rebuild it there (portable: "
+                    "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON), or remove the worker's "
+                    "`engine` to use the head's")
         if engine.provenance.get("cpu_build") == "native":
             return ("the engine was built with --native for another CPU: build the portable one "
                     "(splitserve engine build, without --native) and use it for every node")
