@@ -23,6 +23,7 @@ from pathlib import Path
 
 from splitserve._assets import smollm2_path
 from splitserve.engine import get_engine
+from _procs import died, spawn  # noqa: E402
 
 
 def _free_port() -> int:
@@ -35,14 +36,14 @@ def run_once(key: str, model: Path, pp: int, tg: int, reps: int) -> dict[str, fl
     engine = get_engine(key)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     ports = [_free_port(), _free_port()]
-    workers = [subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(p), "-t", "1"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) for p in ports]
+    workers = [spawn([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(p), "-t", "1"], f"rpc-{p}", env=env)
+               for p in ports]
     try:
         for p, w in zip(ports, workers):
             deadline = time.monotonic() + 20
             while socket.socket().connect_ex(("127.0.0.1", p)) != 0:
                 if w.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"ggml-rpc-server of {key} did not start (exit {w.poll()})")
+                    raise SystemExit(died(w, f"ggml-rpc-server of {key} (not listening)"))
                 time.sleep(0.05)
         res = subprocess.run([str(engine.bench), "-m", str(model), "--rpc", ",".join(f"127.0.0.1:{p}" for p in ports),
                               "-ngl", "99", "-ts", "1/1", "-p", str(pp), "-n", str(tg), "-r", str(reps), "-t", "1",

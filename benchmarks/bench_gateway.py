@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _procs import died, spawn  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MESSAGES = [{"role": "system", "content": "You are a storyteller."},
@@ -53,7 +54,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
+            raise SystemExit(f"{url}: {died(proc, 'the process')}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
@@ -187,16 +188,14 @@ def main() -> None:
     eport, gport = free_port(), free_port()
     direct, gateway = f"http://127.0.0.1:{eport}", f"http://127.0.0.1:{gport}"
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    procs = [subprocess.Popen([str(server), "-m", str(model_path), "--host", "127.0.0.1",
-                               "--port", str(eport), "-c", str(args.ctx), "-t", str(args.threads),
-                               "--parallel", str(args.parallel), *args.server_arg],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    procs = [spawn([str(server), "-m", str(model_path), "--host", "127.0.0.1",
+                    "--port", str(eport), "-c", str(args.ctx), "-t", str(args.threads),
+                    "--parallel", str(args.parallel), *args.server_arg], "llama-server", env=env)]
     try:
         wait_ready(direct, procs[0])
-        procs.append(subprocess.Popen(
+        procs.append(spawn(
             [sys.executable, "-c", "from splitserve.cli import main; main()", "serve",
-             "--engine", direct, "--port", str(gport), "--max-concurrent", "64"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+             "--engine", direct, "--port", str(gport), "--max-concurrent", "64"], "gateway"))
         wait_ready(gateway, procs[1])
         models = {direct: httpx.get(f"{direct}/v1/models").json()["data"][0]["id"],
                   gateway: httpx.get(f"{gateway}/v1/models").json()["data"][0]["id"]}

@@ -37,6 +37,7 @@ from splitserve.cluster import parse_spec, rpc_argv, server_argv
 from splitserve.cluster._commands import _library_env
 from splitserve.cluster._run import port_answers
 from splitserve.engine import get_engine
+from _procs import died, spawn  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
@@ -80,22 +81,23 @@ def main() -> None:
     try:
         real = spec_for(model, worker_ports, head_port)
         for w in real.workers:
-            procs.append(subprocess.Popen(rpc_argv(engine, w), env=env_of(_library_env(engine, {})),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        for w in real.workers:
+            procs.append(spawn(rpc_argv(engine, w), w.name, env=env_of(_library_env(engine, {})),
+                               start_new_session=True))
+        for w, p in zip(real.workers, procs):
             deadline = time.monotonic() + 60
             while not port_answers(w.bind, w.port, 0.2):
-                assert time.monotonic() < deadline, "worker did not start"
+                assert p.poll() is None, died(p, f"ggml-rpc-server {w.name}")
+                assert time.monotonic() < deadline, f"ggml-rpc-server {w.name} did not listen in 60 s"
                 time.sleep(0.05)
         proxies = [DelayProxy((w.bind, w.port)) for w in real.workers]
         head_spec = spec_for(model, [p.port for p in proxies], head_port)
-        head = subprocess.Popen(server_argv(engine, head_spec), env=env_of(_library_env(engine, {})),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        head = spawn(server_argv(engine, head_spec), "head", env=env_of(_library_env(engine, {})),
+                     start_new_session=True)
         procs.append(head)
         endpoint = f"http://127.0.0.1:{head_port}"
         deadline = time.monotonic() + 300
         while True:
-            assert head.poll() is None, "llama-server exited"
+            assert head.poll() is None, died(head, "llama-server")
             try:
                 if httpx.get(f"{endpoint}/health", timeout=2).status_code == 200:
                     break

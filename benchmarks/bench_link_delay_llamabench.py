@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "multihost"))
 
 from delay_proxy import DelayProxy  # noqa: E402
+from _procs import died, spawn  # noqa: E402
 
 
 def free_port() -> int:
@@ -54,15 +55,16 @@ def main() -> None:
             argv = [str(args.bin / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p)]
             if args.threads:
                 argv += ["-t", str(args.threads)]
-            workers.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for p in ports:
+            workers.append(spawn(argv, f"rpc-{p}", env=env))
+        for p, w in zip(ports, workers):
             deadline = time.monotonic() + 30
             while True:
                 try:
                     socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
                     break
                 except OSError:
-                    assert time.monotonic() < deadline, "ggml-rpc-server did not start"
+                    assert w.poll() is None, died(w, f"ggml-rpc-server on {p}")
+                    assert time.monotonic() < deadline, f"ggml-rpc-server on {p} did not listen in 30 s"
                     time.sleep(0.05)
         proxies = [DelayProxy(("127.0.0.1", p)) for p in ports]
         rpc = ",".join(f"127.0.0.1:{px.port}" for px in proxies)

@@ -36,6 +36,7 @@ from splitserve.cluster import down, launch_plan, load_spec, port_in_use, up  # 
 from splitserve.cluster._commands import process_env  # noqa: E402
 from splitserve.cluster._run import port_answers  # noqa: E402
 from splitserve.engine import BuildOptions, build_engine  # noqa: E402
+from _procs import died, spawn  # noqa: E402
 
 
 def bare_load_seconds(spec, engine) -> float:  # type: ignore[no-untyped-def]
@@ -44,14 +45,14 @@ def bare_load_seconds(spec, engine) -> float:  # type: ignore[no-untyped-def]
     procs = []
     try:
         for w in plan.workers:
-            procs.append(subprocess.Popen(w.argv, env=process_env(w), stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
-        for w in plan.workers:
+            procs.append(spawn(w.argv, w.node, env=process_env(w), start_new_session=True))
+        for w, p in zip(plan.workers, procs):
             while not port_answers(w.bind, w.port, 0.2):
+                if p.poll() is not None:
+                    raise SystemExit(died(p, f"ggml-rpc-server {w.node}"))
                 time.sleep(0.005)
         t0 = time.monotonic()
-        head = subprocess.Popen(plan.head.argv, env=process_env(plan.head), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        head = spawn(plan.head.argv, "head", env=process_env(plan.head), start_new_session=True)
         procs.append(head)
         with httpx.Client(timeout=5) as client:
             while True:
@@ -61,7 +62,7 @@ def bare_load_seconds(spec, engine) -> float:  # type: ignore[no-untyped-def]
                 except httpx.HTTPError:
                     pass
                 if head.poll() is not None:
-                    raise SystemExit("bare llama-server exited")
+                    raise SystemExit(died(head, "bare llama-server"))
                 time.sleep(0.005)
         return time.monotonic() - t0
     finally:
