@@ -44,6 +44,8 @@ OOM_KILLERS = {
     "nohang": "sudo systemctl disable --now nohang",
 }
 RTT_WARN_MS = 1.0
+COPIED = "copied the head's build"
+"""In an ``engine`` row: preflight copied the engine there (``up`` reports it as done)."""
 
 FACTS_SCRIPT = r"""
 echo "uid $(id -u)"
@@ -357,7 +359,7 @@ def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str,
                                      f"check the disk and write access of {w.workdir} on {w.host}"))
                 continue
             rows.append(CheckRow("engine", w.name, "pass",
-                                 f"{found.detail}: copied the head's build to {w.host}:{eng.bin_dir} "
+                                 f"{found.detail}: {COPIED} to {w.host}:{eng.bin_dir} "
                                  f"({sent / 1048576:.1f} MiB, sha256 verified)"))
     return rows
 

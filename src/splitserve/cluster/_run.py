@@ -430,14 +430,14 @@ def _check_gateway_auth(spec: ClusterSpec) -> None:
 
 
 def _preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent) -> None:
-    from ._preflight import run_checks
+    from ._preflight import COPIED, run_checks
 
     # Ports are checked below, after the stale processes are gone, with the historic message.
     rows = run_checks(spec, engines, skip=("ports",))
     for row in rows:
         if row.status != "pass":
             emit(Event("preflight", row.node, f"{row.status}: {row.check}: {row.message}"))
-        elif row.check in ("engine", "smoke") and row.node != "head":
+        elif (row.check == "smoke" or (row.check == "engine" and COPIED in row.message)) and row.node != "head":
             emit(Event(row.check, row.node, row.message))  # what preflight did there: copied, tested
     failed = [r for r in rows if r.status == "fail"]
     if failed:
