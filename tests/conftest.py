@@ -13,7 +13,7 @@ from splitserve.engine import BuildOptions, Engine, build_engine
 
 @pytest.fixture(scope="session")
 def engine() -> Engine:
-    """The CPU llama.cpp build from the engine cache (built on first use, ~11 min on 2 cores).
+    """The CPU llama.cpp build from the engine cache (built on first use, ~13 min on 2 cores).
 
     ``SPLITSERVE_TEST_ENGINE`` may name an engine folder to use instead.
     """
