@@ -18,7 +18,6 @@ import pty
 import re
 import select
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from typing import Any
 from .._errors import BuildError, UsageError
 from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
-from ._smoke import SmokeReport, machine_fingerprint, smoke_test
+from ._smoke import SmokeReport, _free_port, machine_fingerprint, smoke_test
 from ._tiny import tiny_model
 from ._source import SourceTree, resolve_source
 
@@ -187,12 +186,6 @@ def _rpath(binary: Path) -> str | None:
         return None
     m = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[([^\]]*)\]", out)
     return m.group(1) if m else ""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def probe_rpc_protocol(rpc_server: Path, timeout: float = 20.0) -> str | None:
