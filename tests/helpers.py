@@ -144,3 +144,26 @@ def rpc_workers(engine: Engine, ports: list[int], tmp_dir: Path | None = None) -
             proc.kill()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+@contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """An ASGI app under uvicorn in a thread on a free loopback port; yields its base URL."""
+    import threading
+
+    import uvicorn
+
+    (port,) = free_ports(1)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the app did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)

@@ -9,7 +9,6 @@ structured call, streamed and not.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,9 +17,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import uvicorn
 
-from helpers import bare_server, died_message, free_ports
+from helpers import bare_server, died_message, free_ports, serve_app
 from splitserve.engine import resolve_source
 from splitserve.gateway import GatewayConfig, KeyRing, create_app
 
@@ -45,22 +43,10 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 @contextmanager
 def running_gateway(config: GatewayConfig) -> Iterator[str]:
-    """uvicorn in a thread on a free loopback port; yields the base URL."""
-    (port,) = free_ports(1)
-    config.port = port
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    """The gateway under uvicorn in a thread on a free loopback port; yields the base URL."""
+    with serve_app(create_app(config)) as url:
+        config.port = int(url.rsplit(":", 1)[1])
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,7 @@ COMMAND_MODULES: dict[str, str] = {
     "serve": "_gateway",
     "keys": "_gateway",
     "doctor": "_gateway",
+    "eval": "_eval",
 }
 
 

@@ -1,0 +1,209 @@
+"""``splitserve eval run|list|report|compare``: agentic tool-use evaluation of any endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from .._errors import SplitserveError, UsageError
+from ._app import app, fail, make_console
+
+eval_app = typer.Typer(
+    help="Agentic tool-use evaluation: Toolery-format or built-in scenarios against any "
+         "OpenAI-compatible endpoint, with failure causes and paired comparison.\n\n"
+         "Example: splitserve eval run builtin --url http://127.0.0.1:8080 --trials 3 -o runs/local",
+    no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+console = make_console()
+err = make_console(stderr=True)
+
+SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toolery format), or a built-in suite: builtin")]
+
+
+def _need_eval_extra() -> None:
+    try:
+        import inspect_ai  # noqa: F401
+        import jsonschema  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"eval needs the eval extra ({exc.name} is missing): pip install 'splitserve[eval]'") from None
+
+
+def _load(suite: str) -> Any:
+    _need_eval_extra()
+    from ..eval import load_suite
+
+    return load_suite(suite)
+
+
+@eval_app.command("list")
+def list_cmd(
+    suite: SuiteArg,
+    tier: Annotated[str | None, typer.Option(help="only this tier: easy, medium, hard, very_hard")] = None,
+    category: Annotated[str | None, typer.Option(help="only this category")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object instead of a table")] = False,
+) -> None:
+    """What `eval run` would run: id, tier, category, tools, checks; and every file that did not load, with why.
+
+    Exits 1 when any file could not be loaded.
+
+    Example: splitserve eval list ~/toolery/scenarios
+    """
+    try:
+        loaded = _load(suite)
+        chosen = loaded.select(tier, category)
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    rows = [{"id": s.id, "tier": s.tier, "category": s.category, "tools": s.tools,
+             "checks": [c.check for c in s.scoring.required],
+             "forbidden": [c.check for c in s.scoring.forbidden], "source": s.source} for s in chosen]
+    problems = [{"path": p.path, "reason": p.reason} for p in loaded.problems]
+    if as_json:
+        console.print_json(json.dumps({"suite": suite, "scenarios": rows, "problems": problems}))
+    else:
+        from rich.table import Table
+
+        table = Table("id", "tier", "category", "tools", "checks", box=None, pad_edge=False)
+        for row in rows:
+            table.add_row(row["id"], row["tier"], row["category"], ",".join(row["tools"]), ",".join(row["checks"]))
+        console.print(table)
+        console.print(f"{len(rows)} scenarios", markup=False)
+        for p in problems:
+            err.print(f"splitserve: error: {p['path']}: {p['reason']}", markup=False)
+    if problems:
+        raise typer.Exit(1)
+
+
+@eval_app.command("run")
+def run_cmd(
+    suite: SuiteArg,
+    url: Annotated[str, typer.Option("--url", help="the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")],
+    model: Annotated[str | None, typer.Option(help="model name to send (default: the endpoint's first)")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        help="name of the environment variable holding the API key (default: SPLITSERVE_API_KEY if set)")] = None,
+    trials: Annotated[int, typer.Option(min=1, help="trials per scenario")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="scenarios in flight at once")] = 1,
+    tier: Annotated[str | None, typer.Option(help="only this tier")] = None,
+    category: Annotated[str | None, typer.Option(help="only this category")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="only the first N scenarios (after the filters)")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="run folder; a rerun with the same folder continues it")] = None,
+    time_scale: Annotated[float | None, typer.Option(
+        min=0.01, help="factor on every scenario's timeout (default: from the measured decode speed)")] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="completion tokens per model turn")] = 2048,
+    label: Annotated[str, typer.Option(help="a name for this run in reports")] = "",
+    report: Annotated[bool, typer.Option("--report/--no-report", help="write the report when the run ends")] = True,
+) -> None:
+    """Run every scenario of SUITE against the endpoint through its chat completions API with tools.
+
+    The time budget of each scenario scales with the decode speed measured at the start; timeouts are
+    reported apart from quality failures. Ctrl-C keeps every finished trial; rerun to continue.
+
+    Example: splitserve eval run builtin --url http://127.0.0.1:8080 --trials 3 --concurrency 4 -o runs/local
+    """
+    from ..eval._run import RunOptions, run
+
+    run_dir = out or Path("eval-runs") / _default_name(url, model)
+    try:
+        if tier is not None and tier not in ("easy", "medium", "hard", "very_hard"):
+            raise UsageError(f"--tier {tier!r}: use easy, medium, hard or very_hard")
+        key = None
+        if api_key_env is not None:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise UsageError(f"--api-key-env {api_key_env}: that environment variable is not set")
+        else:
+            key = os.environ.get("SPLITSERVE_API_KEY") or None
+        loaded = _load(suite)
+        for p in loaded.problems:
+            err.print(f"warning: skipped {p.path}: {p.reason}", markup=False)
+        chosen = loaded.select(tier, category, limit)
+        if not chosen:
+            raise UsageError(f"suite {suite!r}: no scenario matches --tier {tier} --category {category}")
+        opts = RunOptions(suite=suite, url=url, out=run_dir, model=model, api_key=key, trials=trials,
+                          concurrency=concurrency, tier=tier, category=category, limit=limit,
+                          time_scale=time_scale, label=label, max_tokens=max_tokens)
+        with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                      TextColumn("ETA"), TimeRemainingColumn(), console=err) as bar:
+            task = bar.add_task("eval", total=len(chosen) * trials, rate="")
+
+            def progress(done: int, total: int, passes: int, scored: int) -> None:
+                rate = f"pass {100 * passes / scored:.1f}% of {scored}" if scored else ""
+                bar.update(task, completed=done, total=total, rate=rate)
+
+            path = run(opts, chosen, progress)
+    except KeyboardInterrupt:
+        err.print(f"splitserve: interrupted; finished trials are kept in {run_dir}; "
+                  "rerun the same command to continue", markup=False)
+        raise typer.Exit(130) from None
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    console.print(f"run written to {path}", markup=False)
+    if report:
+        from ..eval._report import write_report
+
+        written = write_report(run_dir, run_dir / "report")
+        console.print(f"report written to {written[0]}", markup=False)
+
+
+def _default_name(url: str, model: str | None) -> str:
+    import re
+    import time
+
+    host = re.sub(r"^\w+://", "", url).split("/")[0]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model or host}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _run_dir(path: Path, what: str) -> Path:
+    from ..eval._records import run_file
+
+    if not run_file(path).is_file():
+        raise UsageError(f"{what} {path}: no run file ({run_file(path)} does not exist)")
+    return path
+
+
+@eval_app.command("report")
+def report_cmd(
+    run: Annotated[Path, typer.Argument(help="a run folder written by `eval run`")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="folder for report.md, summary.json, PNGs (default RUN/report)")] = None,
+) -> None:
+    """Markdown + JSON + PNG report of one run: pass rates per tier and category with 95% intervals, failure causes.
+
+    Example: splitserve eval report runs/local
+    """
+    from ..eval._report import write_report
+
+    try:
+        _need_eval_extra()
+        written = write_report(_run_dir(run, "RUN"), out or run / "report")
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    for path in written:
+        console.print(f"wrote {path}", markup=False)
+
+
+@eval_app.command("compare")
+def compare_cmd(
+    run_a: Annotated[Path, typer.Argument(help="run A (the reference, e.g. the API)")],
+    run_b: Annotated[Path, typer.Argument(help="run B (e.g. the local quant)")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="folder for compare.md, compare.json, PNGs")] = None,
+) -> None:
+    """Paired comparison of two runs by scenario: per-tier deltas with bootstrap intervals, exact McNemar,
+    the minimum detectable difference, the scenarios that flipped each way, failure causes side by side.
+
+    Example: splitserve eval compare runs/api runs/local -o runs/api-vs-local
+    """
+    from ..eval._report import write_compare
+
+    try:
+        _need_eval_extra()
+        written = write_compare(_run_dir(run_a, "RUN_A"), _run_dir(run_b, "RUN_B"),
+                                out or Path(f"compare-{run_a.name}-vs-{run_b.name}"))
+    except SplitserveError as exc:
+        raise fail(exc) from None
+    for path in written:
+        console.print(f"wrote {path}", markup=False)

@@ -1,0 +1,167 @@
+"""One trial: the scenario's conversation with the endpoint, turn by turn, through inspect_ai.
+
+The model is an inspect_ai :class:`~inspect_ai.model.Model` (its OpenAI-compatible
+provider, pointed at any base URL). Each turn sends the whole conversation with the
+scenario's tools; each tool call is answered by the scenario's sandbox when it handles the
+tool, else by its ``tool_responses`` rules (``_mock``); the trial ends when the model
+answers without calling a tool, or a budget runs out (turns, tokens, seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from ._checks import strip_reasoning
+from ._grade import markup_in
+from ._mock import MockTools
+from ._scenario import Scenario
+from ._trace import ResultKind, ToolCall, Trace
+
+FILLER_WORDS = ("the quarterly report notes that the service remained within its targets while "
+                "several teams reviewed the schedule and agreed to revisit the open items next "
+                "week after the vendor delivers the updated figures").split()
+
+
+def prefill(tokens: int) -> str:
+    """About ``tokens`` tokens of neutral filler (Toolery's ``context_prefill_tokens``)."""
+    words = [FILLER_WORDS[i % len(FILLER_WORDS)] for i in range(int(tokens * 0.75))]
+    return "Background notes (not needed for the task):\n" + " ".join(words) + "\n\n"
+
+
+class Responder:
+    """Answers every tool call of one trial: sandbox first, then the scripted rules."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.offered = set(scenario.tools)
+        self.rules = MockTools(scenario)
+        self.sandbox = None
+        if scenario.sandbox is not None:
+            from ._sandbox import make_sandbox
+
+            self.sandbox = make_sandbox(scenario.sandbox)
+
+    def respond(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        if name not in self.offered:
+            self.rules.note_call(name)
+            return {"error": f"unknown tool {name!r}; available: {', '.join(sorted(self.offered))}"}, "error"
+        if self.sandbox is not None and self.sandbox.handles(name) and not self.rules.handles(name):
+            self.rules.note_call(name)
+            return self.sandbox.call(name, args)
+        return self.rules.respond(name, args)
+
+
+def tool_schemas(scenario: Scenario) -> list[dict[str, Any]]:
+    from ._tools import schema_for
+
+    sandbox_tools: dict[str, dict[str, Any]] = {}
+    if scenario.sandbox is not None:
+        from ._sandbox import SANDBOX_TOOLS
+
+        sandbox_tools = SANDBOX_TOOLS
+    out = []
+    for name in scenario.tools:
+        schema = scenario.tool_schemas.get(name) or schema_for(name) or sandbox_tools.get(name)
+        if schema is not None:
+            out.append(schema)
+    return out
+
+
+def _tool_infos(scenario: Scenario) -> list[Any]:
+    from inspect_ai.tool import ToolInfo, ToolParams
+
+    infos = []
+    for schema in tool_schemas(scenario):
+        fn = schema.get("function", schema)
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        infos.append(ToolInfo(name=fn["name"], description=fn.get("description") or fn["name"],
+                              parameters=ToolParams.model_validate(params)))
+    return infos
+
+
+def _content(result: Any) -> str:
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+
+
+async def play(scenario: Scenario, model: Any, time_budget_s: float,
+               max_tokens: int = 2048) -> tuple[Trace, float]:
+    """Run one trial; returns the trace and the seconds spent inside model requests."""
+    from inspect_ai.model import ChatMessageSystem, ChatMessageTool, ChatMessageUser, GenerateConfig
+
+    responder = Responder(scenario)
+    trace = Trace(sandbox=responder.sandbox)
+    messages: list[Any] = []
+    if scenario.system_prompt:
+        messages.append(ChatMessageSystem(content=scenario.system_prompt))
+    prompt = scenario.prompt
+    if scenario.context_prefill_tokens:
+        prompt = prefill(scenario.context_prefill_tokens) + prompt
+    messages.append(ChatMessageUser(content=prompt))
+    tools = _tool_infos(scenario)
+    budget = scenario.budget
+    gen_s = 0.0
+
+    async def turns() -> None:
+        nonlocal gen_s
+        for turn in range(budget.max_turns + 1):
+            left = max_tokens
+            if budget.max_tokens is not None:
+                left = min(left, budget.max_tokens - trace.completion_tokens)
+                if left <= 0:
+                    trace.error_kind, trace.error = "budget", f"token budget {budget.max_tokens} spent"
+                    return
+            started = time.monotonic()
+            output = await model.generate(messages, tools=tools, config=GenerateConfig(max_tokens=left))
+            gen_s += time.monotonic() - started
+            trace.turns = turn + 1
+            if output.usage is not None:
+                trace.prompt_tokens += output.usage.input_tokens
+                trace.completion_tokens += output.usage.output_tokens
+            message = output.message
+            messages.append(message)
+            text = message.text or None
+            calls = message.tool_calls or []
+            if not calls:
+                trace.raw_response = text
+                trace.response = strip_reasoning(text)
+                reasoning = [c.reasoning for c in message.content if getattr(c, "type", "") == "reasoning"] \
+                    if isinstance(message.content, list) else []
+                trace.reasoning = "\n".join(r for r in reasoning if r) or None
+                if (markup := markup_in(text)) is not None:
+                    trace.error_kind = "parse_error"
+                    trace.error = f"tool-call markup left in the answer: {markup!r}"
+                return
+            for call in calls:
+                if call.parse_error:
+                    raw = str(getattr(call, "arguments", ""))
+                    trace.calls.append(ToolCall(turn, call.function, {"_raw": raw}, call.parse_error, "error", call.id))
+                    trace.error_kind = "parse_error"
+                    trace.error = f"{call.function}: arguments are not JSON: {call.parse_error.splitlines()[0][:120]}"
+                    return
+                args = call.arguments if isinstance(call.arguments, dict) else {"_raw": call.arguments}
+                result, kind = responder.respond(call.function, args)
+                trace.calls.append(ToolCall(turn, call.function, args, result, kind, call.id))
+                messages.append(ChatMessageTool(content=_content(result), tool_call_id=call.id, function=call.function))
+            if len(trace.calls) > budget.max_tool_calls:
+                trace.error_kind, trace.error = "budget", f"{len(trace.calls)} calls > max_tool_calls {budget.max_tool_calls}"
+                return
+        trace.error_kind, trace.error = "budget", f"still calling tools after {budget.max_turns + 1} turns"
+
+    try:
+        async with asyncio.timeout(time_budget_s):
+            await turns()
+    except TimeoutError:
+        trace.error_kind, trace.error = "timeout", f"no answer within {time_budget_s:.0f} s (time budget)"
+    except Exception as exc:  # the endpoint failed: HTTP status, connection, bad body
+        trace.error_kind = "http_error"
+        trace.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    trace.messages = await _openai_messages(messages)
+    return trace, gen_s
+
+
+async def _openai_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    from inspect_ai.model import messages_to_openai
+
+    return [dict(m) for m in await messages_to_openai(messages)]

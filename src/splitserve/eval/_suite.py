@@ -1,0 +1,123 @@
+"""Finding and loading a suite: a folder of scenario files, or a built-in suite by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._errors import UsageError
+from ._scenario import Scenario
+
+BUILTIN = ("builtin",)
+SCENARIO_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Problem:
+    """A file that could not be loaded, and why (one line)."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Suite:
+    name: str
+    scenarios: list[Scenario] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def select(self, tier: str | None = None, category: str | None = None,
+               limit: int | None = None) -> list[Scenario]:
+        chosen = [s for s in self.scenarios
+                  if (tier is None or s.tier == tier) and (category is None or s.category == category)]
+        return chosen[:limit] if limit is not None else chosen
+
+
+def _reason(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def load_file(path: Path) -> Scenario:
+    """One scenario file; raises ValueError with a one-line reason."""
+    import yaml
+
+    try:
+        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"a scenario is a mapping, this file holds {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(_reason(exc)) from None
+    scenario.source = str(path)
+    return scenario
+
+
+def _check_tools(scenario: Scenario) -> str | None:
+    from ._tools import schemas_for
+
+    sandbox_tools: set[str] = set()
+    if scenario.sandbox is not None:
+        from ._sandbox import SANDBOX_TOOLS
+
+        sandbox_tools = set(SANDBOX_TOOLS)
+    _, missing = schemas_for([t for t in scenario.tools if t not in sandbox_tools], scenario.tool_schemas)
+    if missing:
+        return (f"tools without a schema: {', '.join(missing)} "
+                "(add them under tool_schemas: {name: OpenAI function schema})")
+    return None
+
+
+def load_folder(root: Path) -> Suite:
+    suite = Suite(name=str(root))
+    seen: dict[str, str] = {}
+    for path in sorted(p for p in root.rglob("*") if p.suffix in SCENARIO_SUFFIXES and p.is_file()):
+        try:
+            scenario = load_file(path)
+        except ValueError as exc:
+            suite.problems.append(Problem(str(path), str(exc)))
+            continue
+        if scenario.id in seen:
+            suite.problems.append(Problem(str(path), f"duplicate id {scenario.id!r} (also in {seen[scenario.id]})"))
+            continue
+        if (why := _check_tools(scenario)) is not None:
+            suite.problems.append(Problem(str(path), why))
+            continue
+        seen[scenario.id] = str(path)
+        suite.scenarios.append(scenario)
+    return suite
+
+
+def load_suite(name: str) -> Suite:
+    """SUITE as the CLI takes it: a built-in name, or a folder (searched recursively)."""
+    if name in BUILTIN:
+        from .builtin import scenarios
+
+        return Suite(name=name, scenarios=scenarios())
+    path = Path(name)
+    if path.is_file() and path.suffix in SCENARIO_SUFFIXES:
+        suite = Suite(name=str(path))
+        try:
+            suite.scenarios.append(load_file(path))
+        except ValueError as exc:
+            suite.problems.append(Problem(str(path), str(exc)))
+        return suite
+    if not path.is_dir():
+        raise UsageError(f"suite {name!r}: no such folder, and not a built-in suite "
+                         f"(built in: {', '.join(BUILTIN)})")
+    suite = load_folder(path)
+    if not suite.scenarios and not suite.problems:
+        raise UsageError(f"suite {name!r}: no scenario files (*.yaml, *.yml) in this folder")
+    return suite
