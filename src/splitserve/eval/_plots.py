@@ -38,8 +38,9 @@ def plot_tiers(summary: Mapping[str, Any], title: str, path: Path) -> Path | Non
     fig, ax = plt.subplots(figsize=(1.6 + 1.25 * len(groups), 4.4))
     xs = range(len(groups))
     est = [100 * g["rate"].estimate for _, g in groups]
-    err = [[e - 100 * g["rate"].low for e, (_, g) in zip(est, groups)],
-           [100 * g["rate"].high - e for e, (_, g) in zip(est, groups)]]
+    # max(0, …): an interval end equal to the estimate can come out a rounding error past it
+    err = [[max(0.0, e - 100 * g["rate"].low) for e, (_, g) in zip(est, groups)],
+           [max(0.0, 100 * g["rate"].high - e) for e, (_, g) in zip(est, groups)]]
     colors = ["#4c72b0"] * (len(groups) - 1) + ["#55585c"]
     ax.bar(xs, est, color=colors, width=0.6)
     ax.errorbar(xs, est, yerr=err, fmt="none", ecolor="black", capsize=5, lw=1.2)
@@ -91,7 +92,7 @@ def plot_compare(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) ->
             band = min(c.mde_pp, 100.0)
             ax.fill_between([x - 0.3, x + 0.3], -band, band, color="#dddddd", lw=0)
         color = ("#2a9d3a" if c.delta_pp > 0 else "#c44e52") if c.significant else "#4c72b0"
-        ax.errorbar([x], [c.delta_pp], yerr=[[c.delta_pp - c.ci_low_pp], [c.ci_high_pp - c.delta_pp]],
+        ax.errorbar([x], [c.delta_pp], yerr=[[max(0.0, c.delta_pp - c.ci_low_pp)], [max(0.0, c.ci_high_pp - c.delta_pp)]],
                     fmt="o", color=color, ecolor=color, capsize=6, lw=1.5, ms=7)
         ax.annotate(f"{c.delta_pp:+.1f}", (x, c.delta_pp), xytext=(9, 0), textcoords="offset points",
                     va="center", fontsize=9, bbox={"fc": "white", "ec": "none", "pad": 1, "alpha": 0.8})
