@@ -26,12 +26,11 @@ SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toole
 
 
 def _need_eval_extra() -> None:
-    try:
-        import inspect_ai  # noqa: F401
-        import jsonschema  # noqa: F401
-        import yaml  # noqa: F401
-    except ImportError as exc:
-        raise UsageError(f"eval needs the eval extra ({exc.name} is missing): pip install 'splitserve[eval]'") from None
+    from importlib.util import find_spec
+
+    for module in ("inspect_ai", "jsonschema", "yaml"):
+        if find_spec(module) is None:
+            raise UsageError(f"eval needs the eval extra ({module} is missing): pip install 'splitserve[eval]'")
 
 
 def _load(suite: str) -> Any:
