@@ -16,13 +16,13 @@ from ._app import app, fail, make_console
 eval_app = typer.Typer(
     help="Agentic tool-use evaluation: Toolery-format or built-in scenarios against any "
          "OpenAI-compatible endpoint, with failure causes and paired comparison.\n\n"
-         "Example: splitserve eval run builtin --url http://127.0.0.1:8080 --trials 3 -o runs/local",
+         "Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 -o runs/local",
     no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
 console = make_console()
 err = make_console(stderr=True)
 
-SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toolery format), or a built-in suite: builtin")]
+SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toolery format), searched recursively")]
 
 
 def _need_eval_extra() -> None:
@@ -102,7 +102,7 @@ def run_cmd(
     The time budget of each scenario scales with the decode speed measured at the start; timeouts are
     reported apart from quality failures. Ctrl-C keeps every finished trial; rerun to continue.
 
-    Example: splitserve eval run builtin --url http://127.0.0.1:8080 --trials 3 --concurrency 4 -o runs/local
+    Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 --concurrency 4 -o runs/local
     """
     from ..eval._run import RunOptions, run
 

@@ -11,7 +11,9 @@ from pydantic import ValidationError
 from .._errors import UsageError
 from ._scenario import Scenario
 
-BUILTIN = ("builtin",)
+# The built-in suite (package `builtin`, templates with seeded values) joins this list when it is
+# finished; until then SUITE is a folder of scenario files.
+BUILTIN: tuple[str, ...] = ()
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
 
@@ -116,7 +118,7 @@ def load_suite(name: str) -> Suite:
         return suite
     if not path.is_dir():
         raise UsageError(f"suite {name!r}: no such folder, and not a built-in suite "
-                         f"(built in: {', '.join(BUILTIN)})")
+                         f"(built in: {', '.join(BUILTIN) or 'none yet'})")
     suite = load_folder(path)
     if not suite.scenarios and not suite.problems:
         raise UsageError(f"suite {name!r}: no scenario files (*.yaml, *.yml) in this folder")
