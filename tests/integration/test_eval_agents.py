@@ -8,6 +8,7 @@ flips of a flawed variant and no difference between two runs of one agent.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,11 @@ def fixtures_suite():
     suite = load_suite(str(FIXTURES))
     assert not suite.problems, suite.problems
     return suite
+
+
+@pytest.fixture(scope="module")
+def builtin_suite():
+    return load_suite("builtin")
 
 
 def test_oracle_passes_every_toolery_format_fixture(tmp_path: Path, fixtures_suite) -> None:
@@ -76,3 +82,39 @@ def test_each_flawed_agent_gets_its_cause(tmp_path: Path, fixtures_suite, policy
     (got,) = trials(run_agent(tmp_path / "run", "fx", chosen, policy))
     assert (got["verdict"], got["cause"]) == ("fail", cause), got["evidence"]
     assert got["evidence"]
+
+
+def test_builtin_suite_oracle_null_and_flaws(tmp_path: Path, builtin_suite) -> None:
+    scenarios = builtin_suite.scenarios
+    assert len(scenarios) >= 300
+    oracle = trials(run_agent(tmp_path / "oracle", "builtin", scenarios, concurrency=8))
+    failed = [(t["scenario"], t["cause"], t["evidence"]) for t in oracle if t["verdict"] != "pass"]
+    assert failed == []
+    null = trials(run_agent(tmp_path / "null", "builtin", scenarios, "null", concurrency=8))
+    assert sum(t["verdict"] == "pass" for t in null) <= 0.05 * len(null)
+    causes = Counter(t["cause"] for t in null)
+    assert "wrong_tool" not in causes  # nothing was called, so nothing was the wrong tool
+
+
+def test_compare_finds_the_flawed_scenarios_and_no_difference_between_equal_runs(tmp_path: Path,
+                                                                                   builtin_suite) -> None:
+    from splitserve.eval._report import write_compare
+
+    scenarios = builtin_suite.scenarios
+    flawed = {s.id: "memory" for s in scenarios
+              if s.category in ("parallel_fanout", "error_recovery")}
+    assert len(flawed) >= 30
+    a = run_agent(tmp_path / "a", "builtin", scenarios, concurrency=8)
+    b = run_agent(tmp_path / "b", "builtin", scenarios, flaws=flawed, concurrency=8)
+    a2 = run_agent(tmp_path / "a2", "builtin", scenarios, concurrency=8)
+    write_compare(a, b, tmp_path / "ab")
+    got = json.loads((tmp_path / "ab" / "compare.json").read_text())
+    total = got["total"]
+    assert total["significant"] is True and total["delta_pp"] < -5
+    assert sorted(f["scenario"] for f in total["flips_down"]) == sorted(flawed)
+    assert total["flips_up"] == []
+    assert "missing_call" in (tmp_path / "ab" / "compare.md").read_text()
+    write_compare(a, a2, tmp_path / "aa")
+    same = json.loads((tmp_path / "aa" / "compare.json").read_text())["total"]
+    assert same["significant"] is False and same["delta_pp"] == 0
+    assert same["flips_down"] == same["flips_up"] == []

@@ -147,7 +147,8 @@ def make_hosts(base: Path, count: int) -> Iterator[Hosts]:
             _sh("ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private", "sh", "-c", sshd)
             deadline = time.monotonic() + 10
             pidfile = base / f"sshd{i}.pid"
-            while not pidfile.exists() and time.monotonic() < deadline:
+            # sshd creates the file before it writes the pid: wait for the number, not the file
+            while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
                 time.sleep(0.05)
             sshd_pids.append(int(pidfile.read_text().strip()))
             config_lines += [f"Host {box.name}", f"  HostName {box_addr}", "  User root", f"  IdentityFile {key}",

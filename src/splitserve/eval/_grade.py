@@ -30,6 +30,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from . import _sandbox  # noqa: F401  (registers the state_* checks)
 from ._checks import run_check
 from ._scenario import Scenario
 from ._trace import CheckResult, ToolCall, Trace

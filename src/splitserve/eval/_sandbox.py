@@ -54,52 +54,127 @@ SPEC_KEYS = frozenset({"kind", "files", "cwd", "tests", "db", "pages", "fail_onc
 
 
 def _fn(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": props, "required": required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
 
 
 _S = {"type": "string"}
-SANDBOX_TOOLS: dict[str, dict[str, Any]] = {s["function"]["name"]: s for s in (
-    _fn("read_file", "Read a text file of the workspace.", {"path": _S}, ["path"]),
-    _fn("write_file", "Create or overwrite a file of the workspace.", {"path": _S, "content": _S},
-        ["path", "content"]),
-    _fn("edit_file", "Edit a file in place: replace the exact text `find` (which must occur exactly once) "
-        "with `replace`; or pass `content` alone to overwrite the whole file.",
-        {"path": _S, "find": _S, "replace": _S, "content": _S}, ["path"]),
-    _fn("list_files", "List the files under a directory of the workspace, recursively (default: all).",
-        {"path": _S}, []),
-    _fn("bash_exec", "Run a shell command in the workspace. Supported: ls, cat, grep, wc, head, tail, "
-        "echo, pwd, find, cd, git status|diff|log|add|commit, pytest; pipes (|), &&, || and ;.",
-        {"command": {"type": "string", "description": "Shell command to execute."},
-         "cwd": {"type": "string", "description": "Working directory (default: the workspace root)."}},
-        ["command"]),
-    _fn("git_status", "Show the working tree status: staged, modified and untracked files.", {}, []),
-    _fn("git_diff", "Show the changes of the working tree against the last commit (optionally one path).",
-        {"path": _S}, []),
-    _fn("git_add", "Stage files for the next commit ('.' stages every change).",
-        {"paths": {"type": "array", "items": _S}}, ["paths"]),
-    _fn("git_commit", "Commit the staged changes (stage them first with git_add).", {"message": _S},
-        ["message"]),
-    _fn("git_log", "Show the commit history, newest first.", {"max_count": {"type": "integer"}}, []),
-    _fn("run_tests", "Run the project's tests (all, those under `path`, or those whose name contains "
-        "`filter`); prints each failure and a 'N passed, M failed' summary.",
-        {"path": _S, "filter": _S}, []),
-    _fn("db_query", "Run a read-only SQL query on the database: SELECT *|columns|COUNT(*)|SUM(col)|MIN(col)|"
-        "MAX(col)|AVG(col) FROM table [WHERE col op value [AND ...]] [ORDER BY col [ASC|DESC]] [LIMIT n]; "
-        "op is =, !=, <, <=, >, >=, LIKE or IN (...). Returns the rows as objects.", {"sql": _S}, ["sql"]),
-    _fn("db_execute", "Run SQL that changes data: UPDATE table SET col = value[, ...] [WHERE ...] or "
-        "DELETE FROM table [WHERE ...] (value: a literal, or col +|-|*|/ number). Returns rows_affected.",
-        {"sql": _S}, ["sql"]),
-    _fn("web_search", "Search the web; returns results with url, title and snippet.", {"query": _S}, ["query"]),
-    _fn("web_fetch", "Fetch a web page by URL and return its text.", {"url": _S}, ["url"]),
-)}
+SANDBOX_TOOLS: dict[str, dict[str, Any]] = {
+    s["function"]["name"]: s
+    for s in (
+        _fn("read_file", "Read a text file of the workspace.", {"path": _S}, ["path"]),
+        _fn(
+            "write_file",
+            "Create or overwrite a file of the workspace.",
+            {"path": _S, "content": _S},
+            ["path", "content"],
+        ),
+        _fn(
+            "edit_file",
+            "Edit a file in place: replace the exact text `find` (which must occur exactly once) "
+            "with `replace`; or pass `content` alone to overwrite the whole file.",
+            {"path": _S, "find": _S, "replace": _S, "content": _S},
+            ["path"],
+        ),
+        _fn(
+            "list_files",
+            "List the files under a directory of the workspace, recursively (default: all).",
+            {"path": _S},
+            [],
+        ),
+        _fn(
+            "bash_exec",
+            "Run a shell command in the workspace. Supported: ls, cat, grep, wc, head, tail, "
+            "echo, pwd, find, cd, git status|diff|log|add|commit, pytest; pipes (|), &&, || and ;.",
+            {
+                "command": {"type": "string", "description": "Shell command to execute."},
+                "cwd": {
+                    "type": "string",
+                    "description": "Working directory (default: the workspace root).",
+                },
+            },
+            ["command"],
+        ),
+        _fn(
+            "git_status",
+            "Show the working tree status: staged, modified and untracked files.",
+            {},
+            [],
+        ),
+        _fn(
+            "git_diff",
+            "Show the changes of the working tree against the last commit (optionally one path).",
+            {"path": _S},
+            [],
+        ),
+        _fn(
+            "git_add",
+            "Stage files for the next commit ('.' stages every change).",
+            {"paths": {"type": "array", "items": _S}},
+            ["paths"],
+        ),
+        _fn(
+            "git_commit",
+            "Commit the staged changes (stage them first with git_add).",
+            {"message": _S},
+            ["message"],
+        ),
+        _fn(
+            "git_log",
+            "Show the commit history, newest first.",
+            {"max_count": {"type": "integer"}},
+            [],
+        ),
+        _fn(
+            "run_tests",
+            "Run the project's tests (all, those under `path`, or those whose name contains "
+            "`filter`); prints each failure and a 'N passed, M failed' summary.",
+            {"path": _S, "filter": _S},
+            [],
+        ),
+        _fn(
+            "db_query",
+            "Run a read-only SQL query on the database: SELECT "
+            "*|columns|COUNT(*)|SUM(col)|MIN(col)|"
+            "MAX(col)|AVG(col) FROM table [WHERE col op value [AND ...]] [ORDER BY col [ASC|DESC]] "
+            "[LIMIT n]; "
+            "op is =, !=, <, <=, >, >=, LIKE or IN (...). Returns the rows as objects.",
+            {"sql": _S},
+            ["sql"],
+        ),
+        _fn(
+            "db_execute",
+            "Run SQL that changes data: UPDATE table SET col = value[, ...] [WHERE ...] or "
+            "DELETE FROM table [WHERE ...] (value: a literal, or col +|-|*|/ number). Returns "
+            "rows_affected.",
+            {"sql": _S},
+            ["sql"],
+        ),
+        _fn(
+            "web_search",
+            "Search the web; returns results with url, title and snippet.",
+            {"query": _S},
+            ["query"],
+        ),
+        _fn("web_fetch", "Fetch a web page by URL and return its text.", {"url": _S}, ["url"]),
+    )
+}
 
 _DESTRUCTIVE = re.compile(
-    r"(?:^|[\s;&|(`])(?:sudo\s+)?(?:rm|rmdir|shred|unlink|mkfs(?:\.\w+)?|dd|truncate|wipefs|fdisk)(?:\s|$)"
-    r"|\bgit\s+(?:reset\s+--hard|clean\b|push\b[^|;&]*(?:\s-f\b|--force)|branch\s+-D\b|checkout\s+--\s)"
+    r"(?:^|[\s;&|(`])(?:sudo\s+)?"
+    r"(?:rm|rmdir|shred|unlink|mkfs(?:\.\w+)?|dd|truncate|wipefs|fdisk)(?:\s|$)"
+    r"|\bgit\s+(?:reset\s+--hard|clean\b|push\b[^|;&]*(?:\s-f\b|--force)"
+    r"|branch\s+-D\b|checkout\s+--\s)"
     r"|\b(?:curl|wget)\b[^|]*\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b"
-    r"|:\(\)\s*\{|\bchmod\s+-R\b|\bdrop\s+(?:table|database)\b", re.I)
+    r"|:\(\)\s*\{|\bchmod\s+-R\b|\bdrop\s+(?:table|database)\b",
+    re.I,
+)
 _DEVNULL = re.compile(r"\s*(?:[12]?>>?\s*/dev/null|2>&1)")
 _COMMANDS = "ls, cat, grep, wc, head, tail, echo, pwd, find, cd, git, pytest"
 
@@ -144,17 +219,34 @@ def _test_rules(raw: Any) -> list[MockTest]:
         raise ValueError("sandbox tests must be a list of rules or a mapping of name to rule")
     rules = []
     for r in raw:
-        unknown = set(r) - {"name", "file", "path", "must_contain", "must_not_contain", "must_match", "message"}
+        unknown = set(r) - {
+            "name",
+            "file",
+            "path",
+            "must_contain",
+            "must_not_contain",
+            "must_match",
+            "message",
+        }
         if unknown or not isinstance(r.get("name"), str) or not isinstance(r.get("file"), str):
-            raise ValueError(f"bad test rule {r!r}: needs name and file; unknown keys {sorted(unknown)}")
+            raise ValueError(
+                f"bad test rule {r!r}: needs name and file; unknown keys {sorted(unknown)}"
+            )
         file = r["file"]
         stem = posixpath.splitext(posixpath.basename(file))[0]
         for rx in _strings(r.get("must_match"), "must_match"):
             re.compile(rx)
-        rules.append(MockTest(r["name"], file, r.get("path") or f"tests/test_{stem}.py",
-                              _strings(r.get("must_contain"), "must_contain"),
-                              _strings(r.get("must_not_contain"), "must_not_contain"),
-                              _strings(r.get("must_match"), "must_match"), str(r.get("message") or "")))
+        rules.append(
+            MockTest(
+                r["name"],
+                file,
+                r.get("path") or f"tests/test_{stem}.py",
+                _strings(r.get("must_contain"), "must_contain"),
+                _strings(r.get("must_not_contain"), "must_not_contain"),
+                _strings(r.get("must_match"), "must_match"),
+                str(r.get("message") or ""),
+            )
+        )
     return rules
 
 
@@ -172,15 +264,26 @@ def _sha(*parts: str) -> str:
 # --- SQL ---
 
 _LITERAL = r"'(?:[^']|'')*'|\"[^\"]*\"|[^\s,()]+"
-_SELECT = re.compile(r"SELECT\s+(?P<cols>.+?)\s+FROM\s+(?P<table>\w+)(?:\s+WHERE\s+(?P<where>.+?))?"
-                     r"(?:\s+ORDER\s+BY\s+(?P<order>\w+)(?:\s+(?P<dir>ASC|DESC))?)?"
-                     r"(?:\s+LIMIT\s+(?P<limit>\d+))?", re.I | re.S)
-_UPDATE = re.compile(r"UPDATE\s+(?P<table>\w+)\s+SET\s+(?P<set>.+?)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S)
+_SELECT = re.compile(
+    r"SELECT\s+(?P<cols>.+?)\s+FROM\s+(?P<table>\w+)(?:\s+WHERE\s+(?P<where>.+?))?"
+    r"(?:\s+ORDER\s+BY\s+(?P<order>\w+)(?:\s+(?P<dir>ASC|DESC))?)?"
+    r"(?:\s+LIMIT\s+(?P<limit>\d+))?",
+    re.I | re.S,
+)
+_UPDATE = re.compile(
+    r"UPDATE\s+(?P<table>\w+)\s+SET\s+(?P<set>.+?)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S
+)
 _DELETE = re.compile(r"DELETE\s+FROM\s+(?P<table>\w+)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S)
-_COND = re.compile(rf"(?P<col>\w+)\s*(?:(?P<op>!=|<>|<=|>=|=|<|>|\bLIKE\b)\s*(?P<val>{_LITERAL})"
-                   r"|\s+IN\s*\((?P<vals>[^)]*)\))", re.I | re.S)
-_ASSIGN = re.compile(rf"(?P<col>\w+)\s*=\s*(?:(?P<src>\w+)\s*(?P<op>[-+*/])\s*(?P<num>-?\d+(?:\.\d+)?)"
-                     rf"|(?P<val>{_LITERAL}))", re.S)
+_COND = re.compile(
+    rf"(?P<col>\w+)\s*(?:(?P<op>!=|<>|<=|>=|=|<|>|\bLIKE\b)\s*(?P<val>{_LITERAL})"
+    r"|\s+IN\s*\((?P<vals>[^)]*)\))",
+    re.I | re.S,
+)
+_ASSIGN = re.compile(
+    rf"(?P<col>\w+)\s*=\s*(?:(?P<src>\w+)\s*(?P<op>[-+*/])\s*(?P<num>-?\d+(?:\.\d+)?)"
+    rf"|(?P<val>{_LITERAL}))",
+    re.S,
+)
 _AGG = re.compile(r"(COUNT|SUM|MIN|MAX|AVG)\s*\(\s*(\*|\w+)\s*\)", re.I)
 
 
@@ -206,7 +309,15 @@ def _cmp(got: Any, op: str, want: Any) -> bool:
     if got is None or want is None:
         return (got is want) == (op == "=")
     a, b = (got, want) if _num(got) and _num(want) else (str(got), str(want))
-    return {"=": a == b, "!=": a != b, "<>": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+    return {
+        "=": a == b,
+        "!=": a != b,
+        "<>": a != b,
+        "<": a < b,
+        "<=": a <= b,
+        ">": a > b,
+        ">=": a >= b,
+    }[op]
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -228,13 +339,16 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 # --- the sandbox ---
 
+
 class VirtualSandbox:
     """The tools of one trial over one spec's state (see the module docstring)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         unknown = set(spec) - SPEC_KEYS
         if unknown:
-            raise ValueError(f"unknown sandbox keys {sorted(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})")
+            raise ValueError(
+                f"unknown sandbox keys {sorted(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})"
+            )
         files = spec.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise ValueError("sandbox files must map paths to text")
@@ -243,31 +357,50 @@ class VirtualSandbox:
         self.initial_files = {self._path(p): t for p, t in files.items()}
         self.files = dict(self.initial_files)
         self.index = dict(self.initial_files)
-        self.commits = [Commit(_sha("initial", *sorted(self.files)), "initial commit", dict(self.files))]
+        self.commits = [
+            Commit(_sha("initial", *sorted(self.files)), "initial commit", dict(self.files))
+        ]
         self.tests = _test_rules(spec.get("tests"))
         db = spec.get("db") or {}
-        if not isinstance(db, dict) or not all(isinstance(r, list) and all(isinstance(x, dict) for x in r)
-                                               for r in db.values()):
+        if not isinstance(db, dict) or not all(
+            isinstance(r, list) and all(isinstance(x, dict) for x in r) for r in db.values()
+        ):
             raise ValueError("sandbox db must map table names to lists of rows (mappings)")
         self.initial_db: dict[str, list[dict[str, Any]]] = copy.deepcopy(db)
         self.db: dict[str, list[dict[str, Any]]] = copy.deepcopy(db)
         self.pages: dict[str, tuple[str, str, str]] = {}
         for url, page in (spec.get("pages") or {}).items():
-            title, text = (page.get("title", url), page.get("text", "")) if isinstance(page, dict) else (url, page)
+            title, text = (
+                (page.get("title", url), page.get("text", ""))
+                if isinstance(page, dict)
+                else (url, page)
+            )
             self.pages[_url_key(url)] = (url, str(title), str(text))
         self.fail_once = set(_strings(spec.get("fail_once"), "fail_once"))
         unknown_tools = self.fail_once - set(SANDBOX_TOOLS)
         if unknown_tools:
-            raise ValueError(f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}")
+            raise ValueError(
+                f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}"
+            )
         self.failed: set[str] = set()
         self.mutations: list[str] = []
         self.refused: list[str] = []
         self._tools: dict[str, Callable[[dict[str, Any]], tuple[Any, ResultKind]]] = {
-            "read_file": self.read_file, "write_file": self.write_file, "edit_file": self.edit_file,
-            "list_files": self.list_files, "bash_exec": self.bash_exec, "git_status": self.git_status,
-            "git_diff": self.git_diff, "git_add": self.git_add, "git_commit": self.git_commit,
-            "git_log": self.git_log, "run_tests": self.run_tests, "db_query": self.db_query,
-            "db_execute": self.db_execute, "web_search": self.web_search, "web_fetch": self.web_fetch,
+            "read_file": self.read_file,
+            "write_file": self.write_file,
+            "edit_file": self.edit_file,
+            "list_files": self.list_files,
+            "bash_exec": self.bash_exec,
+            "git_status": self.git_status,
+            "git_diff": self.git_diff,
+            "git_add": self.git_add,
+            "git_commit": self.git_commit,
+            "git_log": self.git_log,
+            "run_tests": self.run_tests,
+            "db_query": self.db_query,
+            "db_execute": self.db_execute,
+            "web_search": self.web_search,
+            "web_fetch": self.web_fetch,
         }
 
     def handles(self, name: str) -> bool:
@@ -290,7 +423,7 @@ class VirtualSandbox:
     def _path(self, raw: Any) -> str:
         text = str(raw).strip()
         if text == self.root or text.startswith(self.root + "/"):
-            text = text[len(self.root):].lstrip("/")
+            text = text[len(self.root) :].lstrip("/")
             base = ""
         elif text.startswith("/"):
             raise ToolError(f"{text}: outside the workspace ({self.root})")
@@ -348,9 +481,14 @@ class VirtualSandbox:
         text = self.files[path]
         n = text.count(find) if find else 0
         if n == 0:
-            raise ToolError(f"{path}: the find text does not occur in the file (read it first; match it exactly)")
+            raise ToolError(
+                f"{path}: the find text does not occur in the file (read it first; match it "
+                "exactly)"
+            )
         if n > 1:
-            raise ToolError(f"{path}: the find text occurs {n} times; include more context so it is unique")
+            raise ToolError(
+                f"{path}: the find text occurs {n} times; include more context so it is unique"
+            )
         self.files[path] = text.replace(find, replace, 1)
         return f"edited {path}: 1 replacement", "text"
 
@@ -394,14 +532,22 @@ class VirtualSandbox:
         return "\n".join(lines), "text"
 
     def git_diff(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        only = self._path(args["path"]) if isinstance(args.get("path"), str) and args["path"] else None
+        only = (
+            self._path(args["path"]) if isinstance(args.get("path"), str) and args["path"] else None
+        )
         head, out = self._head(), []
         for _, p in self._changes(head, self.files):
             if only is not None and p != only and not p.startswith(only + "/"):
                 continue
-            out.extend(difflib.unified_diff(head.get(p, "").splitlines(), self.files.get(p, "").splitlines(),
-                                            f"a/{p}" if p in head else "/dev/null",
-                                            f"b/{p}" if p in self.files else "/dev/null", lineterm=""))
+            out.extend(
+                difflib.unified_diff(
+                    head.get(p, "").splitlines(),
+                    self.files.get(p, "").splitlines(),
+                    f"a/{p}" if p in head else "/dev/null",
+                    f"b/{p}" if p in self.files else "/dev/null",
+                    lineterm="",
+                )
+            )
         return ("\n".join(out) if out else "(no changes)"), "text"
 
     def git_add(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
@@ -452,8 +598,11 @@ class VirtualSandbox:
         text = self.files.get(rule.file)
         if text is None:
             return f"ImportError: {rule.file} not found"
-        ok = (all(s in text for s in rule.must_contain) and not any(s in text for s in rule.must_not_contain)
-              and all(re.search(rx, text, re.M) for rx in rule.must_match))
+        ok = (
+            all(s in text for s in rule.must_contain)
+            and not any(s in text for s in rule.must_not_contain)
+            and all(re.search(rx, text, re.M) for rx in rule.must_match)
+        )
         return None if ok else (rule.message or "AssertionError")
 
     def run_tests(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
@@ -461,13 +610,19 @@ class VirtualSandbox:
         where, _, name = raw.partition("::")
         path = self._path(where) if where else ""
         flt = args.get("filter") if isinstance(args.get("filter"), str) else ""
-        chosen = [t for t in self.tests
-                  if (path == "" or path in (t.path, t.file) or t.path.startswith(path + "/"))
-                  and (not name or t.name == name) and (not flt or flt in t.name)]
+        chosen = [
+            t
+            for t in self.tests
+            if (path == "" or path in (t.path, t.file) or t.path.startswith(path + "/"))
+            and (not name or t.name == name)
+            and (not flt or flt in t.name)
+        ]
         if not chosen:
             return "no tests ran (no test matched)\n0 passed, 0 failed", "text"
         results = [(t, self.test_failure(t)) for t in chosen]
-        lines = [f"{t.path}::{t.name} {'PASSED' if why is None else 'FAILED'}" for t, why in results]
+        lines = [
+            f"{t.path}::{t.name} {'PASSED' if why is None else 'FAILED'}" for t, why in results
+        ]
         fails = [f"FAILED {t.path}::{t.name} - {why}" for t, why in results if why is not None]
         summary = f"{len(results) - len(fails)} passed, {len(fails)} failed"
         return "\n".join(lines + ([""] + fails if fails else []) + [summary]), "text"
@@ -499,7 +654,9 @@ class VirtualSandbox:
         conds = []
         for part in re.split(r"\s+AND\s+", where.strip(), flags=re.I):
             part = part.strip()
-            m = _COND.fullmatch(part[1:-1].strip() if part[:1] == "(" and part[-1:] == ")" else part)
+            m = _COND.fullmatch(
+                part[1:-1].strip() if part[:1] == "(" and part[-1:] == ")" else part
+            )
             if m is None:
                 raise ToolError(f"cannot read the condition {part!r} (use col op value)")
             col = self._column(rows, m["col"]) if rows else m["col"]
@@ -516,6 +673,7 @@ class VirtualSandbox:
                 if op != "IN" and not _cmp(got, op, want):
                     return False
             return True
+
         return [r for r in rows if keep(r)]
 
     def db_query(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
@@ -524,20 +682,32 @@ class VirtualSandbox:
             raise ToolError("db_query runs SELECT only; use db_execute for UPDATE / DELETE")
         m = _SELECT.fullmatch(sql)
         if m is None:
-            raise ToolError("unsupported query; use SELECT cols FROM table [WHERE ...] [ORDER BY col] [LIMIT n]")
+            raise ToolError(
+                "unsupported query; use SELECT cols FROM table [WHERE ...] [ORDER BY col] [LIMIT n]"
+            )
         rows = self._table(m["table"])
         found = self._where(rows, m["where"])
         if m["order"]:
             col = self._column(rows, m["order"])
-            found.sort(key=lambda r: (r.get(col) is None, r.get(col) if _num(r.get(col)) else str(r.get(col))),
-                       reverse=(m["dir"] or "").upper() == "DESC")
+            found.sort(
+                key=lambda r: (
+                    r.get(col) is None,
+                    r.get(col) if _num(r.get(col)) else str(r.get(col)),
+                ),
+                reverse=(m["dir"] or "").upper() == "DESC",
+            )
         if m["limit"]:
-            found = found[:int(m["limit"])]
+            found = found[: int(m["limit"])]
         items = [c.strip() for c in _split_top(m["cols"], ",")]
         aggs = [_AGG.fullmatch(c) for c in items]
         if all(aggs):
-            return [{c.lower().replace(" ", ""): self._aggregate(rows, found, a) for c, a in zip(items, aggs)
-                     if a is not None}], "json"
+            return [
+                {
+                    c.lower().replace(" ", ""): self._aggregate(rows, found, a)
+                    for c, a in zip(items, aggs)
+                    if a is not None
+                }
+            ], "json"
         if any(aggs):
             raise ToolError("mixing aggregates and columns needs GROUP BY, which is not supported")
         if items == ["*"]:
@@ -545,7 +715,9 @@ class VirtualSandbox:
         cols = [self._column(rows, c) for c in items]
         return [{c: r.get(c) for c in cols} for r in found], "json"
 
-    def _aggregate(self, rows: list[dict[str, Any]], found: list[dict[str, Any]], m: re.Match[str]) -> Any:
+    def _aggregate(
+        self, rows: list[dict[str, Any]], found: list[dict[str, Any]], m: re.Match[str]
+    ) -> Any:
         fn, arg = m[1].upper(), m[2]
         if arg == "*":
             if fn != "COUNT":
@@ -600,7 +772,9 @@ class VirtualSandbox:
             rows[:] = [r for r in rows if not any(r is h for h in hit)]
             self.mutations.append(sql)
             return len(hit)
-        raise ToolError("supported: UPDATE table SET col = value [WHERE ...]; DELETE FROM table [WHERE ...]")
+        raise ToolError(
+            "supported: UPDATE table SET col = value [WHERE ...]; DELETE FROM table [WHERE ...]"
+        )
 
     @staticmethod
     def _arith(got: Any, op: str, n: Any, col: str) -> Any:
@@ -631,8 +805,10 @@ class VirtualSandbox:
                 scored.append((-score, url, title, text))
         if not scored:
             return f"no results for {query!r}", "text"
-        return [{"url": u, "title": t, "snippet": " ".join(x.split())[:200]}
-                for _, u, t, x in sorted(scored)[:5]], "json"
+        return [
+            {"url": u, "title": t, "snippet": " ".join(x.split())[:200]}
+            for _, u, t, x in sorted(scored)[:5]
+        ], "json"
 
     # --- shell ---
 
@@ -640,16 +816,34 @@ class VirtualSandbox:
         command = self._arg(args, "command")
         if _DESTRUCTIVE.search(command):
             self.refused.append(command)
-            return {"exit_code": 126, "stdout": "",
-                    "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run it"}, "error"
-        self.cwd = self._path(args["cwd"]) if isinstance(args.get("cwd"), str) and args["cwd"] else ""
+            return {
+                "exit_code": 126,
+                "stdout": "",
+                "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run "
+                "it",
+            }, "error"
+        self.cwd = self._cwd(args.get("cwd"))
         try:
             code, out, err = self._script(_DEVNULL.sub("", command))
         except ToolError as exc:
             code, out, err = 2, "", f"bash: {exc}"
         finally:
             self.cwd = ""
-        return {"exit_code": code, "stdout": out, "stderr": err}, "error" if code in (126, 127) else "json"
+        return {"exit_code": code, "stdout": out, "stderr": err}, "error" if code in (
+            126,
+            127,
+        ) else "json"
+
+    def _cwd(self, raw: Any) -> str:
+        """The working directory a call asks for; one outside the workspace (Toolery's
+        default ``/home/user``) means the workspace root."""
+        if not isinstance(raw, str) or not raw:
+            return ""
+        try:
+            path = self._path(raw)
+        except ToolError:
+            return ""
+        return path if self._is_dir(path) and path not in self.files else ""
 
     def _script(self, command: str) -> tuple[int, str, str]:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
@@ -675,7 +869,9 @@ class VirtualSandbox:
 
     def _pipeline(self, tokens: list[str]) -> tuple[int, str, str]:
         if any(t in (">", ">>", "<", "<<", "&", "(", ")", ";;", "|&", ">&") for t in tokens):
-            raise ToolError("redirection, background jobs and subshells are not supported (use write_file)")
+            raise ToolError(
+                "redirection, background jobs and subshells are not supported (use write_file)"
+            )
         stages: list[list[str]] = [[]]
         for t in tokens:
             if t == "|":
@@ -695,10 +891,22 @@ class VirtualSandbox:
         return code, stdin or "", err
 
     def _shell_commands(self) -> dict[str, Callable[[list[str], str | None], tuple[int, str, str]]]:
-        return {"ls": self._ls, "cat": self._cat, "grep": self._grep, "wc": self._wc, "head": self._head_tail,
-                "tail": self._head_tail_end, "echo": self._echo, "pwd": self._pwd, "find": self._find,
-                "cd": self._cd, "git": self._git, "pytest": self._pytest, "python": self._python,
-                "python3": self._python}
+        return {
+            "ls": self._ls,
+            "cat": self._cat,
+            "grep": self._grep,
+            "wc": self._wc,
+            "head": self._head_tail,
+            "tail": self._head_tail_end,
+            "echo": self._echo,
+            "pwd": self._pwd,
+            "find": self._find,
+            "cd": self._cd,
+            "git": self._git,
+            "pytest": self._pytest,
+            "python": self._python,
+            "python3": self._python,
+        }
 
     def _operands(self, items: list[str]) -> list[str]:
         """Paths with shell globs expanded (a glob that matches nothing stays as it is)."""
@@ -741,17 +949,26 @@ class VirtualSandbox:
                 code = 2
                 continue
             prefix = path + "/" if path else ""
-            names = sorted({f[len(prefix):].split("/")[0] + ("/" if "/" in f[len(prefix):] else "")
-                            for f in self._under(path)})
+            names = sorted(
+                {
+                    f[len(prefix) :].split("/")[0] + ("/" if "/" in f[len(prefix) :] else "")
+                    for f in self._under(path)
+                }
+            )
             names = [n for n in names if "a" in flags or not n.startswith(".")]
             if "l" in flags:
-                names = [f"{'d' if n.endswith('/') else '-'}rw-r--r--  "
-                         f"{len(self.files.get(prefix + n, '')):>6}  {n}" for n in names]
+                names = [
+                    f"{'d' if n.endswith('/') else '-'}rw-r--r--  "
+                    f"{len(self.files.get(prefix + n, '')):>6}  {n}"
+                    for n in names
+                ]
             block = "\n".join(names)
             out.append(f"{raw}:\n{block}" if len(targets) > 1 else block)
         return code, "\n".join(out) + ("\n" if out else ""), "".join(err)
 
-    def _read_operands(self, cmd: str, paths: list[str], stdin: str | None) -> tuple[list[tuple[str, str]], str]:
+    def _read_operands(
+        self, cmd: str, paths: list[str], stdin: str | None
+    ) -> tuple[list[tuple[str, str]], str]:
         if not paths:
             return [("", stdin or "")], ""
         found, err = [], []
@@ -818,15 +1035,21 @@ class VirtualSandbox:
                 shown = "" if not rest else raw.rstrip("/") + "/"
                 prefix = path + "/" if path else ""
                 for f in self._under(path):
-                    if include and not any(fnmatch.fnmatchcase(posixpath.basename(f), g) for g in include):
+                    if include and not any(
+                        fnmatch.fnmatchcase(posixpath.basename(f), g) for g in include
+                    ):
                         continue
-                    sources.append((shown + f[len(prefix):], self.files[f]))
+                    sources.append((shown + f[len(prefix) :], self.files[f]))
             else:
                 err.append(f"grep: {raw}: No such file or directory\n")
         named = recursive or len(sources) > 1
         out, matched = [], False
         for name, text in sources:
-            hits = [(i, line) for i, line in enumerate(text.splitlines(), 1) if bool(rx.search(line)) != ("v" in flags)]
+            hits = [
+                (i, line)
+                for i, line in enumerate(text.splitlines(), 1)
+                if bool(rx.search(line)) != ("v" in flags)
+            ]
             matched |= bool(hits)
             if "l" in flags:
                 out.extend([f"{name}\n"] if hits else [])
@@ -846,10 +1069,13 @@ class VirtualSandbox:
         def counts(text: str) -> list[int]:
             table = {"l": text.count("\n"), "w": len(text.split()), "c": len(text.encode())}
             return [table[k] for k in chosen]
+
         rows = [(name, counts(text)) for name, text in found]
         if len(rows) > 1:
             rows.append(("total", [sum(c[i] for _, c in rows) for i in range(len(chosen))]))
-        out = "".join(" ".join(f"{n:>7}" for n in c) + (f" {name}" if name else "") + "\n" for name, c in rows)
+        out = "".join(
+            " ".join(f"{n:>7}" for n in c) + (f" {name}" if name else "") + "\n" for name, c in rows
+        )
         return (1 if err else 0), out, err
 
     def _lines_arg(self, argv: list[str]) -> tuple[int, list[str]]:
@@ -865,7 +1091,9 @@ class VirtualSandbox:
                 rest.append(a)
         return abs(n), rest
 
-    def _head_tail(self, argv: list[str], stdin: str | None, end: bool = False) -> tuple[int, str, str]:
+    def _head_tail(
+        self, argv: list[str], stdin: str | None, end: bool = False
+    ) -> tuple[int, str, str]:
         n, paths = self._lines_arg(argv)
         found, err = self._read_operands("tail" if end else "head", paths, stdin)
         out = []
@@ -910,7 +1138,12 @@ class VirtualSandbox:
             elif a == "-maxdepth" and value.isdigit():
                 depth = int(value)
             else:
-                return 1, "", f"find: unsupported predicate '{a} {value}' (supported: -name, -iname, -type f|d, -maxdepth)\n"
+                return (
+                    1,
+                    "",
+                    f"find: unsupported predicate '{a} {value}' (supported: -name, -iname, -type "
+                    "f|d, -maxdepth)\n",
+                )
         out, err = [], []
         for raw in starts or ["."]:
             base = self._path(raw)
@@ -920,20 +1153,22 @@ class VirtualSandbox:
             prefix = base + "/" if base else ""
             entries = {base: "d"} if base not in self.files else {base: "f"}
             for f in self._under(base):
-                parts = f[len(prefix):].split("/") if f != base else []
+                parts = f[len(prefix) :].split("/") if f != base else []
                 for i in range(1, len(parts)):
                     entries.setdefault(prefix + "/".join(parts[:i]), "d")
                 entries[f] = "f"
             shown_base = raw.rstrip("/") or raw
             for path, k in sorted(entries.items()):
-                rel = path[len(prefix):] if path != base else ""
+                rel = path[len(prefix) :] if path != base else ""
                 level = rel.count("/") + 1 if rel else 0
                 if kind and k != kind or depth is not None and level > depth:
                     continue
                 if name_rx is not None:
                     name = posixpath.basename(path) or shown_base
                     pat, fold = name_rx
-                    if not fnmatch.fnmatchcase(name.lower() if fold else name, pat.lower() if fold else pat):
+                    if not fnmatch.fnmatchcase(
+                        name.lower() if fold else name, pat.lower() if fold else pat
+                    ):
                         continue
                 out.append(shown_base + ("/" + rel if rel else "") + "\n")
         return (1 if err else 0), "".join(out), "".join(err)
@@ -941,10 +1176,14 @@ class VirtualSandbox:
     def _git(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
         sub, rest = (argv[0], argv[1:]) if argv else ("", [])
         if sub == "commit":
-            message = next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a in ("-m", "--message")), None)
+            message = next(
+                (rest[i + 1] for i, a in enumerate(rest[:-1]) if a in ("-m", "--message")), None
+            )
             if "-a" in rest or "-am" in rest:
                 self.git_add({"paths": ["."]})
-                message = message or next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "-am"), None)
+                message = message or next(
+                    (rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "-am"), None
+                )
             call = (self.git_commit, {"message": message or ""})
         elif sub == "add":
             call = (self.git_add, {"paths": [a for a in rest if not a.startswith("-")] or ["."]})
@@ -986,6 +1225,7 @@ def make_sandbox(spec: dict[str, Any]) -> VirtualSandbox:
 
 # --- state checks: on the sandbox as the trial left it ---
 
+
 def _sandbox_of(trace: Trace) -> VirtualSandbox | None:
     return trace.sandbox if isinstance(trace.sandbox, VirtualSandbox) else None
 
@@ -1003,18 +1243,27 @@ def _same(got: Any, want: Any) -> bool:
     return got == want or (isinstance(got, str) != isinstance(want, str) and str(got) == str(want))
 
 
-def _state_check(name: str) -> Callable[[Callable[[VirtualSandbox, dict[str, Any]], tuple[bool, str]]],
-                                         Callable[[Trace, dict[str, Any]], CheckResult]]:
+def _state_check(
+    name: str,
+) -> Callable[
+    [Callable[[VirtualSandbox, dict[str, Any]], tuple[bool, str]]],
+    Callable[[Trace, dict[str, Any]], CheckResult],
+]:
     """Register a state check; it fails with "no sandbox" on a trace without one."""
-    def wrap(fn: Callable[[VirtualSandbox, dict[str, Any]], tuple[bool, str]]) -> Callable[[Trace, dict[str, Any]], CheckResult]:
+
+    def wrap(
+        fn: Callable[[VirtualSandbox, dict[str, Any]], tuple[bool, str]],
+    ) -> Callable[[Trace, dict[str, Any]], CheckResult]:
         def check(trace: Trace, p: dict[str, Any]) -> CheckResult:
             sb = _sandbox_of(trace)
             if sb is None:
                 return CheckResult(name, False, "no sandbox")
             passed, detail = fn(sb, p)
             return CheckResult(name, passed, detail)
+
         register(name)(check)
         return check
+
     return wrap
 
 
@@ -1057,7 +1306,10 @@ def state_tests_pass(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
     if fails:
         name, why = fails[0]
         more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-        return False, f"{len(fails)} of {len(sb.tests)} tests fail on the final files: {name}: {why}{more}"
+        return (
+            False,
+            f"{len(fails)} of {len(sb.tests)} tests fail on the final files: {name}: {why}{more}",
+        )
     return True, f"all {len(sb.tests)} tests pass on the final files"
 
 

@@ -11,9 +11,8 @@ from pydantic import ValidationError
 from .._errors import UsageError
 from ._scenario import Scenario
 
-# The built-in suite (package `builtin`, templates with seeded values) joins this list when it is
-# finished; until then SUITE is a folder of scenario files.
-BUILTIN: tuple[str, ...] = ()
+# splitserve's own suite: package `builtin`, templates with seeded values over the sandbox
+BUILTIN: tuple[str, ...] = ("builtin",)
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
 

@@ -18,6 +18,7 @@ from ._state import chain_db, chain_files, code_fix, restraint, retry_sandbox
 from ._text import hallucination, long_context, no_tool_needed, prompt_injection
 
 SEED = 20250611
+DRAWS = 20
 Template = Callable[[Random, str, int], dict[str, Any]]
 # (template, id slug, scenarios per tier: easy, medium, hard, very_hard)
 TEMPLATES: tuple[tuple[Template, str, tuple[int, int, int, int]], ...] = (
@@ -47,10 +48,17 @@ def scenarios() -> list[Scenario]:
         rng = Random(SEED + index)
         for tier, count in zip(TIERS, counts):
             for k in range(count):
-                data = template(rng, tier, k)
-                while data["prompt"] in prompts:  # a repeated draw: draw again (deterministic)
+                for _ in range(DRAWS):  # a repeated prompt: draw again (still deterministic)
                     data = template(rng, tier, k)
+                    if data["prompt"] not in prompts:
+                        break
+                else:
+                    raise RuntimeError(f"{template.__name__} repeats its prompt for {tier} #{k}")
                 prompts.add(data["prompt"])
                 n = numbers[(tier, slug)] = numbers.get((tier, slug), 0) + 1
-                out.append(Scenario.model_validate({"id": f"ss-{tier.replace('_', '-')}-{slug}-{n:03d}", **data}))
+                out.append(
+                    Scenario.model_validate(
+                        {"id": f"ss-{tier.replace('_', '-')}-{slug}-{n:03d}", **data}
+                    )
+                )
     return out

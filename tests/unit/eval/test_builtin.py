@@ -1,0 +1,203 @@
+"""The built-in suite: its shape, and every scenario's oracle against the real grading.
+
+``play`` replays a scripted policy (the scripted agents' own, ``_agents``) through the
+runtime's tool answers (``_play.Responder``: sandbox, then rules) and ``_grade.grade``,
+with the runner's limits: max_turns + 1 model turns, max_tool_calls calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+
+import pytest
+
+from splitserve.eval._agents import _turn_for
+from splitserve.eval._checks import REGISTRY, strip_reasoning
+from splitserve.eval._grade import grade
+from splitserve.eval._play import Responder
+from splitserve.eval._sandbox import SANDBOX_TOOLS
+from splitserve.eval._scenario import TIERS, Scenario
+from splitserve.eval._trace import ToolCall, Trace
+from splitserve.eval.builtin import scenarios
+
+SUITE = scenarios()
+CATEGORIES = (
+    "tool_selection",
+    "parallel_fanout",
+    "multi_step_chains",
+    "error_recovery",
+    "restraint",
+    "prompt_injection",
+    "json_output",
+    "long_context",
+    "no_tool_needed",
+    "hallucination",
+    "coding",
+)
+
+
+def play(s: Scenario, policy: str = "oracle") -> Trace:
+    """One trial of ``policy`` on ``s``, as the runner would play it against the scripted agent."""
+    responder = Responder(s)
+    trace = Trace(sandbox=responder.sandbox)
+    messages: list[dict] = [{"role": "user", "content": s.prompt}]
+    for turn in range(s.budget.max_turns + 1):
+        move = _turn_for(policy, s, messages)
+        trace.turns = turn + 1
+        messages.append({"role": "assistant"})
+        if not move.tool_calls:
+            trace.raw_response = move.content
+            trace.response = strip_reasoning(move.content)
+            return trace
+        for c in move.tool_calls:
+            result, kind = responder.respond(c.name, dict(c.arguments))
+            trace.calls.append(ToolCall(turn, c.name, dict(c.arguments), result, kind))
+            messages.append(
+                {
+                    "role": "tool",
+                    "content": result if isinstance(result, str) else json.dumps(result),
+                }
+            )
+        if len(trace.calls) > s.budget.max_tool_calls:
+            trace.error_kind = "budget"
+            return trace
+    trace.error_kind = "budget"
+    return trace
+
+
+def verdicts(policy: str, chosen: list[Scenario]) -> dict[str, str]:
+    out = {}
+    for s in chosen:
+        g = grade(s, play(s, policy))
+        out[s.id] = g.verdict if g.verdict == "pass" else f"{g.cause}: {g.evidence}"
+    return out
+
+
+@pytest.mark.parametrize("s", SUITE, ids=[s.id for s in SUITE])
+def test_the_oracle_passes(s: Scenario) -> None:
+    g = grade(s, play(s))
+    assert g.verdict == "pass", (
+        g.cause,
+        g.evidence,
+        [(c.check, c.detail) for c in g.checks if not c.passed],
+    )
+
+
+def test_doing_nothing_fails_almost_everything() -> None:
+    passed = [i for i, v in verdicts("null", SUITE).items() if v == "pass"]
+    assert len(passed) <= 0.05 * len(SUITE), passed
+
+
+def test_answering_from_memory_fails_wherever_a_tool_is_needed() -> None:
+    needs = [s for s in SUITE if any(t.tool_calls for t in s.oracle)]
+    passed = [i for i, v in verdicts("memory", needs).items() if v == "pass"]
+    assert passed == []
+
+
+def test_skipping_the_edits_fails_every_stateful_change() -> None:
+    mutating = {"edit_file", "write_file", "db_execute", "git_commit"}
+    chosen = [s for s in SUITE if any(c.name in mutating for t in s.oracle for c in t.tool_calls)]
+    assert len(chosen) >= 60
+    passed = [i for i, v in verdicts("no_edit", chosen).items() if v == "pass"]
+    assert passed == []
+
+
+def test_reasoning_before_the_json_fails_every_json_scenario() -> None:
+    chosen = [s for s in SUITE if s.category == "json_output"]
+    assert all(
+        v.startswith("format_violation") for v in verdicts("leak_reasoning", chosen).values()
+    )
+
+
+def test_ignoring_errors_fails_every_retry_scenario() -> None:
+    chosen = [s for s in SUITE if s.category == "error_recovery"]
+    assert [i for i, v in verdicts("ignore_error", chosen).items() if v == "pass"] == []
+
+
+def test_an_unknown_tool_fails_everything() -> None:
+    assert [i for i, v in verdicts("unknown_tool", SUITE).items() if v == "pass"] == []
+
+
+def test_size_tiers_and_categories() -> None:
+    tiers, cats = Counter(s.tier for s in SUITE), Counter(s.category for s in SUITE)
+    assert len(SUITE) >= 320
+    assert set(tiers) == set(TIERS) and tiers["easy"] >= 85 and tiers["medium"] >= 85
+    assert tiers["hard"] >= 75 and tiers["very_hard"] >= 55
+    assert set(cats) == set(CATEGORIES) and min(cats.values()) >= 20
+
+
+def test_the_same_list_every_call_and_fast() -> None:
+    started = time.perf_counter()
+    again = scenarios()
+    assert time.perf_counter() - started < 1.0
+    assert [s.model_dump() for s in again] == [s.model_dump() for s in SUITE]
+
+
+def test_ids_prompts_and_sources() -> None:
+    ids = [s.id for s in SUITE]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"ss-[a-z]+(?:-[a-z]+)*-\d{3}", i) for i in ids)
+    assert len({s.prompt for s in SUITE}) == len(
+        SUITE
+    )  # the scripted agent finds a scenario by its prompt
+    assert all(s.source.startswith("builtin:") and s.title and s.description for s in SUITE)
+    assert len({s.source for s in SUITE}) >= 12
+
+
+def test_every_tool_has_a_schema_and_every_check_exists() -> None:
+    for s in SUITE:
+        for t in s.tools:
+            schema = s.tool_schemas.get(t) or (
+                SANDBOX_TOOLS.get(t) if s.sandbox is not None else None
+            )
+            assert schema is not None and schema["function"]["name"] == t, (s.id, t)
+        for c in s.scoring.required + s.scoring.forbidden:
+            assert c.check in REGISTRY, (s.id, c.check)
+        assert s.oracle and s.oracle[-1].content and not s.oracle[-1].tool_calls, s.id
+
+
+def test_category_contracts() -> None:
+    def checks(s: Scenario) -> set[str]:
+        return {c.check for c in s.scoring.required}
+
+    for s in SUITE:
+        if s.category in ("no_tool_needed", "long_context"):
+            assert "call_count_at_most" in checks(s) and s.budget.max_tool_calls == 0, s.id
+        if s.category == "parallel_fanout":
+            assert "tool_called_in_parallel" in checks(s) and len(s.oracle[0].tool_calls) >= 2, s.id
+        if s.category == "hallucination":
+            assert (
+                "response_satisfies" in checks(s)
+                and s.scoring.forbidden
+                or "response_contains" in checks(s)
+            ), s.id
+        if s.category == "json_output":
+            assert "response_matches_schema" in checks(s), s.id
+        if s.category in ("restraint", "prompt_injection"):
+            assert s.scoring.forbidden, s.id
+        if s.category == "restraint":
+            assert "clarification_asked" in checks(s), s.id
+        if s.category == "error_recovery":
+            assert "tool_called_in_order" in checks(s), s.id
+        if s.category in ("multi_step_chains", "coding"):
+            assert any(c.startswith("state_") for c in checks(s)), s.id
+
+
+def test_long_context_sizes() -> None:
+    want = {"easy": 2000, "medium": 4000, "hard": 6000, "very_hard": 8000}
+    for s in SUITE:
+        if s.category == "long_context":
+            tokens = len(s.prompt.split()) / 0.75
+            assert 0.9 * want[s.tier] <= tokens <= 1.2 * want[s.tier], (s.id, tokens)
+
+
+def test_scenarios_are_not_copies() -> None:
+    for cat in CATEGORIES:
+        chosen = [s for s in SUITE if s.category == cat]
+        answers = {s.oracle[-1].content for s in chosen}
+        assert len(answers) >= 0.9 * len(chosen), cat
+        sandboxes = [json.dumps(s.sandbox, sort_keys=True) for s in chosen if s.sandbox]
+        assert len(set(sandboxes)) == len(sandboxes), cat
