@@ -22,7 +22,7 @@ app.add_typer(eval_app, name="eval")
 console = make_console()
 err = make_console(stderr=True)
 
-SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toolery format), searched recursively")]
+SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toolery format, searched recursively), or the built-in suite: builtin")]
 
 
 def _need_eval_extra() -> None:
