@@ -73,12 +73,21 @@ def test_cache_hit_detector_catches_a_repeated_prompt(server: str, tmp_path: Pat
 
 
 def test_needle_found_at_short_length_and_control_is_a_miss(server: str, tmp_path: Path) -> None:
-    out = tmp_path / "ctx.json"
-    res = run_cli("bench", "context", "--url", server, "--lengths", "160", "--depths", "0.5", "--control",
-                  "--max-tokens", "24", "-o", str(out), "--report")
-    assert res.returncode == 0, res.stderr
-    cells = {r.cell["depth"]: r for r in load_run(out).records if r.kind == "context"}
-    assert cells[0.5].extra["verdict"] == "found", cells[0.5].text
+    # Each run draws a new random needle; a 135M model misreads an odd one on some CPUs, so up to
+    # three runs (three different needles) may be needed for a find. The control must miss every time.
+    answers = []
+    for attempt in range(3):
+        out = tmp_path / f"ctx{attempt}.json"
+        res = run_cli("bench", "context", "--url", server, "--lengths", "160", "--depths", "0.5", "--control",
+                      "--max-tokens", "24", "-o", str(out), "--report")
+        assert res.returncode == 0, res.stderr
+        cells = {r.cell["depth"]: r for r in load_run(out).records if r.kind == "context"}
+        assert cells["control"].extra["verdict"] == "miss"
+        if cells[0.5].extra["verdict"] == "found":
+            break
+        assert cells[0.5].extra["reason"]  # a miss always says why
+        answers.append((cells[0.5].extra["expected"], cells[0.5].text))
+    assert cells[0.5].extra["verdict"] == "found", answers
     assert cells["control"].extra["verdict"] == "miss"
     assert cells["control"].extra["reason"]
     assert all(r.timings and r.timings["prompt_n"] > 100 and not r.cache_hit for r in cells.values())
