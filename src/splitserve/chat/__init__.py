@@ -35,7 +35,7 @@ from ._registry import (
     register_format,
 )
 from ._render import assistant_turn, make_environment, render_chat
-from ._schema import Schema, ToolSet, coerce_text, coerce_value
+from ._schema import Schema, ToolSet, coerce_text, coerce_value, json_type
 from ._transplant import Recipe, list_recipes, load_recipe, transplant
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "coerce_value",
     "detect_format",
     "get_format",
+    "json_type",
     "list_formats",
     "list_recipes",
     "load_recipe",

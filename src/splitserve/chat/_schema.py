@@ -116,9 +116,9 @@ def allowed_types(schema: Schema | None) -> set[str] | None:
         elif isinstance(t, list):
             types.update(x for x in t if isinstance(x, str))
         elif "enum" in node and isinstance(node["enum"], list):
-            types.update(_json_type(v) for v in node["enum"])
+            types.update(json_type(v) for v in node["enum"])
         elif "const" in node:
-            types.add(_json_type(node["const"]))
+            types.add(json_type(node["const"]))
         elif "properties" in node:
             types.add("object")
         elif "items" in node or "prefixItems" in node:
@@ -132,7 +132,8 @@ def allowed_types(schema: Schema | None) -> set[str] | None:
     return types
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a decoded JSON value (booleans are not integers)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -237,7 +238,7 @@ def coerce_text(text: str, schema: Schema | None, bool_words: bool = False) -> A
         ok, value = _literal(stripped)
         if ok:
             for candidate in enum:
-                if _json_type(candidate) == _json_type(value) and candidate == value:
+                if json_type(candidate) == json_type(value) and candidate == value:
                     return candidate
     if types <= {"string", "null"}:
         if "null" in types and (stripped == "null" or (not stripped and "string" not in types)):
@@ -308,7 +309,7 @@ def _coerce_scalar(value: Any, schema: Schema | None) -> Any:
     types = allowed_types(schema)
     if types is None or value is None:
         return value
-    kind = _json_type(value)
+    kind = json_type(value)
     if kind in types:
         return value
     if (kind == "number" and "integer" in types and isinstance(value, float)
@@ -366,7 +367,7 @@ def misfits(value: Any, schema: Schema | None, path: str = "") -> list[str]:
     here = path or "the arguments"
     if types is not None:
         assert schema is not None
-        kind = _json_type(value)
+        kind = json_type(value)
         if kind not in types:
             shown = "" if value is None else f" ({_preview(value)})"
             allowed = " or ".join(sorted(types))

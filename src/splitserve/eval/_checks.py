@@ -48,6 +48,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from ..chat import json_type
 from ._trace import CheckResult, ToolCall, Trace
 
 CheckFn = Callable[[Trace, dict[str, Any]], CheckResult]
@@ -241,18 +242,6 @@ def _same(got: Any, want: Any) -> bool:
     if isinstance(got, dict) and isinstance(want, dict):
         return got.keys() == want.keys() and all(_same(got[k], want[k]) for k in got)
     return type(got) is type(want) and got == want
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
 # --- parameters ---
@@ -484,7 +473,7 @@ def tool_args_type(trace: Trace, p: dict[str, Any]) -> CheckResult:
         value = c.args[arg]
         if not test(value):
             return _res("tool_args_type", False,
-                        f"{tool}[{k}].{arg} was {_json_type(value)} {_show(value)}, wanted {want}")
+                        f"{tool}[{k}].{arg} was {json_type(value)} {_show(value)}, wanted {want}")
     return _res("tool_args_type", True, f"{tool}.{arg} was {want} in all {len(calls)} call(s)")
 
 
@@ -699,7 +688,7 @@ def response_matches_schema(trace: Trace, p: dict[str, Any]) -> CheckResult:
     why = _schema_error(data, schema)
     if why is not None:
         return _res("response_matches_schema", False, f"schema violation {why}")
-    return _res("response_matches_schema", True, f"JSON {_json_type(data)} matches the schema")
+    return _res("response_matches_schema", True, f"JSON {json_type(data)} matches the schema")
 
 
 _NUM_TOKEN = re.compile(r"(?<![\w.,])[+-]?\d+(?:[.,]\d+)*")
@@ -844,7 +833,7 @@ def response_yaml(trace: Trace, p: dict[str, Any]) -> CheckResult:
         if why is not None:
             return _res("response_yaml", False, f"schema violation {why}")
     matched = " matches the schema" if schema else ""
-    return _res("response_yaml", True, f"YAML {_json_type(data)}{matched}")
+    return _res("response_yaml", True, f"YAML {json_type(data)}{matched}")
 
 
 def _md_cells(line: str) -> list[str]:
