@@ -220,6 +220,11 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     return f"{g.lit(CALLS_BEGIN)} {calls} {g.lit(CALLS_END)}"
 
 
+def detects(template: str) -> bool:
+    """DeepSeek V3 / V3.1 / R1: the ``tool▁call▁begin`` and ``tool▁sep`` special tokens."""
+    return "tool\u2581call\u2581begin" in template and "tool\u2581sep" in template
+
+
 FORMAT = ToolCallFormat(
     name="deepseek-v3",
     description="DeepSeek V3/V3.1/R1: <｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}"
@@ -230,4 +235,6 @@ FORMAT = ToolCallFormat(
     call_grammar=_grammar,
     example=(f"{CALLS_BEGIN}{CALL_BEGIN}get_weather{SEP}{{\"location\": \"Paris\"}}{CALL_END}"
              f"{CALLS_END}"),
+    detect=detects,
+    call_openers=(CALLS_BEGIN, CALL_BEGIN),
 )

@@ -20,6 +20,7 @@ Optional ``<think>`` reasoning (Qwen3). Rules, pinned:
 from __future__ import annotations
 
 import json
+import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
 from ._grammar import GrammarBuilder, GrammarTool
@@ -143,6 +144,18 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     return g.calls(g.choice(alts), parallel)  # back to back: a newline between is content
 
 
+_TEMPLATE_CALL = re.compile(r"<tool_call>(?:\\n|\n|\s|'|\"|\+|~|\{\{-?)*\{\s*\\?\"name\\?\"")
+
+
+def detects(template: str) -> bool:
+    """``<tool_call>`` followed by a JSON ``name`` (or ``"arguments": `` beside it), not GLM's
+    ``<arg_key>`` nor Qwen3-Coder's ``<function=``."""
+    if "<arg_key>" in template or "<function=" in template:
+        return False
+    return bool(_TEMPLATE_CALL.search(template)) or ("<tool_call>" in template
+                                                     and '"arguments": ' in template)
+
+
 FORMAT = ToolCallFormat(
     name="hermes",
     description="Hermes 2 Pro/3, Qwen 2.5, Qwen3, QwQ: <tool_call>{\"name\", \"arguments\"}"
@@ -153,4 +166,6 @@ FORMAT = ToolCallFormat(
     call_grammar=_grammar,
     example='<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
             '</tool_call>',
+    detect=detects,
+    call_openers=(OPEN,),
 )

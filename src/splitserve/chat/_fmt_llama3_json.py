@@ -130,6 +130,16 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     return g.calls(g.choice(alts), parallel, "; ")
 
 
+_TEMPLATE_CALL = re.compile(r"\{\"name\": \"'\s*\+\s*tool_call\.name\s*\+\s*'\", '\s*\}\}\s*"
+                            r"\{\{-?\s*'\"parameters\": '")
+
+
+def detects(template: str) -> bool:
+    """Llama 3.x: its header tokens and a ``"parameters": `` object written for a call."""
+    return "<|start_header_id|>" in template and ('"parameters": ' in template
+                                                  or bool(_TEMPLATE_CALL.search(template)))
+
+
 FORMAT = ToolCallFormat(
     name="llama3-json",
     description="Llama 3.1/3.2/3.3: the reply is {\"name\", \"parameters\"} (optionally after "
@@ -139,4 +149,5 @@ FORMAT = ToolCallFormat(
     end_markers=("<|eot_id|>", "<|eom_id|>"),
     call_grammar=_grammar,
     example='{"name": "get_weather", "parameters": {"location": "Paris"}}',
+    detect=detects,
 )

@@ -65,6 +65,18 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     return f"{wrap_open} {calls} {g.lit(DIALECT.wrap_close)}"
 
 
+def detects(template: str) -> bool:
+    """M2's template: the ``<minimax:tool_call>`` wrapper with ``<think>`` reasoning."""
+    return ("<minimax:tool_call>" in template and "<mm:think>" not in template
+            and "]<]minimax[>[" not in template)
+
+
+def detects_hybrid(template: str) -> bool:
+    """M2's tool-call wrapper in an M3 template (the minimax-m3-hybrid recipe's output)."""
+    return "<minimax:tool_call>" in template and ("<mm:think>" in template
+                                                  or "]<]minimax[>[" in template)
+
+
 EXAMPLE = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="location">Paris'
            '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>')
 
@@ -76,6 +88,8 @@ FORMAT = ToolCallFormat(
     end_markers=("[e~[",),
     example=EXAMPLE,
     call_grammar=_grammar,
+    detect=detects,
+    call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix + " name="),
 )
 
 HYBRID = ToolCallFormat(
@@ -86,4 +100,6 @@ HYBRID = ToolCallFormat(
     end_markers=("[e~[",),
     example=EXAMPLE,
     call_grammar=_grammar,
+    detect=detects_hybrid,
+    call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix + " name="),
 )

@@ -274,6 +274,10 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     return f"{wrap_open} {calls} {g.lit(f'{NS}</tool_call>')}"
 
 
+def detects(template: str) -> bool:
+    """M3's own template: the namespace token around ``<invoke``, no M2 wrapper."""
+    return "]<]minimax[>[" in template and "<invoke" in template and "<minimax:tool_call>" not in template
+
 FORMAT = ToolCallFormat(
     name="minimax-m3",
     description="MiniMax-M3: ]<]minimax[>[ before every tag, <invoke>, <param>value</param>, "
@@ -284,4 +288,6 @@ FORMAT = ToolCallFormat(
     example=(f"{NS}<tool_call>\n{NS}<invoke name=\"get_weather\">{NS}<location>Paris"
              f"{NS}</location>{NS}<days>3{NS}</days>{NS}</invoke>\n{NS}</tool_call>"),
     call_grammar=_grammar,
+    detect=detects,
+    call_openers=(NS + "<tool_call>", NS + "<invoke"),
 )

@@ -63,6 +63,11 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
                        "</function>\n</tool_call>", DIALECT.param_close, parallel, kind="call")
 
 
+def detects(template: str) -> bool:
+    """Qwen3-Coder / Qwen3.5: ``<function=`` and ``<parameter=`` inside ``<tool_call>``."""
+    return "<function=" in template and "<parameter=" in template and "<tool_call>" in template
+
+
 FORMAT = ToolCallFormat(
     name="qwen3-coder",
     description="Qwen3-Coder, Qwen3.5: <tool_call><function=f><parameter=k>, optional <think>",
@@ -72,4 +77,6 @@ FORMAT = ToolCallFormat(
     call_grammar=_grammar,
     example=("<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n"
              "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+    detect=detects,
+    call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix),
 )

@@ -155,6 +155,13 @@ class ToolCallFormat:
     aliases: tuple[str, ...] = field(default=())
     # the GBNF of this format's tool calls, for a forced call (see _grammar); None: none
     call_grammar: CallGrammar | None = None
+    # whether a chat template renders assistant tool calls in this format (markers it writes,
+    # not merely mentions); the registry asks every format in registration order, the first
+    # that claims a template wins (see _registry.detect_format). None: never detected.
+    detect: Callable[[str], bool] | None = None
+    # the markers that start a tool call in this format's output: a call opener met while the
+    # reasoning is only assumed open (a pre-filled opener) ends the reasoning (see _reasoning)
+    call_openers: tuple[str, ...] = ()
 
     def parser(self, tools: list[dict[str, Any]] | None = None, *,
                prefilled: bool | None = None,

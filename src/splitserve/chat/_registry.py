@@ -1,15 +1,14 @@
 """The format registry: formats by name, detection from a chat template, one-shot parsing.
 
-Detection looks for the markers a template writes when it renders an assistant tool call
-(not merely mentions): MiniMax's namespace token, ``<minimax:tool_call>``, Qwen3-Coder's
-``<function=``, DeepSeek's ``<｜tool▁call▁begin｜>``, Hermes' ``<tool_call>`` followed by a
-JSON ``name``, Llama 3's ``"parameters": `` after its header tokens. It returns None when
-no known format matches; pass ``--format`` / ``format=`` to choose explicitly.
+Detection lives with the formats: each declares ``detect(template)``, true when the template
+writes its call markers for an assistant tool call (not merely mentions them). The registry
+asks them in registration order and the first that claims a template wins; ``inspect``,
+``template check``, ``doctor`` and the gateway all ask :func:`detect_format`. It returns
+None when no format claims the template; pass ``--format`` / ``--model-format`` to choose.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from .._errors import SplitserveError
@@ -38,8 +37,10 @@ def register_format(fmt: ToolCallFormat) -> None:
     _FORMATS[fmt.name] = fmt
 
 
-for _fmt in (MINIMAX_M3, MINIMAX_M3_HYBRID, MINIMAX_M2, HERMES, QWEN3_CODER, LLAMA3_JSON,
-             DEEPSEEK_V3):
+# Registration order is detection order: a format whose templates also carry another's
+# markers goes first (the hybrid before M3 and M2, Qwen3-Coder before Hermes).
+for _fmt in (MINIMAX_M3_HYBRID, MINIMAX_M3, MINIMAX_M2, QWEN3_CODER, DEEPSEEK_V3, HERMES,
+             LLAMA3_JSON):
     register_format(_fmt)
 
 
@@ -57,27 +58,16 @@ def get_format(name: str) -> ToolCallFormat:
         raise UnknownFormatError(f"unknown tool-call format {name!r}; known: {known}") from None
 
 
-_HERMES_CALL = re.compile(r"<tool_call>(?:\\n|\n|\s|'|\"|\+|~|\{\{-?)*\{\s*\\?\"name\\?\"")
-_LLAMA3_CALL = re.compile(r"\{\"name\": \"'\s*\+\s*tool_call\.name\s*\+\s*'\", '\s*\}\}\s*"
-                          r"\{\{-?\s*'\"parameters\": '")
-
-
 def detect_format(chat_template: str) -> str | None:
-    """The name of the format a chat template renders tool calls in, or None."""
-    t = chat_template
-    if "]<]minimax[>[" in t and "<invoke" in t:
-        return "minimax-m3-hybrid" if "<minimax:tool_call>" in t else "minimax-m3"
-    if "<minimax:tool_call>" in t:
-        return "minimax-m3-hybrid" if "<mm:think>" in t else "minimax-m2"
-    if "<function=" in t and "<parameter=" in t and "<tool_call>" in t:
-        return "qwen3-coder"
-    if "tool▁call▁begin" in t and "tool▁sep" in t:
-        return "deepseek-v3"
-    if _HERMES_CALL.search(t) or ("<tool_call>" in t and '"arguments": ' in t
-                                  and "<arg_key>" not in t):
-        return "hermes"
-    if "<|start_header_id|>" in t and ('"parameters": ' in t or _LLAMA3_CALL.search(t)):
-        return "llama3-json"
+    """The name of the format a chat template renders tool calls in, or None.
+
+    Every registered format that declares ``detect`` is asked in registration order; the
+    first that claims the template wins. ``inspect``, ``template check``, ``doctor`` and the
+    gateway all ask here.
+    """
+    for fmt in _FORMATS.values():
+        if fmt.detect is not None and fmt.detect(chat_template):
+            return fmt.name
     return None
 
 

@@ -56,35 +56,11 @@ def swa_layers(arch: str, n_layer: int, n_swa: int, pattern: object) -> list[boo
     return [n == 0 or (il % n < n - 1) for il in range(n_layer)]
 
 
-#: substrings of an embedded chat template -> tool-call format name.  Names follow
-#: ``splitserve.chat`` (whose ``detect_format`` decides what the gateway parses); this table is
-#: only a label for ``inspect``, kept here so reading headers does not import the chat layer.
-TOOL_FORMATS: list[tuple[str, str]] = [
-    ("]<]minimax[>[", "minimax-m3"),
-    ("<minimax:tool_call>", "minimax-m2"),
-    ("<|tool_call_begin|>", "kimi-k2"),
-    ("tool\u2581calls\u2581begin", "deepseek-v3"),
-    ("<|channel|>", "gpt-oss-harmony"),
-    ("[TOOL_CALLS]", "mistral"),
-    ("<|python_tag|>", "llama3-json"),
-    ("<arg_key>", "glm-4.5"),
-    ("<function=", "qwen3-coder"),
-    ("<tool_call>", "hermes"),
-    ("<start_function_call>", "functiongemma"),
-]
-
-
 def tool_call_format(template: str | None) -> str | None:
-    """The tool-call format a chat template uses, when it is one this table recognises."""
+    """The tool-call format a chat template uses, as the chat layer's registry detects it
+    (the one place formats are recognised: what ``inspect`` names is what the gateway parses)."""
     if not template:
         return None
-    for needle, name in TOOL_FORMATS:
-        if needle in template:
-            if name == "minimax-m3" and "<minimax:tool_call>" in template:
-                return "minimax-m3-hybrid"  # the seed's template: M3 body, M2 tool-call format
-            if name == "minimax-m2" and "<mm:think>" in template:
-                return "minimax-m3-hybrid"
-            return name
-    if "<|start_header_id|>" in template and '"parameters": ' in template:
-        return "llama3-json"  # Llama 3.x JSON tool calls without <|python_tag|>
-    return None
+    from ..chat import detect_format
+
+    return detect_format(template)

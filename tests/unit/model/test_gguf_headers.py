@@ -142,7 +142,8 @@ def test_tool_call_formats_agree_with_the_chat_layer() -> None:
 
 
 def test_tool_call_formats() -> None:
-    assert tool_call_format("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}") == "hermes"
+    hermes = '{% for c in m.tool_calls %}<tool_call>\n{"name": "{{ c.name }}"}</tool_call>{% endfor %}'
+    assert tool_call_format(hermes) == "hermes"
     assert tool_call_format("<minimax:tool_call><invoke name=") == "minimax-m2"
-    assert tool_call_format("[TOOL_CALLS]") == "mistral"
+    assert tool_call_format("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}") is None
     assert tool_call_format("plain") is None and tool_call_format(None) is None
