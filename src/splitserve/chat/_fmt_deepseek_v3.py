@@ -236,5 +236,6 @@ FORMAT = ToolCallFormat(
     example=(f"{CALLS_BEGIN}{CALL_BEGIN}get_weather{SEP}{{\"location\": \"Paris\"}}{CALL_END}"
              f"{CALLS_END}"),
     detect=detects,
+    aliases=("deepseek_v3", "deepseek_v31"),
     call_openers=(CALLS_BEGIN, CALL_BEGIN),
 )

@@ -150,4 +150,5 @@ FORMAT = ToolCallFormat(
     call_grammar=_grammar,
     example='{"name": "get_weather", "parameters": {"location": "Paris"}}',
     detect=detects,
+    aliases=("llama3_json", "llama4_json"),
 )

@@ -89,6 +89,7 @@ FORMAT = ToolCallFormat(
     example=EXAMPLE,
     call_grammar=_grammar,
     detect=detects,
+    aliases=("minimax_m2",),
     call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix + " name="),
 )
 

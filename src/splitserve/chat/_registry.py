@@ -50,12 +50,14 @@ def list_formats() -> list[ToolCallFormat]:
 
 
 def get_format(name: str) -> ToolCallFormat:
-    """The format called ``name``; :class:`UnknownFormatError` names the known ones."""
-    try:
+    """The format called ``name`` (or aliased so); :class:`UnknownFormatError` names the known ones."""
+    if name in _FORMATS:
         return _FORMATS[name]
-    except KeyError:
-        known = ", ".join(_FORMATS)
-        raise UnknownFormatError(f"unknown tool-call format {name!r}; known: {known}") from None
+    for fmt in _FORMATS.values():  # other tools' names for it (vLLM's parser names, say)
+        if name in fmt.aliases:
+            return fmt
+    known = ", ".join(_FORMATS)
+    raise UnknownFormatError(f"unknown tool-call format {name!r}; known: {known}") from None
 
 
 def detect_format(chat_template: str) -> str | None:
