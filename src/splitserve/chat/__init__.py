@@ -27,6 +27,7 @@ from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser, random_c
 from ._grammar import GrammarBuilder, GrammarError, GrammarTool, tool_call_grammar
 from ._reasoning import ReasoningSpec
 from ._registry import (
+    NO_FORMAT_HINT,
     UnknownFormatError,
     detect_format,
     get_format,
@@ -39,6 +40,7 @@ from ._schema import Schema, ToolSet, coerce_text, coerce_value, json_type
 from ._transplant import Recipe, list_recipes, load_recipe, transplant
 
 __all__ = [
+    "NO_FORMAT_HINT",
     "ChatParser",
     "CheckResult",
     "ContentDelta",

@@ -73,6 +73,12 @@ def detect_format(chat_template: str) -> str | None:
     return None
 
 
+NO_FORMAT_HINT = ("no known tool-call format claims this chat template; tool calls are not "
+                  "parsed from it: name one with --model-format NAME (the spec's "
+                  "gateway.model_format; `splitserve template formats` lists them)")
+"""The one line every command prints for a template no format claims."""
+
+
 def parse_complete(fmt: str | ToolCallFormat, text: str,
                    tools: list[dict[str, Any]] | None = None, *,
                    prefilled: bool | None = None,

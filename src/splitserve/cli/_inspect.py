@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from .._errors import SplitserveError, UsageError
+from ..chat import NO_FORMAT_HINT
 from ..model import ModelInfo, inspect_model
 from ..plan import GIB, Node, Plan, PlanOptions, make_plan, parse_node
 from ._app import app, fail, make_console
@@ -78,7 +79,7 @@ def _print_inspect(m: ModelInfo, show_layers: bool) -> None:
       + ("; output tied to the embeddings" if m.tied_embeddings else ""))
     t = "embedded" if m.chat_template else "none embedded"
     if m.chat_template:
-        t += f", tool calls: {m.tool_call_format or 'format not recognised'}"
+        t += f", tool calls: {m.tool_call_format or NO_FORMAT_HINT}"
     p(f"  chat template  {t}")
     table = Table("type", "tensors", "bytes", "share", title="quantisation mix", title_justify="left")
     total = sum(v["bytes"] for v in m.quant_mix.values()) or 1

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from .._errors import SplitserveError, UsageError
 from ..chat import (
+    NO_FORMAT_HINT,
     check_template,
     detect_format,
     get_format,
@@ -174,6 +175,8 @@ def _report(results: list[Any], fmt_name: str | None) -> bool:
         details = "; ".join(r.problems + r.notes)
         table.add_row(r.name, "ok" if r.ok else "FAIL", details)
     console.print(table)
+    if fmt_name is None:
+        err.print(NO_FORMAT_HINT.replace("--model-format", "--format"), markup=False)
     return all(r.ok for r in results)
 
 

@@ -22,6 +22,7 @@ request is read in.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,7 +204,7 @@ def _required_grammar(req: ChatRequest, fmt: ToolCallFormat, tools: list[dict[st
 
 def resolve_format(name: str | None, template: str) -> ToolCallFormat:
     """The format named on the command line, the one the template is detected as, or plain."""
-    from ..chat import UnknownFormatError, detect_format
+    from ..chat import NO_FORMAT_HINT, UnknownFormatError, detect_format
 
     if name:
         if name == PLAIN.name:
@@ -213,7 +214,10 @@ def resolve_format(name: str | None, template: str) -> ToolCallFormat:
         except UnknownFormatError as exc:  # names the known formats
             raise APIError(500, str(exc), type_="server_error") from None
     detected = detect_format(template)
-    return get_format(detected) if detected else PLAIN
+    if detected is None:
+        print(f"gateway: {NO_FORMAT_HINT}", file=sys.stderr, flush=True)
+        return PLAIN
+    return get_format(detected)
 
 
 def dumps(value: Any) -> str:

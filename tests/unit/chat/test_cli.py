@@ -86,8 +86,9 @@ def test_template_commands(tmp_path: Path, tdir: Path, smollm2: Path,
     code, out, _ = cli(["template", "check", "--template",
                         str(tdir / "meta-llama-Llama-3.1-8B-Instruct.jinja")], capsys)
     assert code == 1 and "FAIL" in out  # a failing conversation fails the command, --strict or not
-    code, out, _ = cli(["template", "check", "--model", str(smollm2)], capsys)
+    code, out, err = cli(["template", "check", "--model", str(smollm2)], capsys)
     assert code == 0 and "rendering only" in out  # no tool format: rendering checked, passes
+    assert "no known tool-call format claims this chat template" in err and "--format NAME" in err
     assert cli(["template", "check", "--model", str(smollm2), "--strict"], capsys)[0] == 1
     code, out, _ = cli(["template", "formats", "--json"], capsys)
     names = [f["name"] for f in json.loads(out)]
