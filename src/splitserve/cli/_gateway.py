@@ -42,6 +42,11 @@ def serve_cmd(
     max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = 8 * 1024 * 1024,
     test_hooks: Annotated[bool, typer.Option(help="allow the test-only force_output field")] = False,
+    restore_reasoning: Annotated[bool, typer.Option(
+        help="put back the reasoning a client dropped from its earlier assistant turns (found by "
+             "the tool-call ids the gateway issued), so the history stays in the prompt cache")] = True,
+    slot_affinity: Annotated[bool, typer.Option(
+        help="send the requests of one session (X-Session-Id header, else `user`) to one engine slot")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
 ) -> None:
     """Serve an OpenAI-compatible API in front of a llama-server (chat template and tool calls in Python).
@@ -69,7 +74,8 @@ def serve_cmd(
             chat_template=load_template(chat_template) if chat_template else None,
             engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
             max_concurrent=max_concurrent, max_queue=max_queue,
-            max_body_bytes=max_body_bytes, test_hooks=test_hooks)
+            max_body_bytes=max_body_bytes, test_hooks=test_hooks,
+            restore_reasoning=restore_reasoning, slot_affinity=slot_affinity)
         if max_concurrent < 1 or max_queue < 0:
             raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
         if not 1 <= port <= 65535:

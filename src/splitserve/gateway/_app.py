@@ -30,6 +30,7 @@ from ._errors import APIError
 from ._limits import KeyLimiter
 from ._metrics import Metrics
 from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body
+from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
 from ._turn import Turn
 from ._upstream import Upstream
@@ -51,6 +52,10 @@ class GatewayConfig:
     max_concurrent: int = 16
     max_queue: int = 64
     test_hooks: bool = False
+    restore_reasoning: bool = True
+    """Put back the reasoning a client dropped from its earlier assistant turns (see _session)."""
+    slot_affinity: bool = True
+    """Send the requests of one session (``X-Session-Id`` or ``user``) to one engine slot."""
 
 
 class EngineStream(Response):
@@ -119,6 +124,8 @@ class Gateway:
         self.upstream = Upstream(config.engine_url, api_key=config.engine_api_key)
         self._model: ServedModel | None = None
         self._model_lock = anyio.Lock()
+        self.memory = ReasoningMemory()
+        self._affinity: SlotAffinity | None = None
 
     # -- the served model ------------------------------------------------------------
     async def model(self) -> ServedModel:
@@ -142,6 +149,9 @@ class Gateway:
         aliases = tuple(a for a in {path, base, stem, alias} if a)
         settings = props.get("default_generation_settings") or {}
         add_bos = await self._engine_adds_bos()
+        slots = props.get("total_slots")
+        if isinstance(slots, int) and slots > 0:
+            self._affinity = SlotAffinity(slots)
         return ServedModel(
             id=self.config.model_name or stem, template=template,
             format=resolve_format(self.config.model_format, template),
@@ -204,9 +214,16 @@ class Gateway:
         req: ChatRequest = parse_body(ChatRequest, raw)
         check_history(req)
         model = await self.check_model(req.model)
-        plan = plan_chat(req, model, test_hooks=self.config.test_hooks)
+        restore = ((lambda messages: self.memory.restore(key, messages))
+                   if self.config.restore_reasoning else None)
+        plan = plan_chat(req, model, test_hooks=self.config.test_hooks, restore=restore)
+        session = session_key(request.headers, req.model_extra or {})
+        if session is not None and self._affinity is not None and self.config.slot_affinity:
+            plan.body.setdefault("id_slot", self._affinity.slot_for(session))
         turn = Turn(plan, plan.parser())
         stack = contextlib.AsyncExitStack()
+        if self.config.restore_reasoning:
+            stack.callback(lambda: self.memory.remember(key, turn.message()))
         await stack.enter_async_context(self.limiter.slot(key))
         try:
             timing.engine_called = time.perf_counter()

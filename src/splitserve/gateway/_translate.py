@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,8 +89,12 @@ def gbnf_literal(text: str) -> str:
     return f'root ::= "{escaped}"\n'
 
 
-def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False) -> Plan:
-    """Render the prompt and build the engine body; 400 for what cannot be served."""
+def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False,
+              restore: Callable[[list[dict[str, Any]]], object] | None = None) -> Plan:
+    """Render the prompt and build the engine body; 400 for what cannot be served.
+
+    ``restore(messages)`` may fill in what the client dropped from the history before it is
+    rendered (the gateway's reasoning memory, see _session)."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     choice = req.tool_choice
     named = None
@@ -102,6 +107,8 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False)
         choice = "none"
     fmt = model.format
     messages = [m.to_template() for m in req.messages]
+    if restore is not None:
+        restore(messages)
     kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
     kwargs.setdefault("bos_token", model.bos_token)
     kwargs.setdefault("eos_token", model.eos_token)
