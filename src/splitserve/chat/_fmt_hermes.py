@@ -152,6 +152,8 @@ def detects(template: str) -> bool:
     ``<arg_key>`` nor Qwen3-Coder's ``<function=``."""
     if "<arg_key>" in template or "<function=" in template:
         return False
+    if "<tool_calls>" in template and not _TEMPLATE_CALL.search(template):
+        return False  # <tool_call> only in instructions; the calls go in <tool_calls> (Apriel)
     return bool(_TEMPLATE_CALL.search(template)) or ("<tool_call>" in template
                                                      and '"arguments": ' in template)
 
@@ -162,7 +164,8 @@ FORMAT = ToolCallFormat(
                 "</tool_call>, optional <think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
-    end_markers=("<|im_end|>", "<|eot_id|>"),
+    # ChatML's, Llama 3's (Hermes 3), Granite 4's and Reka's end of turn
+    end_markers=("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<sep>"),
     call_grammar=_grammar,
     example='<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
             '</tool_call>',

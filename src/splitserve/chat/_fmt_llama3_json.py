@@ -6,11 +6,16 @@ optionally after ``<|python_tag|>``, several separated by ``;``. Rules, pinned:
 
 - only output that starts (after whitespace) with ``{"`` is held back as a possible call;
   anything else streams as content at once, and so does a ``{`` in prose;
+- ``<|python_tag|>`` (a special token the model writes only to call a tool) starts a call
+  anywhere: the text before it is content, the JSON after it is read as at the start; a
+  tag not followed by JSON is content, with a warning;
 - a JSON object with a string ``name`` and an object ``parameters`` (or ``arguments``) is a
-  call; any other JSON, or invalid JSON, is content;
+  call; any other JSON is content; invalid JSON is content (its raw text) with a warning;
 - ``{"name": ..., "parameters": {`` starts the call at once and its string arguments
   stream (see _json_args); other shapes are read whole;
-- text after the calls is content; the end of output inside the JSON drops that call.
+- text after the calls is content; the end of output inside the JSON drops that call when
+  what was written is valid JSON so far (a call cut off), and keeps it as content with a
+  warning when it is not.
 """
 
 from __future__ import annotations
@@ -26,6 +31,74 @@ from ._schema import ToolSet, coerce_value, loads_json
 PYTHON_TAG = "<|python_tag|>"
 _START, _JSON, _AFTER, _PASS = range(4)
 _OPENING = re.compile(r'\s*(?:<\|python_tag\|>)?\s*\{\s*"')
+_STRING = re.compile(r'"(?:[^"\\]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+_PARTIAL_STRING = re.compile(r'"(?:[^"\\]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*'
+                             r'(?:\\(?:u[0-9a-fA-F]{0,3})?)?')
+_TOKEN = re.compile(r'[^\s,:\]}"{\[]+')
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_PARTIAL_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)?(?:\.\d*)?(?:[eE][+-]?\d*)?")
+_LITERALS = ("true", "false", "null")
+_VALUE, _ITEM_OR_END, _KEY_OR_END, _KEY, _COLON, _NEXT = range(6)
+
+
+def json_prefix(text: str) -> bool:
+    """Whether ``text`` is valid JSON or the start of some (what a cut-off value looks like)."""
+    stack: list[str] = []
+    state, i, n = _VALUE, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in " \t\r\n":
+            i += 1
+            continue
+        if state == _NEXT:  # after a value: a separator or a closer
+            if not stack:
+                return False  # text after a complete value
+            if ch == ",":
+                state = _KEY if stack[-1] == "{" else _VALUE
+            elif ch == ("}" if stack[-1] == "{" else "]"):
+                stack.pop()
+            else:
+                return False
+            i += 1
+        elif state == _COLON:
+            if ch != ":":
+                return False
+            state, i = _VALUE, i + 1
+        elif state in (_KEY_OR_END, _KEY):
+            if ch == "}" and state == _KEY_OR_END:
+                stack.pop()
+                state, i = _NEXT, i + 1
+                continue
+            if ch != '"':
+                return False
+            m = _STRING.match(text, i)
+            if m is None:
+                return _PARTIAL_STRING.fullmatch(text, i) is not None
+            state, i = _COLON, m.end()
+        else:  # a value (or, first in an array, its closer)
+            if ch == "]" and state == _ITEM_OR_END:
+                stack.pop()
+                state, i = _NEXT, i + 1
+            elif ch in "{[":
+                stack.append(ch)
+                state, i = (_KEY_OR_END if ch == "{" else _ITEM_OR_END), i + 1
+            elif ch == '"':
+                m = _STRING.match(text, i)
+                if m is None:
+                    return _PARTIAL_STRING.fullmatch(text, i) is not None
+                state, i = _NEXT, m.end()
+            else:
+                m = _TOKEN.match(text, i)
+                if m is None:
+                    return False
+                token = m.group()
+                if m.end() == n:  # the last token may be cut off
+                    return (any(lit.startswith(token) for lit in _LITERALS)
+                            or _PARTIAL_NUMBER.fullmatch(token) is not None)
+                if token not in _LITERALS and _NUMBER.fullmatch(token) is None:
+                    return False
+                state, i = _NEXT, m.end()
+    return True
 
 
 def _could_open(text: str) -> bool:
@@ -46,11 +119,29 @@ class Llama3JsonParser(ToolParser):
         self._reader = JsonCallReader(self)
         self._calls = 0
 
+    def _open_json(self, m: re.Match[str]) -> None:
+        brace = self.buf.text.index("{", 0, m.end())
+        self._raw = [self.buf.take(brace)]
+        self._reader = JsonCallReader(self)
+        self._state = _JSON
+
     def _step(self) -> bool:
         buf = self.buf
-        if self._state == _PASS:
-            self.content(buf.take(len(buf.text)))
-            return False
+        if self._state == _PASS:  # content, until a python tag
+            before, marker = buf.scan((PYTHON_TAG,))
+            self.content(before)
+            if marker is None:
+                return False
+            m = _OPENING.match(buf.text)
+            if m is not None:
+                self._open_json(m)
+                return True
+            if not buf.eof and _could_open(buf.text):
+                return False
+            self.warn(f"the text after {PYTHON_TAG} is not a JSON tool call; kept as content",
+                      marker)
+            self.content(buf.take(len(marker)))
+            return True
         if self._state == _START:
             m = _OPENING.match(buf.text)
             if m is None:
@@ -58,11 +149,7 @@ class Llama3JsonParser(ToolParser):
                     return False
                 self._state = _PASS
                 return True
-            lead = buf.text[:m.end()]
-            brace = lead.index("{")
-            self._raw = [buf.take(brace)]
-            self._reader = JsonCallReader(self)
-            self._state = _JSON
+            self._open_json(m)
             return True
         if self._state == _JSON:
             self._raw.append(buf.take(self._reader.feed(buf.text)))
@@ -86,6 +173,9 @@ class Llama3JsonParser(ToolParser):
             except ValueError:
                 calls = None
             if calls is None:
+                if not json_prefix(text):
+                    self.warn("a JSON object that is not valid JSON was kept as content",
+                              rawtext)
                 self.content(rawtext)
                 self._state = _PASS
                 return True
@@ -109,7 +199,16 @@ class Llama3JsonParser(ToolParser):
     def _at_eof(self) -> None:
         if self._state == _JSON:
             rawtext = "".join(self._raw)
-            if re.match(r'\s*(?:<\|python_tag\|>)?\s*\{\s*"name"', rawtext):
+            body = rawtext.strip().removeprefix(PYTHON_TAG)
+            streamer = self._reader.streamer
+            if streamer is not None and streamer.failed:  # its arguments went wrong
+                self._reader.close()  # says so
+                self.content(rawtext)
+            elif not json_prefix(body):
+                self.warn("the output ended inside a JSON object that is not valid JSON; "
+                          "kept as content", rawtext)
+                self.content(rawtext)
+            elif re.match(r'\s*\{\s*"name"', body):
                 self.warn("a tool call was cut off by the end of the output; dropped "
                           "(earlier calls kept)", rawtext)
             else:

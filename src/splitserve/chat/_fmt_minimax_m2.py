@@ -12,8 +12,11 @@
     </invoke>
     </minimax:tool_call>
 
-Strings are written raw, other values as JSON (the template's ``tojson``). The template's
-generation prompt ends with ``<think>\\n``, so output starts mid-reasoning by default.
+Strings are written raw, other values as JSON (the template's ``tojson``). Tags may carry
+other attributes, the name anywhere among them (``<invoke name="f" description="...">``,
+``<parameter name="k" type="string">``, vLLM issue #32827). The template's
+generation prompt ends with ``<think>\\n``, so output starts mid-reasoning by default; a call
+there (the model may answer with one straight away) ends that reasoning (see _reasoning).
 The ``minimax-m3-hybrid`` format (MiniMax-M3 with the recipe of the same name) is this
 tool-call syntax with M3's ``<mm:think>`` reasoning.
 """
@@ -28,15 +31,28 @@ from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 from ._xml_flat import Dialect, FlatXmlParser
 
+_VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"'>]+)"""
+_ATTR = rf"""\s+[^\s=<>"'/]+(?:\s*=\s*{_VALUE})?"""
+_NAME = r"""\s+name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"""
+
+
+def _header(tag: str) -> re.Pattern[str]:
+    """``<tag ...>`` with a ``name`` attribute anywhere among its attributes (the first
+    group that matched is the name); also the lenient ``<tag name="x>`` of older parsers."""
+    return re.compile(rf"""<{tag}(?=(?:{_ATTR})*?{_NAME})(?:{_ATTR})*\s*>"""
+                      rf"""|<{tag}\s+name\s*=\s*["']?([^"'>]*?)["']?\s*>""")
+
+
 DIALECT = Dialect(
     wrap_open="<minimax:tool_call>",
     wrap_close="</minimax:tool_call>",
     invoke_prefix="<invoke",
-    invoke_header=re.compile(r"<invoke\s+name\s*=\s*[\"']?([^\"'>]*?)[\"']?\s*>"),
+    invoke_header=_header("invoke"),
     invoke_close="</invoke>",
     param_prefix="<parameter",
-    param_header=re.compile(r"<parameter\s+name\s*=\s*[\"']?([^\"'>]*?)[\"']?\s*>"),
+    param_header=_header("parameter"),
     param_close="</parameter>",
+    quoted_attrs=True,
 )
 
 

@@ -14,6 +14,10 @@
 The template writes one newline after each parameter opener and one before its closer;
 the parser strips exactly those. Objects and arrays are JSON; other values are Python's
 ``str()`` of the value, so ``True``/``False`` (any case) are booleans for this format.
+Values are read leniently (``Dialect.lenient_values``, see _xml_flat): an unclosed
+parameter ends at the next declared one or at a closing ``</function>``/``</tool_call>``;
+with the tool's schema, parameter markup the tool does not declare is data, and tool-call
+markup inside a value nests (a coding agent writing a file that holds a tool call).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ DIALECT = Dialect(
     param_close="</parameter>",
     strip_newlines=True,
     bool_words=True,
+    lenient_values=True,
 )
 
 

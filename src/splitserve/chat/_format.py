@@ -169,13 +169,17 @@ class ToolCallFormat:
         """A fresh incremental parser for one response.
 
         ``tools`` are the request's tools (OpenAI shape) for schema-driven coercion;
-        ``prefilled`` says whether the prompt ended with the reasoning opener (None: the
-        format's default, see :meth:`prefilled_by`); ``id_factory(index)`` makes call ids.
+        ``prefilled`` says whether the prompt ended with the reasoning opener (see
+        :meth:`prefilled_by`; the gateway always says). None: pre-filled where the format's
+        prompts usually pre-fill it, else unknown, decided by the output (a closer with no
+        opener ends implicit reasoning; see _reasoning). ``id_factory(index)`` makes call ids.
         """
         splitter = None
         if self.reasoning is not None:
-            pre = self.reasoning.prefilled_default if prefilled is None else prefilled
-            splitter = ReasoningSplitter(self.reasoning, pre)
+            pre = prefilled
+            if pre is None and self.reasoning.prefilled_default:
+                pre = True
+            splitter = ReasoningSplitter(self.reasoning, pre, self.call_openers)
         return ChatParser(splitter, self.make_tool_parser(ToolSet(tools),
                                                           id_factory or random_call_id))
 

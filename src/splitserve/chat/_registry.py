@@ -13,13 +13,22 @@ from typing import Any
 
 from .._errors import SplitserveError
 from ._events import MessageAssembler, ParsedMessage
+from ._fmt_deepseek_dsml import V4 as DEEPSEEK_V4
+from ._fmt_deepseek_dsml import V32 as DEEPSEEK_V32
 from ._fmt_deepseek_v3 import FORMAT as DEEPSEEK_V3
+from ._fmt_glm import GLM45, GLM47
+from ._fmt_gpt_oss import FORMAT as GPT_OSS
 from ._fmt_hermes import FORMAT as HERMES
+from ._fmt_kimi_k2 import FORMAT as KIMI_K2
+from ._fmt_kimi_k3 import FORMAT as KIMI_K3
 from ._fmt_llama3_json import FORMAT as LLAMA3_JSON
+from ._fmt_minimax_m1 import FORMAT as MINIMAX_M1
 from ._fmt_minimax_m2 import FORMAT as MINIMAX_M2
 from ._fmt_minimax_m2 import HYBRID as MINIMAX_M3_HYBRID
 from ._fmt_minimax_m3 import FORMAT as MINIMAX_M3
+from ._fmt_mistral import FORMAT as MISTRAL
 from ._fmt_qwen3_coder import FORMAT as QWEN3_CODER
+from ._fmt_seed_oss import FORMAT as SEED_OSS
 from ._format import IdFactory, ToolCallFormat
 
 
@@ -38,9 +47,13 @@ def register_format(fmt: ToolCallFormat) -> None:
 
 
 # Registration order is detection order: a format whose templates also carry another's
-# markers goes first (the hybrid before M3 and M2, Qwen3-Coder before Hermes).
-for _fmt in (MINIMAX_M3_HYBRID, MINIMAX_M3, MINIMAX_M2, QWEN3_CODER, DEEPSEEK_V3, HERMES,
-             LLAMA3_JSON):
+# markers goes first (the hybrid before M3 and M2, Qwen3-Coder before Hermes; GLM-4.7,
+# whose compact tags are a special case of GLM-4.5's, before it, both before Hermes).
+# DeepSeek's DSML formats go before V3, MiniMax-M1 before Hermes (no shared markers yet).
+# Kimi K3, Kimi K2, gpt-oss and Mistral share no markers with any other (nor each other).
+for _fmt in (MINIMAX_M3_HYBRID, MINIMAX_M3, MINIMAX_M2, SEED_OSS, QWEN3_CODER, DEEPSEEK_V32,
+             DEEPSEEK_V4, DEEPSEEK_V3, MINIMAX_M1, KIMI_K3, KIMI_K2, GPT_OSS, MISTRAL,
+             GLM47, GLM45, HERMES, LLAMA3_JSON):
     register_format(_fmt)
 
 

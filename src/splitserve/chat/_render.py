@@ -1,15 +1,19 @@
 """Rendering chat templates with jinja2, in an environment compatible with Hugging Face's.
 
-Like ``transformers``' ``_compile_jinja_template``: an immutable sandbox with
-``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols`` extension and a no-op
+Like ``transformers``' ``_compile_jinja_template``: a sandbox with ``trim_blocks`` and
+``lstrip_blocks``, the ``loopcontrols`` extension and a no-op
 ``{% generation %}`` block; ``tojson`` is ``json.dumps`` with its ``ensure_ascii``,
 ``indent``, ``separators`` and ``sort_keys`` options (no HTML escaping);
-``raise_exception(msg)`` and ``strftime_now(fmt)`` are globals.
+``raise_exception(msg)`` and ``strftime_now(fmt)`` are globals. One difference, llama.cpp's
+own template engine's: lists and dicts the template builds may be changed (``ids.append(x)``,
+as Kimi-K2's templates do; ``transformers``' immutable sandbox refuses it). The messages a
+template sees are copies, so nothing it changes reaches the caller.
 
 Messages go in as OpenAI dicts. A null ``content`` is given to the template as ``""``
 (templates print None as "None" or fail on ``'</think>' in content``). An assistant tool call whose ``function.arguments`` is a
 JSON string is handed to the template as a mapping (templates iterate ``arguments.items()``
-or apply ``tojson``); other values are left as they are.
+or apply ``tojson``) that also joins a string as its JSON text (``'...' + arguments``);
+other values are left as they are.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment
 
 from ._errors import TemplateError
 
@@ -70,8 +74,8 @@ def _strftime_now(fmt: str) -> str:
 
 def make_environment() -> jinja2.Environment:
     """A jinja2 environment configured the way Hugging Face renders chat templates."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"])
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                               extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -87,6 +91,25 @@ def _compile(template: str) -> jinja2.Template:
                             "fix the template or pick another") from None
 
 
+class Arguments(dict):  # type: ignore[type-arg]
+    """A tool call's arguments as templates get them: a mapping (``.items()``, ``tojson``)
+    that also joins a string as its JSON text (``'...' + arguments``: the templates written
+    for arguments as a string, Functionary's and the original DeepSeek-R1-Distill's)."""
+
+    def _text(self) -> str:
+        return json.dumps(self, ensure_ascii=False)
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return self._text() + other
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other + self._text()
+        return NotImplemented
+
+
 def _prepare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = copy.deepcopy(messages)
     for message in out:
@@ -100,7 +123,7 @@ def _prepare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 except ValueError:
                     continue
                 if isinstance(parsed, dict):
-                    fn["arguments"] = parsed
+                    fn["arguments"] = Arguments(parsed)
     return out
 
 

@@ -8,10 +8,35 @@ Shared by ``minimax-m2`` (``<minimax:tool_call><invoke name="f"><parameter name=
 - a parameter's closer only ends the value when what follows it (after whitespace) is the
   next parameter, the invoke's closer, the wrapper's closer, another invoke or the end of
   output; otherwise it is data (a value may contain ``</parameter>``);
-- an invoke outside any wrapper is accepted as if wrapped;
+- an invoke outside any wrapper is accepted as if wrapped; the implied wrapper lasts while
+  whitespace, further invokes or the wrapper's closer follow, so a wrapper closer right
+  after the implied wrapper's calls is its own and is dropped (a stray closer anywhere else
+  is content);
 - an invoke left open when the wrapper closes or the next invoke starts is closed there;
 - a wrapper with no invoke: its raw text is content, with a warning; an empty one is dropped;
-- the end of output inside an invoke drops that call (earlier calls are kept).
+- the end of output inside an invoke drops that call (earlier calls are kept);
+- with ``Dialect.quoted_attrs`` (``minimax-m2``) a tag may carry other attributes, the name
+  among them anywhere (``<invoke name="f" description="a > b">``, ``<parameter name="k"
+  type="string">``); a quoted attribute value may hold ``>``.
+
+With ``Dialect.lenient_values`` (``qwen3-coder``) a value is also read the way vLLM, SGLang
+and llama.cpp read it (a model may leave a parameter unclosed; a coding agent writes files
+whose content is tool-call markup):
+
+- a value left unclosed ends, with a warning, at the next parameter opener, and at the
+  invoke's or the wrapper's closer when what follows that (after whitespace) ends a call:
+  the wrapper's closer, a new wrapper or invoke, or the end of output;
+- where the request declares the tool with properties (its schema), a parameter opener
+  whose name the tool does not declare, or the value's own name, is data of the value, and
+  a parameter closer followed by such an opener does not end the value; without a schema a
+  parameter opener inside a value is data and the closer rule above decides, as before;
+- tool-call markup inside a value nests: a wrapper opener, an invoke header and a parameter
+  opener that is data are counted, and while one is open its closer is data (inside a
+  nested invoke a parameter closer closes the nested parameter); a parameter closer that
+  is not inside a nested invoke still ends the value when the closer rule says so.
+
+Every rule looks only at the text up to a bounded distance past the marker (a header, or
+whitespace and the next marker), so streamed output parses as the whole output does.
 
 :class:`WrappedCallParser` is the part every XML format shares (``minimax-m3`` too): the
 wrapper and invoke bookkeeping, one call per invoke, and what the end of output resolves.
@@ -25,11 +50,12 @@ from typing import Any
 
 from ._args import ArgsWriter
 from ._format import IdFactory, ToolParser
-from ._schema import Schema, ToolSet, coerce_text
+from ._schema import Schema, ToolSet, _alternatives, coerce_text
 
 # the states of an XML tool-call parser: in content, in a wrapper, in an invoke, in a value
 TEXT, WRAP, INVOKE, PARAM = range(4)
 _HEADER_LIMIT = 512
+_QUOTE_OR_GT = re.compile(r"[\"'>]")
 
 
 @dataclass(frozen=True)
@@ -44,6 +70,12 @@ class Dialect:
     param_close: str
     strip_newlines: bool = False  # one leading and one trailing newline around each value
     bool_words: bool = False
+    # headers hold attributes whose quoted values may contain ">"; the name is the first
+    # group of the header pattern that matched (see the module rules)
+    quoted_attrs: bool = False
+    # unclosed values end at the next tag, nested tool-call markup is data, the schema
+    # tells a parameter from data (see the module rules)
+    lenient_values: bool = False
 
 
 class WrappedCallParser(ToolParser):
@@ -121,6 +153,37 @@ class WrappedCallParser(ToolParser):
             self._state = TEXT
 
 
+def _quoted_end(text: str, start: int, limit: int) -> int:
+    """Index of the first ``>`` outside quotes in ``text[start:limit]``; -1 if none yet."""
+    quote = ""
+    for m in _QUOTE_OR_GT.finditer(text, start, limit):
+        ch = m.group()
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch == ">":
+            return m.start()
+        else:
+            quote = ch
+    return -1
+
+
+def declared_names(schema: Schema | None) -> frozenset[str] | None:
+    """The parameter names a tool's schema declares; None where it does not enumerate them
+    (no schema, no properties, or typed or allowed additional properties)."""
+    if schema is None:
+        return None
+    names: set[str] = set()
+    for node in _alternatives(schema):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            names.update(k for k in props if isinstance(k, str))
+        extra = node.get("additionalProperties")
+        if extra is True or isinstance(extra, dict):
+            return None
+    return frozenset(names) or None
+
+
 class FlatXmlParser(WrappedCallParser):
     """The incremental parser for one :class:`Dialect`."""
 
@@ -131,32 +194,67 @@ class FlatXmlParser(WrappedCallParser):
         self._value: list[str] = []
         self._value_started = False
         self._trail_nl = False
+        d = dialect
+        self._follows = (d.param_prefix, d.invoke_close, d.wrap_close, d.invoke_prefix)
+        self._value_markers = ((d.param_close, d.param_prefix, d.invoke_close, d.wrap_close,
+                                d.invoke_prefix, d.wrap_open) if d.lenient_values
+                               else (d.param_close,))
+        # longest first: of two markers at one place the longer wins, as in TextBuffer.scan
+        self._value_markers = tuple(sorted(self._value_markers, key=len, reverse=True))
+        self._value_longest = len(self._value_markers[0])
+        self._lt_scan = all(m.startswith("<") for m in self._value_markers)
+        self._ends = (d.wrap_close, d.wrap_open, d.invoke_prefix)
+        # nested tool-call markup open inside the value: parameters, invokes, wrappers
+        self._np = self._nf = self._nt = 0
+        self._names_for = -1
+        self._names: frozenset[str] | None = None
 
     # -- headers -----------------------------------------------------------------------
-    def _header(self, pattern: re.Pattern[str]) -> tuple[str, int, str]:
-        """Read a tag header at the buffer start: ("need"|"no"|"ok", length, name)."""
+    def _header(self, pattern: re.Pattern[str], start: int = 0) -> tuple[str, int, str]:
+        """Read a tag header at ``start`` in the buffer: ("need"|"no"|"ok", length, name)."""
         text = self.buf.text
-        end = text.find(">", 0, _HEADER_LIMIT)  # bounded: no rescans of a long buffer
+        limit = start + _HEADER_LIMIT
+        end = text.find(">", start, limit)  # bounded: no rescans of a long buffer
         if end < 0:
-            if not self.buf.eof and len(text) < _HEADER_LIMIT:
+            if not self.buf.eof and len(text) < limit:
                 return "need", 0, ""
             return "no", 0, ""
-        m = pattern.fullmatch(text[:end + 1])
-        if not m or not m.group(1).strip():
+        m = pattern.fullmatch(text, start, end + 1)
+        if m is None and self.d.quoted_attrs:  # a ">" inside a quoted attribute value
+            end = _quoted_end(text, start, limit)
+            if end < 0:
+                if not self.buf.eof and len(text) < limit:
+                    return "need", 0, ""
+                return "no", 0, ""
+            m = pattern.fullmatch(text, start, end + 1)
+        if m is None:
             return "no", 0, ""
-        return "ok", end + 1, m.group(1).strip()
+        name = next((g for g in m.groups() if g is not None), "").strip()
+        if not name:
+            return "no", 0, ""
+        return "ok", end + 1 - start, name
 
     def _coerce(self, raw: Any, schema: Schema | None) -> Any:
         return coerce_text(raw, schema, self.bool_words)
+
+    def _declared(self) -> frozenset[str] | None:
+        """The open call's declared parameter names (None: its schema does not say)."""
+        assert self._call is not None
+        if self._names_for != self._call.index:
+            self._names_for = self._call.index
+            self._names = declared_names(self.schema(self._call.name))
+        return self._names
 
     # -- the state machine -------------------------------------------------------------
     def _step(self) -> bool:
         if self._state == TEXT:
             return self._step_text()
         if self._state == WRAP:
-            return self._step_wrap()
+            return self._step_implied() if self._implicit else self._step_wrap()
         if self._state == INVOKE:
             return self._step_invoke()
+        if self.d.lenient_values:
+            return self._step_value()
         return self._step_param()
 
     def _step_text(self) -> bool:
@@ -201,10 +299,33 @@ class FlatXmlParser(WrappedCallParser):
         self._start(name, self.buf.take(length))
         return True
 
+    def _step_implied(self) -> bool:
+        """After a call of an implied wrapper: whitespace, then another invoke or the
+        wrapper's closer continue the block; anything else ends it (and is content)."""
+        d = self.d
+        text = self.buf.text
+        rest = text.lstrip()
+        ws = len(text) - len(rest)
+        if rest.startswith(d.wrap_close):
+            self._close_wrap(self.buf.take(ws + len(d.wrap_close)))
+            return True
+        if rest.startswith(d.invoke_prefix):
+            status, length, name = self._header(d.invoke_header, ws)
+            if status == "need":
+                return False
+            if status == "ok":
+                self._wrap_raw.append(self.buf.take(ws))
+                self._start(name, self.buf.take(length))
+                return True
+        elif not self.buf.eof and (d.wrap_close.startswith(rest) or
+                                   d.invoke_prefix.startswith(rest)):
+            return False  # only whitespace, or the start of a marker, so far
+        self._close_wrap("")  # the whitespace and what follows are content
+        return True
+
     def _step_invoke(self) -> bool:
         d = self.d
-        before, marker = self.buf.scan((d.param_prefix, d.invoke_close, d.wrap_close,
-                                        d.invoke_prefix))
+        before, marker = self.buf.scan(self._follows)
         self._call_raw.append(before)
         self._garbage.append(before)  # whitespace too: chunking must not matter
         if marker is None:
@@ -223,14 +344,7 @@ class FlatXmlParser(WrappedCallParser):
             return True
         if marker == d.invoke_close:
             self.buf.take(len(marker))
-            self._end_call()
-            if self._implicit:
-                self._close_wrap("")
-            else:
-                self._state = WRAP
-            return True
-        self._end_call()  # wrapper closer or a new invoke: the open invoke ends here
-        self._state = WRAP
+        self._end_call()  # its closer, the wrapper's closer or a new invoke ends the invoke
         return True
 
     def _open_param(self, key: str) -> None:
@@ -239,6 +353,7 @@ class FlatXmlParser(WrappedCallParser):
         self._value = []
         self._value_started = False
         self._trail_nl = False
+        self._np = self._nf = self._nt = 0
         self._state = PARAM
 
     def _piece(self, text: str) -> None:
@@ -268,7 +383,7 @@ class FlatXmlParser(WrappedCallParser):
         if marker is None:
             return False
         rest = self.buf.text[len(marker):].lstrip()
-        follows = (d.param_prefix, d.invoke_close, d.wrap_close, d.invoke_prefix)
+        follows = self._follows
         if not rest:
             if not self.buf.eof:
                 return False
@@ -280,6 +395,143 @@ class FlatXmlParser(WrappedCallParser):
         self._call_raw.append(self.buf.take(len(marker)))
         self._close_param()
         return True
+
+    # -- values, read leniently (Dialect.lenient_values) -----------------------------
+    def _scan_value(self) -> tuple[str, str | None]:
+        """``TextBuffer.scan`` for value markers that all start with ``<`` (as the known
+        dialects' do): only the ``<`` positions are looked at (values are long, the markers
+        many)."""
+        buf = self.buf
+        text = buf.text
+        pos = text.find("<")
+        while pos >= 0:
+            for marker in self._value_markers:
+                if text.startswith(marker, pos):
+                    buf.text = text[pos:]
+                    return text[:pos], marker
+            if not buf.eof and len(text) - pos < self._value_longest:
+                tail = text[pos:]
+                if any(m.startswith(tail) for m in self._value_markers):
+                    buf.text = tail  # may still grow into a marker
+                    return text[:pos], None
+            pos = text.find("<", pos + 1)
+        buf.text = ""
+        return text, None
+
+    def _step_value(self) -> bool:
+        d = self.d
+        before, marker = self._scan_value() if self._lt_scan else self.buf.scan(
+            self._value_markers)
+        self._piece(before)
+        if marker is None:
+            return False
+        if marker == d.param_close:
+            return self._value_closer(marker)
+        if marker == d.param_prefix:
+            return self._value_opener(marker)
+        if marker == d.invoke_prefix:
+            status, length, _ = self._header(d.invoke_header)
+            if status == "need":
+                return False
+            if status == "ok":
+                self._nf += 1
+                self._piece(self.buf.take(length))
+            else:
+                self._piece(self.buf.take(len(marker)))
+            return True
+        if marker == d.wrap_open:
+            self._nt += 1
+        elif marker == d.invoke_close and self._nf:
+            self._nf -= 1
+        elif marker == d.wrap_close and self._nt:
+            self._nt -= 1
+        else:  # the invoke's or the wrapper's closer, with nothing of its kind nested
+            ends = self._ends_call(len(marker))
+            if ends is None:
+                return False
+            if ends:
+                self._unclosed(marker)
+                return True
+        self._piece(self.buf.take(len(marker)))
+        return True
+
+    def _unclosed(self, at: str) -> None:
+        """The open value ends implicitly at ``at`` (read again, in the invoke)."""
+        assert self._call is not None
+        self.warn(f"tool call {self._call.index}: parameter {self._call.key!r} was not "
+                  f"closed; it ends at {at}")
+        self._close_param()
+
+    def _value_opener(self, marker: str) -> bool:
+        status, length, name = self._header(self.d.param_header)
+        if status == "need":
+            return False
+        if status == "no":
+            self._piece(self.buf.take(len(marker)))
+            return True
+        assert self._call is not None
+        if not (self._nf or self._nt):
+            names = self._declared()
+            if names is None:  # no schema: data, as a closer-less value always was
+                self._piece(self.buf.take(length))
+                return True
+            if name in names and name != self._call.key:
+                self._unclosed(self.buf.text[:length])
+                return True
+        self._np += 1  # a nested call's parameter, or a name the tool does not declare
+        self._piece(self.buf.take(length))
+        return True
+
+    def _value_closer(self, marker: str) -> bool:
+        if self._np and (self._nf or self._nt):  # closes a parameter of a nested call
+            self._np -= 1
+            self._piece(self.buf.take(len(marker)))
+            return True
+        ends = self._closer_ends_value(len(marker))
+        if ends is None:
+            return False
+        if ends:
+            self._call_raw.append(self.buf.take(len(marker)))
+            self._close_param()
+            return True
+        if self._np:
+            self._np -= 1
+        self._piece(self.buf.take(len(marker)))
+        return True
+
+    def _closer_ends_value(self, n: int) -> bool | None:
+        """Whether the parameter closer (``n`` characters at the buffer start) ends the value,
+        by what follows it; None: not known yet."""
+        d = self.d
+        text = self.buf.text
+        rest = text[n:].lstrip()
+        if not rest:
+            return True if self.buf.eof else None
+        if rest.startswith(d.param_prefix):
+            names = self._declared()
+            if names is None:
+                return True
+            status, _, name = self._header(d.param_header, len(text) - len(rest))
+            if status == "need":
+                return None
+            return status == "ok" and name in names
+        if rest.startswith((d.invoke_close, d.wrap_close, d.invoke_prefix)):
+            return True
+        if not self.buf.eof and any(f.startswith(rest) for f in self._follows):
+            return None
+        return False
+
+    def _ends_call(self, n: int) -> bool | None:
+        """Whether what follows an invoke or wrapper closer (``n`` characters at the buffer
+        start) ends a call: a wrapper closer or opener, an invoke, the end of output."""
+        rest = self.buf.text[n:].lstrip()
+        if not rest:
+            return True if self.buf.eof else None
+        if rest.startswith(self._ends):
+            return True
+        if not self.buf.eof and any(e.startswith(rest) for e in self._ends):
+            return None
+        return False
 
     def _close_param(self) -> None:
         assert self._call is not None

@@ -68,6 +68,71 @@ def _m2_call(name: str, args: dict[str, Any]) -> str:
     return f'<invoke name="{name}">\n{body}</invoke>\n'
 
 
+def _glm_call(sep: str) -> Callable[[str, dict[str, Any]], str]:
+    """GLM: strings raw, other values as JSON (``tojson``); 4.5/4.6 put ``sep`` = newline
+    after the name and after every tag, 4.7 nothing."""
+    def call(name: str, args: dict[str, Any]) -> str:
+        body = "".join(f"<arg_key>{k}</arg_key>{sep}<arg_value>"
+                       f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                       f"</arg_value>{sep}" for k, v in args.items())
+        return f"<tool_call>{name}{sep}{body}</tool_call>"
+    return call
+
+
+def _seed_call(name: str, args: dict[str, Any]) -> str:
+    """Seed-OSS: values flush against their tags, non-strings as Python's ``str()``."""
+    body = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in args.items())
+    return f"<function={name}>\n{body}</function>\n"
+
+
+def _dsml_call(v4: bool) -> Callable[[str, dict[str, Any]], str]:
+    """DeepSeek V3.2 / V4 DSML: strings raw with string="true", others JSON with "false";
+    V4 writes an empty line in an invoke without parameters."""
+    def call(name: str, args: dict[str, Any]) -> str:
+        body = "".join(
+            f'<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>\n'
+            if isinstance(v, str) else
+            f'<｜DSML｜parameter name="{k}" string="false">{json.dumps(v, ensure_ascii=False)}'
+            "</｜DSML｜parameter>\n" for k, v in args.items())
+        empty = "\n" if v4 and not args else ""
+        return f'<｜DSML｜invoke name="{name}">\n{body}{empty}</｜DSML｜invoke>\n'
+    return call
+
+
+def _kimi_k2_call(name: str, args: dict[str, Any]) -> str:
+    return (f"<|tool_call_begin|>functions.{name}:0<|tool_call_argument_begin|>"
+            f"{json.dumps(args, ensure_ascii=False)}<|tool_call_end|>")
+
+
+def _k3_type(v: Any) -> str:
+    return ("boolean" if isinstance(v, bool) else "null" if v is None else
+            "number" if isinstance(v, (int, float)) else "string" if isinstance(v, str) else
+            "object" if isinstance(v, dict) else "array")
+
+
+def _kimi_k3_call(name: str, args: dict[str, Any]) -> str:
+    """Kimi K3 as its template writes it: strings raw, other values as JSON, typed."""
+    body = "".join(f'<|open|>argument key="{k}" type="{_k3_type(v)}"<|sep|>'
+                   f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                   "<|close|>argument<|sep|>" for k, v in args.items())
+    return f'<|open|>call tool="{name}" index="1"<|sep|>{body}<|close|>call<|sep|>'
+
+
+_HARMONY_START = "<|start|>assistant"
+
+
+def _harmony_call(name: str, args: dict[str, Any]) -> str:
+    return (f"{_HARMONY_START}<|channel|>commentary to=functions.{name} <|constrain|>json"
+            f"<|message|>{json.dumps(args, ensure_ascii=False)}<|call|>")
+
+
+def _harmony_wrap(calls: list[str]) -> str:
+    """Messages back to back; the first without <|start|>assistant, which the generation
+    prompt wrote (as llama-server returns the output)."""
+    text = "".join(calls)
+    return text[len(_HARMONY_START):] if text.startswith(_HARMONY_START) else text
+
+
 SYNTAXES: dict[str, Syntax] = {
     "minimax-m3": Syntax(
         "minimax-m3",
@@ -108,6 +173,50 @@ SYNTAXES: dict[str, Syntax] = {
         lambda n, a: f"{CALL_BEGIN}{n}{SEP}{json.dumps(a, ensure_ascii=False)}{CALL_END}",
         lambda calls: CALLS_BEGIN + "".join(calls) + CALLS_END,
         ("<｜tool▁calls", "<｜tool", "<"), False, ("<think>", "</think>")),
+    "deepseek-v3.2": Syntax(
+        "deepseek-v3.2", _dsml_call(False),
+        lambda calls: "<｜DSML｜function_calls>\n" + "".join(calls) + "</｜DSML｜function_calls>",
+        ("<｜DSML｜function_ca", "<｜DSML", "<"), True, ("<think>", "</think>")),
+    "deepseek-v4": Syntax(
+        "deepseek-v4", _dsml_call(True),
+        lambda calls: "<｜DSML｜tool_calls>\n" + "".join(calls) + "</｜DSML｜tool_calls>",
+        ("<｜DSML｜tool_ca", "<｜DSML｜inv", "<"), True, ("<think>", "</think>")),
+    "minimax-m1": Syntax(
+        "minimax-m1",
+        lambda n, a: json.dumps({"name": n, "arguments": a}, ensure_ascii=False),
+        lambda calls: "<tool_calls>\n" + "\n".join(calls) + "\n</tool_calls>",
+        ("<tool_ca", "<tool_calls", "<"), False, ("<think>", "</think>")),
+    "glm-4.5": Syntax(
+        "glm-4.5", _glm_call("\n"), lambda calls: "\n".join(calls),
+        ("<tool_ca", "<tool_call", "<"), True, ("<think>", "</think>"), multi_in_wrapper=False),
+    "glm-4.7": Syntax(
+        "glm-4.7", _glm_call(""), lambda calls: "".join(calls),
+        ("<tool_ca", "<tool_call", "<"), True, ("<think>", "</think>"), multi_in_wrapper=False),
+    "seed-oss": Syntax(
+        "seed-oss", _seed_call,
+        lambda calls: "<seed:tool_call>\n" + "".join(calls) + "</seed:tool_call>",
+        ("<seed:tool_ca", "<seed:", "<"), True, ("<seed:think>", "</seed:think>")),
+    "kimi-k2": Syntax(
+        "kimi-k2", _kimi_k2_call,
+        lambda calls: "<|tool_calls_section_begin|>" + "".join(calls)
+        + "<|tool_calls_section_end|>",
+        ("<|tool_calls_sec", "<|tool", "<"), False, ("<think>", "</think>")),
+    "kimi-k3": Syntax(
+        "kimi-k3", _kimi_k3_call,
+        lambda calls: "<|open|>tools<|sep|>" + "".join(calls) + "<|close|>tools<|sep|>",
+        ("<|open|>too", "<|open|>tools", "<|"), True,
+        ("<|open|>think<|sep|>", "<|close|>think<|sep|>")),
+    # gpt-oss has no think markers for the reasoning matrix: its analysis channel is read by
+    # the tool parser (no pre-fill, no splitter); test_fmt_kimi_harmony_mistral covers it.
+    "gpt-oss": Syntax(
+        "gpt-oss", _harmony_call, _harmony_wrap, ("<|chan", "<|start", "<|"), False, None,
+        multi_in_wrapper=False),
+    "mistral": Syntax(
+        "mistral",
+        lambda n, a: f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a, ensure_ascii=False)}",
+        lambda calls: "".join(calls),
+        ("[TOOL_CA", "[TOOL_CALLS]", "[TOOL_CALLS]get_wea", "["), False,
+        ("[THINK]", "[/THINK]"), multi_in_wrapper=False),
 }
 
 FORMATS = list(SYNTAXES)
@@ -124,6 +233,26 @@ MARKERS = {
     "hermes": ["<tool_call>", "</tool_call>", "<think>", "</think>"],
     "llama3-json": ["<|python_tag|>"],
     "deepseek-v3": [CALLS_BEGIN, CALL_BEGIN, SEP, CALL_END, CALLS_END, "<think>", "</think>"],
+    "deepseek-v3.2": ["<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜invoke",
+                      "</｜DSML｜invoke>", "<｜DSML｜parameter", "</｜DSML｜parameter>", "<think>",
+                      "</think>"],
+    "deepseek-v4": ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<｜DSML｜invoke",
+                    "</｜DSML｜invoke>", "<｜DSML｜parameter", "</｜DSML｜parameter>", "<think>",
+                    "</think>"],
+    "minimax-m1": ["<tool_calls>", "</tool_calls>", "<think>", "</think>"],
+    "glm-4.5": ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                "</arg_value>", "<think>", "</think>"],
+    "glm-4.7": ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                "</arg_value>", "<think>", "</think>"],
+    "seed-oss": ["<seed:tool_call>", "</seed:tool_call>", "<function=", "<parameter=",
+                 "<seed:think>", "</seed:think>"],
+    "kimi-k2": ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+                "<think>", "</think>"],
+    "kimi-k3": ["<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"],
+    "gpt-oss": ["<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
+                "<|call|>", "<|return|>", "to=functions."],
+    "mistral": ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"],
 }
 
 

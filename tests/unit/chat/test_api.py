@@ -17,7 +17,10 @@ from splitserve.chat import (
 )
 
 FORMATS = ["minimax-m3", "minimax-m3-hybrid", "minimax-m2", "hermes", "qwen3-coder",
-           "llama3-json", "deepseek-v3"]
+           "llama3-json", "deepseek-v3",
+           "glm-4.5", "glm-4.7", "seed-oss",
+           "deepseek-v3.2", "deepseek-v4", "minimax-m1",
+           "kimi-k2", "kimi-k3", "gpt-oss", "mistral"]
 
 
 def test_exported_members() -> None:

@@ -203,7 +203,8 @@ def test_c_strings_stay_strings_and_booleans_only_from_true_false(fmt: str) -> N
     assert args["b"] == "yes"  # not a boolean word: kept as the raw string
     assert args["i"] == "seven"  # not an integer: kept, nothing lost
     assert args["ni"] is None
-    if fmt != "minimax-m3":
+    # DSML: string="true"; Kimi K3: type="string" (the type tells "null" from null)
+    if fmt not in ("minimax-m3", "deepseek-v3.2", "deepseek-v4", "kimi-k3"):
         assert args["ns"] is None  # nullable string: null is null
     # what does not fit its schema is kept, and a warning names it
     assert any("argument i is a string" in w for w in msg.warnings)
@@ -216,7 +217,7 @@ def test_c_no_schema_infers_and_unknown_tool_is_kept_with_a_warning(fmt: str) ->
     raw = {"n": 3, "f": 1.5, "t": True, "z": "007", "w": "words", "l": [1, "a"]}
     msg = parse(fmt, syn(fmt).one("mystery", raw), TOOLS, prefilled=False, every_boundary=False)
     (_, args), = calls_of(msg)
-    if fmt == "qwen3-coder":
+    if fmt in ("qwen3-coder", "seed-oss"):
         raw["t"] = "True"  # str(True); without a schema it stays text
     if fmt == "minimax-m3":
         raw["l"] = [1, "a"]
@@ -236,6 +237,25 @@ def test_c_duplicate_keys_become_a_list(fmt: str) -> None:
         text = s.wrap([("<function=typed>\n<parameter=arr>\n1\n</parameter>\n<parameter=arr>\n2\n"
                        "</parameter>\n<parameter=s>\na\n</parameter>\n<parameter=s>\nb\n"
                        "</parameter>\n</function>\n")])
+    elif fmt in ("glm-4.5", "glm-4.7"):
+        text = s.wrap([("<tool_call>typed\n<arg_key>arr</arg_key>\n<arg_value>1</arg_value>\n"
+                        "<arg_key>arr</arg_key><arg_value>2</arg_value><arg_key>s</arg_key>\n"
+                        "<arg_value>a</arg_value>\n<arg_key>s</arg_key><arg_value>b</arg_value>"
+                        "</tool_call>")])
+    elif fmt == "seed-oss":
+        text = s.wrap([("<function=typed>\n<parameter=arr>1</parameter>\n<parameter=arr>2"
+                        "</parameter>\n<parameter=s>a</parameter>\n<parameter=s>b</parameter>\n"
+                        "</function>\n")])
+    elif fmt == "kimi-k3":
+        a = '<|open|>argument key="{}" type="{}"<|sep|>{}<|close|>argument<|sep|>'
+        text = s.wrap(['<|open|>call tool="typed" index="1"<|sep|>' + a.format("arr", "number", 1)
+                       + a.format("arr", "number", 2) + a.format("s", "string", "a")
+                       + a.format("s", "string", "b") + "<|close|>call<|sep|>"])
+    elif fmt in ("deepseek-v3.2", "deepseek-v4"):
+        p = '<｜DSML｜parameter name="{}" string="{}">{}</｜DSML｜parameter>\n'
+        text = s.wrap(['<｜DSML｜invoke name="typed">\n' + p.format("arr", "false", 1)
+                       + p.format("arr", "false", 2) + p.format("s", "true", "a")
+                       + p.format("s", "true", "b") + "</｜DSML｜invoke>\n"])
     else:
         text = s.wrap([('<invoke name="typed">\n<parameter name="arr">1</parameter>\n'
                        '<parameter name="arr">2</parameter>\n<parameter name="s">a</parameter>\n'
@@ -246,7 +266,8 @@ def test_c_duplicate_keys_become_a_list(fmt: str) -> None:
     assert any("twice" in w for w in msg.warnings)
 
 
-@pytest.mark.parametrize("fmt", ["hermes", "llama3-json", "deepseek-v3"])
+@pytest.mark.parametrize("fmt", ["hermes", "llama3-json", "deepseek-v3", "kimi-k2", "gpt-oss",
+                                 "mistral"])
 def test_c_json_formats_coerce_only_where_the_schema_disallows_the_type(fmt: str) -> None:
     values = {"s": "007", "i": "42", "b": True, "n": "2.5", "arr": ["1", 2]}
     msg = parse(fmt, syn(fmt).one("typed", values), [TYPED], prefilled=False,
@@ -273,9 +294,13 @@ def _json_call(fmt: str, name: str, args_text: str, args_first: bool = False) ->
     return text.replace('{"__ARGS__": 0}', args_text)
 
 
-# DeepSeek writes the name before the arguments: it has no arguments-first shape.
+# These write the name outside the arguments JSON: they have no arguments-first shape.
+NAME_OUTSIDE = ("deepseek-v3", "kimi-k2", "gpt-oss", "mistral")
+
+
 @pytest.mark.parametrize(("fmt", "args_first"),
-                         [(f, False) for f in JSON] + [(f, True) for f in JSON if f != "deepseek-v3"])
+                         [(f, False) for f in JSON] + [(f, True) for f in JSON
+                                                        if f not in NAME_OUTSIDE])
 def test_c_json_number_or_boolean_under_a_string_schema_keeps_its_text(
         fmt: str, args_first: bool) -> None:
     """A JSON number or boolean under a string schema becomes its text as written, never "".
@@ -296,7 +321,8 @@ def test_c_json_number_or_boolean_under_a_string_schema_keeps_its_text(
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_c_xml_and_json_formats_agree_on_numbers_under_a_string_schema(fmt: str) -> None:
     values: dict[str, Any] = {"zip": 7, "ref": 2.5, "flag": True}
-    want = {"zip": "7", "ref": "2.5", "flag": "True" if fmt == "qwen3-coder" else "true"}
+    want = {"zip": "7", "ref": "2.5",
+            "flag": "True" if fmt in ("qwen3-coder", "seed-oss") else "true"}
     msg = parse(fmt, syn(fmt).one("strings", values), [STRINGS], prefilled=False)
     assert calls_of(msg) == [("strings", want)]
     assert msg.warnings == []
@@ -331,7 +357,7 @@ def test_c_json_scalars_under_a_string_schema_property(fmt: str, value: Any, oth
                                                        args_first: bool, seed: int) -> None:
     """Any JSON scalar under a string schema: kept (as its text where it is a number or a
     boolean), the same in one piece and at every split, a warning exactly for null."""
-    if fmt == "deepseek-v3":
+    if fmt in NAME_OUTSIDE:
         args_first = False
     args = json.dumps({"zip": value, "note": other}, ensure_ascii=False)
     text = _json_call(fmt, "strings", args, args_first)
@@ -400,7 +426,11 @@ def test_e_wrapper_never_closed_keeps_complete_calls(fmt: str) -> None:
     s = syn(fmt)
     text = s.one("get_weather", {"location": "Paris"})
     closer = {"minimax-m3": "]<]minimax[>[</tool_call>", "deepseek-v3": "<｜tool▁calls▁end｜>",
-              "qwen3-coder": "</tool_call>"}.get(fmt, "</minimax:tool_call>")
+              "qwen3-coder": "</tool_call>", "seed-oss": "</seed:tool_call>",
+              "deepseek-v3.2": "</｜DSML｜function_calls>", "deepseek-v4": "</｜DSML｜tool_calls>",
+              "minimax-m1": "</tool_calls>", "kimi-k2": "<|tool_calls_section_end|>",
+              "kimi-k3": "<|close|>tools<|sep|>"}.get(
+                  fmt, "</minimax:tool_call>")
     assert text.endswith(closer)
     msg = parse(fmt, text[:-len(closer)], prefilled=False)
     assert calls_of(msg) == [("get_weather", {"location": "Paris"})]
@@ -436,7 +466,19 @@ def test_e_a_block_with_no_valid_call_is_content(fmt: str) -> None:
            "qwen3-coder": "<tool_call>not a call</tool_call>",
            "hermes": "<tool_call>{\"nom\": 1}</tool_call>",
            "llama3-json": "{\"answer\": 42}",
-           "deepseek-v3": "<｜tool▁calls▁begin｜>not a call<｜tool▁calls▁end｜>"}[fmt]
+           "deepseek-v3": "<｜tool▁calls▁begin｜>not a call<｜tool▁calls▁end｜>",
+           "glm-4.5": "<tool_call>not a call</tool_call>",
+           "glm-4.7": "<tool_call>not a call</tool_call>",
+           "seed-oss": "<seed:tool_call>not a call</seed:tool_call>",
+           "deepseek-v3.2": "<｜DSML｜function_calls>not a call</｜DSML｜function_calls>",
+           "deepseek-v4": "<｜DSML｜tool_calls>not a call</｜DSML｜tool_calls>",
+           "minimax-m1": "<tool_calls>not a call</tool_calls>",
+           "kimi-k2": "<|tool_calls_section_begin|>not a call<|tool_calls_section_end|>",
+           "kimi-k3": "<|open|>tools<|sep|>not a call<|close|>tools<|sep|>",
+           # no terminator: it is structure, not kept (the message's text is)
+           "gpt-oss": "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                      "<|message|>not a call",
+           "mistral": "[TOOL_CALLS]not a call"}[fmt]
     msg = parse(fmt, "Result: " + bad, prefilled=False)
     assert msg.tool_calls == []
     assert msg.content == "Result: " + bad

@@ -83,7 +83,11 @@ def templates() -> dict[str, str]:
         "qwen3-coder": "Qwen3-Coder", "qwen3.5": "Qwen3.5-4B",
         "llama3-json": "meta-llama-Llama-3.1-8B-Instruct",
         "deepseek-v3": "deepseek-ai-DeepSeek-V3.1",
-        "deepseek-r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"}.items()}
+        "deepseek-r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+        "glm-4.6": "GLM-4.6", "glm-4.7": "GLM-4.7-Flash", "seed-oss": "ByteDance-Seed-OSS",
+        "step-3.5": "StepFun3.5-Flash", "mimo-vl": "MiMo-VL",
+        "deepseek-v3.2": "deepseek-ai-DeepSeek-V3.2", "deepseek-v4": "deepseek-ai-DeepSeek-V4",
+        "minimax-m1": "MiniMax-M1"}.items()}
     out["minimax-m3-hybrid"] = transplant(out["minimax-m3"], out["minimax-m2"],
                                           load_recipe("minimax-m3-hybrid"))
     return out
@@ -93,7 +97,10 @@ CASES = [("minimax-m3", "minimax-m3"), ("minimax-m2", "minimax-m2"),
          ("minimax-m3-hybrid", "minimax-m3-hybrid"), ("hermes", "hermes"),
          ("hermes-3", "hermes"), ("qwen3-coder", "qwen3-coder"), ("qwen3.5", "qwen3-coder"),
          ("llama3-json", "llama3-json"), ("deepseek-v3", "deepseek-v3"),
-         ("deepseek-r1", "deepseek-v3")]
+         ("deepseek-r1", "deepseek-v3"), ("glm-4.6", "glm-4.5"), ("glm-4.7", "glm-4.7"),
+         ("seed-oss", "seed-oss"), ("step-3.5", "qwen3-coder"), ("mimo-vl", "hermes"),
+         ("deepseek-v3.2", "deepseek-v3.2"), ("deepseek-v4", "deepseek-v4"),
+         ("minimax-m1", "minimax-m1")]
 
 
 def _tools(args: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -63,6 +63,9 @@ def test_arguments_strings_reach_templates_as_mappings(tdir: Path) -> None:
                       "c.function.arguments.items() %}{{ k }}={{ v }}{% endfor %}{% endfor %}",
                       [{"role": "assistant", "content": None, "tool_calls": [call]}])
     assert out == "a=1"
+    joined = render_chat("{{ '>>>' + messages[0].tool_calls[0].function.arguments + '<' }}",
+                         [{"role": "assistant", "content": None, "tool_calls": [call]}])
+    assert joined == '>>>{"a": 1}<'  # templates written for a string join it as its JSON
     qwen3 = (tdir / "Qwen-Qwen3-0.6B.jinja").read_text()
     # content None would fail in Qwen3's `'</think>' in content`; it is given as ""
     assert "<tool_call>" in render_chat(qwen3, [{"role": "user", "content": "x"}, {
@@ -117,8 +120,21 @@ DETECTED = {
     "meta-llama-Llama-3.3-70B-Instruct": "llama3-json",
     "deepseek-ai-DeepSeek-V3.1": "deepseek-v3",
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": "deepseek-v3",
+    "deepseek-ai-DeepSeek-V3.2": "deepseek-v3.2", "deepseek-ai-DeepSeek-V4": "deepseek-v4",
+    "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek-v4", "MiniMax-M1": "minimax-m1",
+    "GLM-4.6": "glm-4.5", "GLM-4.7-Flash": "glm-4.7", "ByteDance-Seed-OSS": "seed-oss",
+    "Spark2.5": "glm-4.7", "poolside-Laguna-S-2.1": "glm-4.7",
+    "poolside-Laguna-XS-2.1": "glm-4.5", "poolside-Laguna-XS.2": "glm-4.5",
+    "inclusionai-ling-3.0-flash": "glm-4.5",
+    "StepFun3.5-Flash": "qwen3-coder", "MiMo-VL": "hermes",
     "google-gemma-2-2b-it": None, "microsoft-Phi-3.5-mini-instruct": None,
-    "GLM-4.6": None, "openai-gpt-oss-120b": None, "moonshotai-Kimi-K2": None,
+    "openai-gpt-oss-120b": "gpt-oss", "llm-jp-llm-jp-4.1-8b-thinking": None,
+    "moonshotai-Kimi-K2": "kimi-k2", "Kimi-K2-Instruct": "kimi-k2",
+    "Kimi-K2-Thinking": "kimi-k2", "Kimi-K3": "kimi-k3",
+    "Mistral-Small-3.2-24B-Instruct-2506": "mistral",
+    "unsloth-mistral-Devstral-Small-2507": "mistral",
+    "mistralai-Ministral-3-14B-Reasoning-2512": "mistral",
+    "mistralai-Mistral-Nemo-Instruct-2407": "mistral",
 }
 
 
@@ -132,7 +148,11 @@ def test_detect_format_on_real_templates(tdir: Path, name: str, fmt: str | None)
 @pytest.mark.parametrize("name", ["MiniMax-M3", "MiniMax-M2", "Qwen-Qwen2.5-7B-Instruct",
                                   "Qwen-Qwen3-0.6B", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
                                   "Qwen3-Coder", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.1",
-                                  "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"])
+                                  "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                                  "GLM-4.6", "GLM-4.7-Flash", "ByteDance-Seed-OSS",
+                                  "StepFun3.5-Flash", "MiMo-VL", "moonshotai-Kimi-K2", "Kimi-K3",
+                                  "unsloth-mistral-Devstral-Small-2507",
+                                  "mistralai-Ministral-3-14B-Reasoning-2512"])
 def test_check_passes_real_templates(tdir: Path, name: str) -> None:
     text = (tdir / f"{name}.jinja").read_text()
     results = check_template(text, get_format(detect_format(text) or ""))
