@@ -16,6 +16,7 @@ from .._errors import SplitserveError
 from ..cluster import (
     ClusterSpec,
     Event,
+    check_serving,
     cluster_state_dir,
     cluster_status,
     down,
@@ -41,6 +42,10 @@ def _mib(n: Any) -> str:
 
 
 def print_event(e: Event) -> None:
+    if e.kind == "warning":
+        err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(e.node)}: [yellow]warning:[/yellow] "
+                  f"{escape(e.message)}")
+        return
     err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(e.node)}: {escape(e.message)}")
 
 
@@ -68,6 +73,9 @@ def up_cmd(
         spec = load_spec(config)
         if dry_run:
             plan = launch_plan(spec, resolve_engines(spec))
+            if spec.model.is_file():  # what `up` would refuse or warn about, before the commands
+                for warning in check_serving(spec):
+                    err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
             for proc in plan.processes:
                 console.print(f"# {proc.node} ({proc.host}), log {proc.log}", markup=False)
                 console.print(proc.shell(), markup=False, soft_wrap=True)
@@ -220,12 +228,25 @@ def print_status(data: dict[str, Any]) -> None:
         console.print(f"slots: {len(data['slots'])} ({busy} busy), context per slot {ctx}")
     elif data.get("slots_error"):
         console.print(f"slots: unavailable ({data['slots_error']})", markup=False)
+    spec = data.get("speculation")
+    if spec:
+        line = f"speculation: {', '.join(spec['types'])}"
+        if spec.get("drafted") is not None:
+            rate = spec.get("acceptance_rate")
+            line += (f": drafted {spec['drafted']:,}, accepted {spec['accepted']:,}"
+                     + (f" ({rate * 100:.1f}%)" if rate is not None else "") + f" in {spec['drafts']:,} drafts")
+        elif data.get("speculation_error"):
+            line += f" (counters unavailable: {data['speculation_error']})"
+        console.print(line, markup=False)
+    for w in data.get("warnings") or []:
+        console.print(f"[yellow]warning:[/yellow] {escape(w['text'])} [bold]fix:[/bold] {escape(w['fix'])}")
 
 
 @app.command("status")
 def status_cmd(config: SpecOpt = None, name: NameOpt = None,
                as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """Show each process (alive, pid, port, RSS), the model, per-device memory and the slots.
+    """Show each process (alive, pid, port, RSS), the model, per-device memory, the slots, the
+    engine's drafted/accepted tokens when speculation is on, and load-log warnings with their fix.
 
     `phase` is ready, degraded (a process died) or stopped (all died). Exits 3, as
     `systemctl status` does, when a process of the cluster is not running (the output is printed

@@ -81,6 +81,14 @@ def _print_inspect(m: ModelInfo, show_layers: bool) -> None:
     if m.chat_template:
         t += f", tool calls: {m.tool_call_format or NO_FORMAT_HINT}"
     p(f"  chat template  {t}")
+    if m.has_mtp:
+        mtp = (f"{len(m.mtp_layers)} layer{'s' if len(m.mtp_layers) != 1 else ''} (blk.{m.mtp_layers[0]}.nextn.*): "
+               "speculation = \"draft-mtp\" drafts with them")
+    elif not m.mtp_layers and m.nextn_predict_layers <= 0:
+        mtp = "none (speculation = \"draft-mtp\" needs MTP layers; the ngram-* types need nothing)"
+    else:
+        mtp = f"not usable: {m.mtp_problem}"
+    p(f"  MTP            {mtp}", markup=False)
     table = Table("type", "tensors", "bytes", "share", title="quantisation mix", title_justify="left")
     total = sum(v["bytes"] for v in m.quant_mix.values()) or 1
     for name, v in m.quant_mix.items():
@@ -292,6 +300,11 @@ def _print_plan(plan: Plan) -> None:
           f"{full:.1f} tok/s with a full KV cache)")
     if plan.hop_seconds is not None:
         p(f"link: {plan.hop_seconds * 1e6:.1f} µs per hop")
+    if plan.speculation:
+        from ..plan._serving import summary
+
+        asked = f" (spec: {','.join(o.speculation)})" if o.speculation else ""
+        p(f"speculation{asked}: {summary(plan.speculation)}", markup=False)
     for w in plan.warnings:
         p(f"[yellow]warning:[/yellow] {w}")
     for e in plan.estimated:

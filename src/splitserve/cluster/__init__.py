@@ -10,10 +10,11 @@ from ._commands import (
     launch_plan,
     rpc_argv,
     server_argv,
+    speculation_argv,
 )
-from ._logparse import DeviceMemory, LoadReport, load_progress, parse_load_report
+from ._logparse import DeviceMemory, LoadReport, LoadWarning, load_progress, load_warnings, parse_load_report
 from ._preflight import CheckRow, preflight
-from ._run import Event, down, port_in_use, require_state, resolve_engines, up
+from ._run import Event, check_serving, down, port_in_use, require_state, resolve_engines, up
 from ._spec import (
     ClusterSpec,
     GatewaySpec,
@@ -29,7 +30,7 @@ from ._spec import (
 )
 from ._ssh import SshTransport
 from ._state import ClusterState, ProcessRecord, read_state
-from ._status import cluster_status, find_state_root
+from ._status import cluster_status, find_state_root, parse_spec_metrics
 from ._supervise import Backoff, Supervisor, read_supervisor_log, supervise
 from ._systemd import systemd_units
 from ._transport import LocalTransport, ProcessRef, Transport, transport_for
@@ -45,6 +46,7 @@ __all__ = [
     "HeadSpec",
     "LaunchPlan",
     "LoadReport",
+    "LoadWarning",
     "LocalTransport",
     "ProcessPlan",
     "ProcessRecord",
@@ -58,6 +60,7 @@ __all__ = [
     "WorkerSpec",
     "check_binds",
     "check_files",
+    "check_serving",
     "cluster_state_dir",
     "cluster_status",
     "down",
@@ -65,8 +68,10 @@ __all__ = [
     "gateway_plan",
     "launch_plan",
     "load_progress",
+    "load_warnings",
     "load_spec",
     "parse_load_report",
+    "parse_spec_metrics",
     "parse_spec",
     "port_in_use",
     "preflight",
@@ -76,6 +81,7 @@ __all__ = [
     "resolve_engines",
     "rpc_argv",
     "server_argv",
+    "speculation_argv",
     "supervise",
     "systemd_units",
     "transport_for",

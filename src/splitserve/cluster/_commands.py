@@ -4,14 +4,18 @@ prints it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._errors import SplitserveError
 from ..engine import Engine
-from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, WorkerSpec
+from ..plan._serving import DRAFT_TYPES, MSA_ARCHS
+from ..plan._serving import kv_unified_asked as _kv_unified
+from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, ServerSpec, WorkerSpec, draft_in_use
 
 
 @dataclass
@@ -83,9 +87,85 @@ def rpc_endpoint(worker: WorkerSpec) -> str:
     return f"{host}:{worker.port}"
 
 
-def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | None = None) -> list[str]:
-    """llama-server's command line: the RPC workers, all layers offloaded, the spec's options."""
+#: spec key -> (llama-server flag, the speculation types it applies to; None: any type)
+SPEC_FLAGS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "spec_draft_n_max": ("--spec-draft-n-max", DRAFT_TYPES),
+    "spec_draft_n_min": ("--spec-draft-n-min", DRAFT_TYPES),
+    "spec_draft_p_min": ("--spec-draft-p-min", DRAFT_TYPES),
+    "spec_draft_p_split": ("--spec-draft-p-split", DRAFT_TYPES),
+    "spec_draft_sampling": ("--spec-draft-sampling", DRAFT_TYPES),
+    "spec_draft_ngl": ("--spec-draft-ngl", DRAFT_TYPES),
+    "spec_draft_device": ("--spec-draft-device", DRAFT_TYPES),
+    **{f"spec_ngram_{t.removeprefix('ngram-').replace('-', '_')}_{p}":
+       (f"--spec-{t}-{p.replace('_', '-')}", (t,))
+       for t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v") for p in ("size_n", "size_m", "min_hits")},
+    "spec_ngram_mod_n_match": ("--spec-ngram-mod-n-match", ("ngram-mod",)),
+    "spec_ngram_mod_n_min": ("--spec-ngram-mod-n-min", ("ngram-mod",)),
+    "spec_ngram_mod_n_max": ("--spec-ngram-mod-n-max", ("ngram-mod",)),
+    "spec_synth_len": ("--spec-synth-len", None),
+    "spec_synth_rates": ("--spec-synth-rates", None),
+}
+
+
+def _flag_value(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(_flag_value(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def speculation_argv(s: ServerSpec) -> list[str]:
+    """``--spec-type`` and the parameters of the types it enables (a parameter of a type that is
+    not enabled is left out, so one spec serves every point of a ``speculation=`` sweep), plus
+    ``--metrics`` so `status` can read llama-server's ``spec_decode_*`` counters."""
+    if not s.speculation:
+        return []
+    argv = ["--spec-type", ",".join(s.speculation)]
+    if draft_in_use(s):
+        argv += ["--spec-draft-model", str(s.draft_model)]
+    for key, (flag, types) in SPEC_FLAGS.items():
+        value = getattr(s, key)
+        if value is None or (types is not None and not set(types) & set(s.speculation)):
+            continue
+        argv += [flag, _flag_value(value)]
+    return argv + ["--metrics"]
+
+
+def kv_unified_asked(s: ServerSpec) -> bool:
+    """Whether the spec turns on llama.cpp's unified KV cache itself (extra_args or env)."""
+    return _kv_unified(list(s.extra_args), dict(s.env))
+
+
+@functools.lru_cache(maxsize=32)
+def _arch_of(path: str, mtime: float) -> str | None:
+    from ..model import read_gguf
+
+    try:
+        arch = read_gguf(Path(path)).get("general.architecture")
+    except (SplitserveError, OSError, ValueError):
+        return None
+    return arch if isinstance(arch, str) else None
+
+
+def model_architecture(model: Path) -> str | None:
+    """The GGUF's ``general.architecture`` (headers only), or None when the file is not there."""
+    try:
+        mtime = model.stat().st_mtime
+    except OSError:
+        return None
+    return _arch_of(str(model), mtime)
+
+
+def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | None = None,
+                architecture: str | None = None) -> list[str]:
+    """llama-server's command line: the RPC workers, all layers offloaded, the spec's options.
+
+    ``architecture`` (default: read from the model's header when the file exists) turns on what
+    an architecture needs: MiniMax-M3 gets ``--flash-attn on`` unless the spec sets flash_attn, as
+    its sparse attention runs only with flash attention (``--parallel`` keeps the KV cache per slot)."""
     s = spec.server
+    arch = architecture or model_architecture(spec.model)
     argv = [
         str(engine.path("server")),
         "--model", str(spec.model),
@@ -109,6 +189,8 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
         argv += ["--cache-type-v", s.cache_type_v]
     if s.flash_attn:
         argv += ["--flash-attn", s.flash_attn]
+    elif arch in MSA_ARCHS:
+        argv += ["--flash-attn", "on"]
     split = s.tensor_split if s.tensor_split is not None else tensor_split
     if split:
         argv += ["--tensor-split", ",".join(f"{x:g}" for x in split)]
@@ -121,6 +203,7 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
         argv += ["--jinja", "--chat-template-file", str(s.chat_template_file)]
     if s.api_key:
         argv += ["--api-key", s.api_key]
+    argv += speculation_argv(s)
     return argv + list(s.extra_args)
 
 
@@ -162,6 +245,10 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None
         argv += ["--keys-file", str(g.keys_file)]
     if g.model_name:
         argv += ["--model-name", g.model_name]
+    if not g.restore_reasoning:
+        argv.append("--no-restore-reasoning")
+    if not g.slot_affinity:
+        argv.append("--no-slot-affinity")
     argv += list(g.extra_args)
     env = {"PYTHONUNBUFFERED": "1"}
     if g.api_key:
@@ -179,7 +266,7 @@ def cluster_state_dir(spec: ClusterSpec) -> Path:
 
 
 def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: list[float] | None = None,
-                gateway_port: int | None = None) -> LaunchPlan:
+                gateway_port: int | None = None, architecture: str | None = None) -> LaunchPlan:
     """The processes for ``spec``; ``engines`` maps node name (``head`` or a worker) to its engine;
     ``gateway_port`` is the port `up` picked when the spec gives none."""
     root = cluster_state_dir(spec)
@@ -194,7 +281,7 @@ def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: lis
                                    env=_library_env(eng, w.env), bind=w.bind, port=w.port, log=log))
     head_engine = engines["head"]
     head = ProcessPlan(node="head", role="server", host=spec.head.host,
-                       argv=server_argv(head_engine, spec, tensor_split),
+                       argv=server_argv(head_engine, spec, tensor_split, architecture),
                        env=_library_env(head_engine, spec.server.env), bind=spec.server.host,
                        port=spec.server.port, log=logs / "head.log")
     engine_url = base_url(spec.server.host, spec.server.port)

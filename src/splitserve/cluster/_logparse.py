@@ -1,4 +1,4 @@
-"""Reading llama-server's load log: per-device memory and load progress.
+"""Reading llama-server's load log: per-device memory, load progress, and warnings worth a fix.
 
 llama-server (at ``--verbosity 4``) prints, per device, lines such as::
 
@@ -114,3 +114,52 @@ def load_progress(text: str) -> str | None:
                 best = (m.start(), label.replace("{1}", groups[0] if groups else "")
                         .replace("{2}", groups[1] if len(groups) > 1 else ""))
     return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class LoadWarning:
+    """A line of llama-server's log that costs speed or quality, and what to change."""
+
+    kind: str
+    text: str
+    """The log line, stripped."""
+    fix: str
+
+    def line(self) -> str:
+        return f"llama-server: {self.text} -> fix: {self.fix}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "text": self.text, "fix": self.fix}
+
+
+# (kind, pattern, fix), from the pinned llama.cpp's own messages
+_WARNINGS: list[tuple[str, re.Pattern[str], str]] = [
+    # src/models/minimax-m3.cpp: MSA needs flash attention ...
+    ("msa_dense_no_flash_attn", re.compile(r"MSA requires it -> running DENSE attention"),
+     'set server.flash_attn = "on" (--flash-attn on): MiniMax-M3\'s sparse attention runs only with it'),
+    # ... and one KV stream per slot
+    ("msa_dense_kv_unified", re.compile(r"MSA needs per-sequence streams|Drop --kv-unified to enable MSA"),
+     "drop --kv-unified (server.extra_args / LLAMA_ARG_KV_UNIFIED), or use server.parallel = 1"),
+    # src/llama-context.cpp: --spec-type draft-mtp on a model without MTP layers
+    ("mtp_missing", re.compile(r"context type MTP requested but model doesn't contain MTP layers"),
+     "use a draftless type (server.speculation = \"ngram-mod\") or a GGUF with MTP layers (`splitserve plan`)"),
+    # common/speculative.cpp: --spec-synth-*
+    ("synthetic_acceptance", re.compile(r"synthetic speculative acceptance is enabled for benchmarking"),
+     "remove server.spec_synth_len / spec_synth_rates to serve real output"),
+    # common/speculative.cpp: a draft model of another tokenizer
+    ("draft_vocab", re.compile(r"draft model (vocab type|bos tokens|eos tokens) must match target model"),
+     "use a draft model with the same tokenizer as the model (server.draft_model)"),
+]
+
+
+def load_warnings(text: str) -> list[LoadWarning]:
+    """The known warnings in a llama-server log (the last start's, once each), with their fix."""
+    marker = text.rfind("# splitserve:")
+    if marker > 0:
+        text = text[marker:]
+    found: dict[str, LoadWarning] = {}
+    for line in text.splitlines():
+        for kind, pattern, fix in _WARNINGS:
+            if kind not in found and pattern.search(line):
+                found[kind] = LoadWarning(kind, line.strip()[:300], fix)
+    return list(found.values())

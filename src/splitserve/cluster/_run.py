@@ -26,12 +26,14 @@ from ._commands import (
     cluster_state_dir,
     default_gateway_port,
     gateway_plan,
+    kv_unified_asked,
     launch_plan,
+    model_architecture,
     process_env,
     spec_ports,
 )
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
-from ._logparse import load_progress, parse_load_report
+from ._logparse import load_progress, load_warnings, parse_load_report
 from ._spec import ClusterSpec, WorkerSpec, check_binds, check_files, is_local_host
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
@@ -44,7 +46,8 @@ class Event:
 
     kind: str
     """``stale``, ``preflight``, ``engine``, ``smoke``, ``gateway_port``, ``gateway_started``, ``worker_started``,
-    ``worker_ready``, ``protocol``, ``head_started``, ``loading``, ``gateway_ready``, ``ready``; from
+    ``worker_ready``, ``protocol``, ``head_started``, ``loading``, ``gateway_ready``, ``ready``, ``warning``
+    (a setting or a load-log line that costs speed or quality, with the fix); from
     supervision also ``died``, ``restarting``, ``restarted`` / ``restart_failed`` (the gateway
     alone), ``gave_up`` and ``stopping``."""
     node: str
@@ -217,6 +220,7 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
     check_binds(spec)
     check_files(spec)
     _check_gateway_auth(spec)
+    serving_warnings = check_serving(spec)
     engines = resolve_engines(spec, engine)
     root = cluster_state_dir(spec)
 
@@ -227,6 +231,8 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
             emit(Event("stale", "cluster", f"stopped stale processes of {spec.name}: {', '.join(stopped)}"))
         clear_state(root)
 
+    for warning in serving_warnings:
+        emit(Event("warning", "head", warning))
     if preflight:
         _preflight_or_raise(spec, engines, emit)
     engines = prepare_engines(spec, engines, lambda w: worker_transport(spec, w),
@@ -309,6 +315,10 @@ def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, 
     launch.state.phase = "ready"
     text = transport_for(head.host, spec.ssh).read_log(head.log, max_bytes=8 << 20)
     launch.state.extra["memory"] = [d.as_dict() for d in parse_load_report(text).devices]
+    found = load_warnings(text)
+    launch.state.extra["warnings"] = [w.as_dict() for w in found]
+    for w in found:
+        emit(Event("warning", "head", w.line()))
     via = f" (llama-server: {plan.engine_endpoint})" if plan.gateway is not None else ""
     emit(Event("ready", "head", f"{plan.endpoint} ready in {launch.state.load_seconds:.1f} s{via}"))
 
@@ -413,6 +423,28 @@ def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
     return port
 
 
+def check_serving(spec: ClusterSpec) -> list[str]:
+    """What the model allows, before anything starts: a speculation type it cannot use is a
+    :class:`SpecError` (one line, naming the key, the reason and the types it can use); settings
+    that make MiniMax-M3 run dense attention, and synthetic acceptance, come back as warnings."""
+    from ..plan import msa_warnings, speculation_problem
+
+    s = spec.server
+    problem = speculation_problem(spec) if s.speculation else None
+    if problem:
+        raise SpecError(problem)
+    warnings: list[str] = []
+    arch = model_architecture(spec.model)
+    if arch:
+        # flash_attn unset: the command line says `--flash-attn on` for these architectures
+        fa = None if s.flash_attn == "auto" else s.flash_attn != "off"
+        warnings += msa_warnings(arch, flash_attn=fa, kv_unified=kv_unified_asked(s), parallel=s.parallel)
+    if s.speculation and (s.spec_synth_len is not None or s.spec_synth_rates is not None):
+        warnings.append("server.spec_synth_len / spec_synth_rates: synthetic acceptance, for benchmarking only: "
+                        "the text served is NOT the model's output; remove them to serve")
+    return warnings
+
+
 def _check_gateway_auth(spec: ClusterSpec) -> None:
     """A gateway beyond loopback needs a key: refused before anything starts."""
     import os
@@ -482,6 +514,6 @@ def require_state(spec: ClusterSpec) -> ClusterState:
     return state
 
 
-__all__ = ["Event", "death_message", "down", "port_in_use", "require_state", "resolve_engines",
+__all__ = ["Event", "check_serving", "death_message", "down", "port_in_use", "require_state", "resolve_engines",
            "restart_gateway", "stop_recorded", "up", "wait_gateway", "worker_transport"]
 

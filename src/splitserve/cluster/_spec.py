@@ -26,6 +26,7 @@ Example::
     cache_type_k = "q8_0"
     cache_type_v = "q8_0"
     extra_args = ["--jinja"]
+    speculation = "ngram-mod"     # --spec-type (or a list); spec_* keys: its parameters
 
     [gateway]                     # splitserve's OpenAI-compatible gateway in front of llama-server
     enabled = true
@@ -42,7 +43,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .._errors import SpecError, SplitserveError
 
@@ -138,6 +147,85 @@ class ServerSpec(_Strict):
     """Passed to llama-server untouched, after splitserve's own flags."""
     env: dict[str, str] = Field(default_factory=dict)
 
+    # -- speculative decoding (``--spec-*``; see docs/cluster.md "Speculative decoding") --------
+    speculation: list[str] = Field(default_factory=list)
+    """``--spec-type``: one of llama.cpp's types (``ngram-mod``, ``ngram-simple``, ``draft-mtp``, ...)
+    or a list of them; ``"none"`` or absent: off.  Given as a string or a list; kept as a list."""
+    draft_model: Path | None = None
+    """``--spec-draft-model``: the draft GGUF for draft-simple / draft-eagle3 / draft-dflash /
+    draft-dspark (or an MTP sidecar for draft-mtp); on the head, like ``model``."""
+    spec_draft_n_max: Annotated[int, Field(ge=0)] | None = None
+    """``--spec-draft-n-max``: tokens to draft per step (llama.cpp: 3)."""
+    spec_draft_n_min: Annotated[int, Field(ge=0)] | None = None
+    """``--spec-draft-n-min`` (llama.cpp: 0)."""
+    spec_draft_p_min: Annotated[float, Field(ge=0, le=1)] | None = None
+    """``--spec-draft-p-min``: stop drafting below this probability (llama.cpp: 0.0)."""
+    spec_draft_p_split: Annotated[float, Field(ge=0, le=1)] | None = None
+    """``--spec-draft-p-split`` (llama.cpp: 0.10)."""
+    spec_draft_sampling: Literal["greedy", "probabilistic"] | None = None
+    """``--spec-draft-sampling`` (llama.cpp: greedy)."""
+    spec_draft_ngl: int | Literal["auto", "all"] | None = None
+    """``--spec-draft-ngl``: draft layers to offload (llama.cpp: auto)."""
+    spec_draft_device: list[str] | None = None
+    """``--spec-draft-device``: where the draft model goes (llama.cpp: follows ``--device``)."""
+    spec_ngram_simple_size_n: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-simple-size-n``: lookup n-gram length (llama.cpp: 12)."""
+    spec_ngram_simple_size_m: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-simple-size-m``: drafted m-gram length (llama.cpp: 48)."""
+    spec_ngram_simple_min_hits: Annotated[int, Field(ge=1)] | None = None
+    """``--spec-ngram-simple-min-hits`` (llama.cpp: 1)."""
+    spec_ngram_map_k_size_n: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-map-k-size-n`` (llama.cpp: 12)."""
+    spec_ngram_map_k_size_m: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-map-k-size-m`` (llama.cpp: 48)."""
+    spec_ngram_map_k_min_hits: Annotated[int, Field(ge=1)] | None = None
+    """``--spec-ngram-map-k-min-hits`` (llama.cpp: 1)."""
+    spec_ngram_map_k4v_size_n: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-map-k4v-size-n`` (llama.cpp: 12)."""
+    spec_ngram_map_k4v_size_m: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-map-k4v-size-m`` (llama.cpp: 48)."""
+    spec_ngram_map_k4v_min_hits: Annotated[int, Field(ge=1)] | None = None
+    """``--spec-ngram-map-k4v-min-hits`` (llama.cpp: 1)."""
+    spec_ngram_mod_n_match: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """``--spec-ngram-mod-n-match``: lookup length (llama.cpp: 24)."""
+    spec_ngram_mod_n_min: Annotated[int, Field(ge=0, le=1024)] | None = None
+    """``--spec-ngram-mod-n-min`` (llama.cpp: 48)."""
+    spec_ngram_mod_n_max: Annotated[int, Field(ge=0, le=1024)] | None = None
+    """``--spec-ngram-mod-n-max`` (llama.cpp: 64)."""
+    spec_synth_len: Annotated[float, Field(ge=1)] | None = None
+    """``--spec-synth-len``: synthetic mean acceptance length, BENCHMARKING ONLY (output invalid)."""
+    spec_synth_rates: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+    """``--spec-synth-rates``: synthetic per-position acceptance, BENCHMARKING ONLY (output invalid)."""
+
+    @field_validator("speculation", mode="before")
+    @classmethod
+    def _spec_types(cls, value: Any) -> list[str]:
+        from ..plan._serving import parse_types
+
+        return parse_types(value)
+
+    @field_validator("draft_model")
+    @classmethod
+    def _draft_needed(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        from ..plan._serving import DRAFT_MODEL_TYPES
+
+        need = [t for t in info.data.get("speculation") or [] if t in DRAFT_MODEL_TYPES]
+        if need and value is None:
+            raise ValueError(f"required with speculation = {need[0]!r}: a draft GGUF whose vocabulary matches the "
+                             "model's; or use a draftless type: ngram-mod, ngram-simple, ngram-map-k, "
+                             "ngram-map-k4v, ngram-cache")
+        return value
+
+    @model_validator(mode="after")
+    def _spec_check(self) -> ServerSpec:
+        if self.spec_synth_len is not None and self.spec_synth_rates is not None:
+            raise ValueError("spec_synth_len and spec_synth_rates are mutually exclusive (llama.cpp takes one)")
+        if self.spec_synth_rates is not None and any(
+                b > a for a, b in zip(self.spec_synth_rates, self.spec_synth_rates[1:])):
+            raise ValueError("spec_synth_rates must not increase: entry i is the chance that the first i+1 "
+                             "drafted tokens are all accepted")
+        return self
+
 
 DEFAULT_GATEWAY_PORT = 8000
 
@@ -164,6 +252,10 @@ class GatewaySpec(_Strict):
     """Requests at once per API key."""
     max_queue: Annotated[int, Field(ge=0)] = 64
     """Requests waiting per API key before 429."""
+    restore_reasoning: bool = True
+    """Put back the reasoning clients drop from earlier assistant turns (prompt-cache hits)."""
+    slot_affinity: bool = True
+    """Send one session's requests (``X-Session-Id`` header, else ``user``) to one slot."""
     extra_args: list[str] = Field(default_factory=list)
     """Passed to ``splitserve serve`` untouched."""
 
@@ -374,6 +466,8 @@ def parse_spec(data: dict[str, Any], source: Path | None = None) -> ClusterSpec:
             raise SpecError(f"{where}: model: {exc}") from None
     if spec.server.chat_template_file is not None:
         spec.server.chat_template_file = _resolve(spec.server.chat_template_file, base)
+    if spec.server.draft_model is not None:
+        spec.server.draft_model = _resolve(spec.server.draft_model, base)
     for key in ("chat_template_file", "keys_file"):
         value = getattr(spec.gateway, key)
         if value is not None:
@@ -408,6 +502,11 @@ def load_spec(path: str | Path) -> ClusterSpec:
     return parse_spec(data, path.resolve())
 
 
+def draft_in_use(server: ServerSpec) -> bool:
+    """Whether ``--spec-draft-model`` is passed: a draft model and a draft-* type that reads it."""
+    return server.draft_model is not None and any(t.startswith("draft-") for t in server.speculation)
+
+
 def check_binds(spec: ClusterSpec) -> None:
     """No RPC worker listens on a wildcard or public address unless the spec allows it (the
     protocol has no authentication); `up` refuses such a spec before starting anything."""
@@ -430,6 +529,10 @@ def check_files(spec: ClusterSpec) -> None:
     tf = spec.server.chat_template_file
     if tf is not None and not tf.is_file():
         raise SpecError(f"{where}: server.chat_template_file: {tf} does not exist")
+    dm = spec.server.draft_model
+    if dm is not None and draft_in_use(spec.server) and not dm.is_file():
+        raise SpecError(f"{where}: server.draft_model: {dm} does not exist (the draft GGUF is read on the head, "
+                        "like model)")
     if spec.gateway.enabled:
         for key in ("chat_template_file", "keys_file"):
             path = getattr(spec.gateway, key)

@@ -1,15 +1,17 @@
 """What `splitserve status` reports: each process, the model, per-device memory
-as llama-server reported it at load, and the slots."""
+as llama-server reported it at load, the slots, warnings from the load log (with their fix) and,
+when speculation is on, the engine's drafted / accepted tokens."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, EngineError, NotRunningError
 from .._paths import state_dir
 from ..engine import EngineClient
-from ._logparse import parse_load_report
+from ._logparse import load_warnings, parse_load_report
 from ._state import ClusterState, read_state
 from ._transport import transport_for
 
@@ -28,6 +30,42 @@ def find_state_root(name: str | None = None, spec_root: Path | None = None) -> P
         raise NotRunningError(f"no running cluster (nothing in {base}); start one with `splitserve up -c FILE`")
     names = ", ".join(r.name for r in roots)
     raise NotRunningError(f"several clusters are running ({names}): name one with -c FILE or --name NAME")
+
+
+_METRIC = re.compile(r"^llamacpp:(spec_decode_num_(?:draft_tokens|accepted_tokens|drafts)_total)\s+(\S+)\s*$",
+                     re.MULTILINE)
+_SPEC_KEYS = {"spec_decode_num_draft_tokens_total": "drafted", "spec_decode_num_accepted_tokens_total": "accepted",
+              "spec_decode_num_drafts_total": "drafts"}
+
+
+def parse_spec_metrics(text: str) -> dict[str, Any]:
+    """llama-server's ``/metrics`` speculation counters: ``drafted`` (draft tokens generated),
+    ``accepted`` (of those, accepted by the model), ``drafts`` (verification steps) and
+    ``acceptance_rate`` (accepted / drafted; None before the first draft)."""
+    out: dict[str, Any] = {"drafted": 0, "accepted": 0, "drafts": 0}
+    for m in _METRIC.finditer(text):
+        try:
+            out[_SPEC_KEYS[m.group(1)]] = int(float(m.group(2)))
+        except ValueError:
+            continue
+    out["acceptance_rate"] = round(out["accepted"] / out["drafted"], 4) if out["drafted"] else None
+    return out
+
+
+def _spec_types(argv: list[str]) -> list[str]:
+    return argv[argv.index("--spec-type") + 1].split(",") if "--spec-type" in argv[:-1] else []
+
+
+def _engine_spec_metrics(url: str) -> dict[str, Any]:
+    import httpx
+
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/metrics", timeout=3.0)
+    except httpx.HTTPError as exc:
+        raise EngineError(f"{url}/metrics: {type(exc).__name__}: {exc}") from None
+    if resp.status_code != 200:
+        raise EngineError(f"{url}/metrics answered HTTP {resp.status_code} (llama-server needs --metrics)")
+    return parse_spec_metrics(resp.text)
 
 
 def _node_of(device: dict[str, Any], state: ClusterState) -> str:
@@ -61,9 +99,12 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         if rec.role == "server":
             head_log = (transport, Path(rec.log))
     memory = state.extra.get("memory") or []
+    warnings = state.extra.get("warnings") or []
     if head_log is not None:
-        fresh = [d.as_dict() for d in parse_load_report(head_log[0].read_log(head_log[1], 8 << 20)).devices]
+        text = head_log[0].read_log(head_log[1], 8 << 20)
+        fresh = [d.as_dict() for d in parse_load_report(text).devices]
         memory = fresh or memory
+        warnings = [w.as_dict() for w in load_warnings(text)] or warnings
     order = [p.node for p in state.processes]
     memory = sorted((dict(d, node=_node_of(d, state)) for d in memory),
                     key=lambda d: order.index(d["node"]) if d["node"] in order else len(order))
@@ -76,7 +117,10 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         "engine_endpoint": state.engine_url, "gateway": state.gateway is not None, "model": state.model,
         "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,
         "up_seconds": state.up_seconds, "processes": procs, "memory": memory, "slots": None,
+        "warnings": warnings, "speculation": None,
     }
+    head = next((p for p in state.processes if p.role == "server"), None)
+    types = _spec_types(head.argv) if head is not None else []
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")
     if with_slots and server_alive:
         try:
@@ -86,4 +130,12 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
                      "id_task": s.get("id_task")} for s in client.slots()]
         except EngineError as exc:
             out["slots_error"] = str(exc)
+    if types:
+        out["speculation"] = {"types": types, "drafted": None, "accepted": None, "drafts": None,
+                              "acceptance_rate": None}
+        if server_alive:
+            try:
+                out["speculation"].update(_engine_spec_metrics(state.engine_url))
+            except EngineError as exc:
+                out["speculation_error"] = str(exc)
     return out

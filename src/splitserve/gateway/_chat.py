@@ -80,6 +80,7 @@ def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
     tps = timings.get("predicted_per_second")
     if isinstance(tps, (int, float)) and tps > 0 and usage["completion_tokens"] > 1:
         metrics.tps.observe(float(tps))
+    metrics.on_timings(timings)
     if timing.first_sent:
         metrics.ttft.observe(timing.first_sent - timing.arrived)
     added = timing.added()

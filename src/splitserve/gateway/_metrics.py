@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -44,6 +46,31 @@ class Metrics:
         self.disconnects = Counter("splitserve_client_disconnects",
                                    "generations cancelled because the client went away",
                                    registry=r)
+        self.drafted = Counter("splitserve_draft_tokens",
+                               "tokens drafted by the engine's speculative decoding (timings.draft_n)",
+                               registry=r)
+        self.accepted = Counter("splitserve_draft_accepted_tokens",
+                                "drafted tokens the model accepted (timings.draft_n_accepted)",
+                                registry=r)
+        self.acceptance = Gauge("splitserve_draft_acceptance_ratio",
+                                "accepted / drafted tokens since the gateway started (0 before a draft)",
+                                registry=r)
+        self._drafted = 0
+        self._accepted = 0
+
+    def on_timings(self, timings: dict[str, Any]) -> None:
+        """Count one response's speculative-decoding figures (llama-server adds ``draft_n`` and
+        ``draft_n_accepted`` to ``timings`` when it drafted)."""
+        drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+        if not isinstance(drafted, (int, float)) or isinstance(drafted, bool) or drafted <= 0:
+            return
+        accepted = accepted if isinstance(accepted, (int, float)) and not isinstance(accepted, bool) else 0
+        accepted = max(0, min(int(accepted), int(drafted)))
+        self.drafted.inc(int(drafted))
+        self.accepted.inc(accepted)
+        self._drafted += int(drafted)
+        self._accepted += accepted
+        self.acceptance.set(self._accepted / self._drafted)
 
     def on_limits(self, running: int, queued: int) -> None:
         self.running.set(running)

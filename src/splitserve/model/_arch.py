@@ -36,6 +36,17 @@ KNOWN_ARCHS = frozenset({
 })
 
 
+#: architectures whose model code in the pinned llama.cpp builds an MTP graph
+#: (``LLM_GRAPH_TYPE_DECODER_MTP`` in ``src/models/<arch>.cpp``): ``--spec-type draft-mtp`` runs their
+#: ``blk.N.nextn.*`` layers as the draft.  Others may carry nextn tensors (glm4, exaone4,
+#: bailingmoe2, dots3note, nemotron_h) that llama.cpp loads but cannot draft with; MiniMax-M3's
+#: released weights have none ("MTP is not in released model weights", ``minimax-m3.cpp``).
+MTP_ARCHS = frozenset({
+    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
+    "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35",
+})
+
+
 def swa_layers(arch: str, n_layer: int, n_swa: int, pattern: object) -> list[bool]:
     """Which layers use the sliding window, the way ``llama_hparams::set_swa_pattern`` decides."""
     if n_swa <= 0:

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError
-from ._arch import KNOWN_ARCHS, swa_layers, tool_call_format
+from ._arch import KNOWN_ARCHS, MTP_ARCHS, swa_layers, tool_call_format
 from ._gguf import GGUFFile, TensorEntry, read_gguf
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
+_NEXTN = re.compile(r"^blk\.(\d+)\.nextn\.eh_proj\.")
 
 
 @dataclass
@@ -77,6 +78,8 @@ class ModelInfo:
     tool_call_format: str | None
     known_architecture: bool
     estimated: list[str] = field(default_factory=list)  #: what the planner had to guess, in words
+    nextn_predict_layers: int = 0  #: ``<arch>.nextn_predict_layers``: MTP layers the header declares
+    mtp_layers: list[int] = field(default_factory=list)  #: layers holding MTP weights (``blk.N.nextn.eh_proj``)
     cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  #: planner memo
 
     @property
@@ -87,6 +90,29 @@ class ModelInfo:
     @property
     def expert_bytes(self) -> int:
         return sum(layer.expert_bytes for layer in self.layers)
+
+    @property
+    def mtp_problem(self) -> str | None:
+        """Why ``--spec-type draft-mtp`` cannot use this model's own MTP layers (None: it can).
+
+        llama.cpp drafts with MTP when the header declares ``nextn_predict_layers`` > 0, the
+        ``blk.N.nextn.*`` weights are in the file, and the architecture builds an MTP graph.
+        """
+        a = self.architecture
+        if self.nextn_predict_layers <= 0 and not self.mtp_layers:
+            return f"the GGUF has no MTP layers (no {a}.nextn_predict_layers, no blk.N.nextn.* tensors)"
+        if not self.mtp_layers:
+            return (f"{a}.nextn_predict_layers = {self.nextn_predict_layers} but the blk.N.nextn.* weights are "
+                    "not in this GGUF (stripped by the quantiser)")
+        if self.nextn_predict_layers <= 0:
+            return f"the GGUF has blk.N.nextn.* tensors but no {a}.nextn_predict_layers, so llama.cpp ignores them"
+        if a not in MTP_ARCHS:
+            return f"the pinned llama.cpp builds no MTP graph for architecture {a!r}"
+        return None
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.mtp_problem is None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``inspect --json`` document."""
@@ -121,6 +147,8 @@ class ModelInfo:
                         "ff_length": self.n_ff_exp, "bytes": self.expert_bytes} if self.n_expert else None,
             "chat_template": {"embedded": self.chat_template is not None,
                               "tool_call_format": self.tool_call_format},
+            "mtp": {"nextn_predict_layers": self.nextn_predict_layers, "layers": self.mtp_layers,
+                    "draft_mtp": self.has_mtp, "problem": self.mtp_problem},
             "estimated": self.estimated,
         }
 
@@ -164,7 +192,11 @@ def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
     mix: dict[str, dict[str, int]] = defaultdict(lambda: {"tensors": 0, "bytes": 0, "params": 0})
     names = {t.name for t in g.tensors}
     embd: TensorEntry | None = None
+    mtp_layers: set[int] = set()
     for t in g.tensors:
+        nx = _NEXTN.match(t.name)
+        if nx:
+            mtp_layers.add(int(nx.group(1)))
         m = mix[t.type_name]
         m["tensors"] += 1
         m["bytes"] += t.nbytes
@@ -227,7 +259,8 @@ def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
         n_ff_exp=_int(g, f"{a}.expert_feed_forward_length"), mla=mla,
         chat_template=template if isinstance(template, str) else None,
         tool_call_format=tool_call_format(template if isinstance(template, str) else None),
-        known_architecture=known, estimated=estimated)
+        known_architecture=known, estimated=estimated,
+        nextn_predict_layers=_int(g, f"{a}.nextn_predict_layers"), mtp_layers=sorted(mtp_layers))
 
 
 def inspect_model(path: str | Path) -> ModelInfo:

@@ -15,10 +15,45 @@ from ._memory import (
     weights_per_device,
 )
 from ._plan import NodePlan, Plan, PlanOptions, choose_split, make_plan
-from ._spec import plan_for_spec, preflight, require_fit, spec_nodes, spec_options, split_for_up
+from ._serving import (
+    DRAFT_MODEL_TYPES,
+    DRAFT_TYPES,
+    DRAFTLESS_TYPES,
+    MSA_ARCHS,
+    SPEC_TYPES,
+    SpecSupport,
+    kv_unified_asked,
+    msa_warnings,
+    parse_types,
+    speculation_refusal,
+    speculation_support,
+)
+from ._spec import (
+    draft_info,
+    plan_for_spec,
+    preflight,
+    require_fit,
+    spec_nodes,
+    spec_options,
+    speculation_problem,
+    split_for_up,
+)
 
 __all__ = [
     "BANDWIDTH_GBPS",
+    "DRAFTLESS_TYPES",
+    "DRAFT_MODEL_TYPES",
+    "DRAFT_TYPES",
+    "MSA_ARCHS",
+    "SPEC_TYPES",
+    "SpecSupport",
+    "draft_info",
+    "kv_unified_asked",
+    "msa_warnings",
+    "parse_types",
+    "speculation_problem",
+    "speculation_refusal",
+    "speculation_support",
     "GIB",
     "ComputeEstimate",
     "KVSettings",

@@ -13,6 +13,7 @@ from .._errors import UsageError
 from ..model import ModelInfo
 from ._compute import estimate_compute
 from ._devices import GIB, Node
+from ._serving import SpecSupport, msa_warnings, speculation_support
 from ._memory import (
     KVSettings,
     host_bytes,
@@ -44,6 +45,7 @@ class PlanOptions:
     host_node: int | None = 0  #: node whose memory also holds the host-side bytes (the head); None: apart
     link_gbps: float | None = None  #: bandwidth of the link between consecutive nodes
     link_latency_us: float | None = None  #: one-way latency of one hop
+    speculation: tuple[str, ...] = ()  #: ``--spec-type`` asked for (empty: none)
 
 
 @dataclass
@@ -89,6 +91,8 @@ class Plan:
     hop_seconds: float | None
     warnings: list[str] = field(default_factory=list)
     estimated: list[str] = field(default_factory=list)
+    speculation: list[SpecSupport] = field(default_factory=list)
+    """Which speculation types the model can use (with the spec's draft model, if any)."""
 
     @property
     def fits(self) -> bool:
@@ -106,6 +110,8 @@ class Plan:
                 "--tensor-split", ",".join(f"{x:g}" for x in self.tensor_split)]
         if o.unified:
             args.append("--kv-unified")
+        if o.speculation:
+            args += ["--spec-type", ",".join(o.speculation)]
         return args
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +147,9 @@ class Plan:
             "decode_tps_upper_bound_full_ctx": self.decode_tps_upper_bound_full_ctx,
             "decode_bytes_per_token": self.bytes_per_token,
             "hop_seconds": self.hop_seconds,
+            "speculation": {"requested": list(o.speculation),
+                            "supported": [r.type for r in self.speculation if r.supported],
+                            "types": [r.as_dict() for r in self.speculation]},
             "warnings": self.warnings,
             "estimated": self.estimated,
         }
@@ -350,6 +359,7 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
     if model.n_ctx_train and per_slot > model.n_ctx_train:
         warnings.append(f"context per slot {per_slot:,} is above the model's training context "
                         f"{model.n_ctx_train:,} (llama.cpp warns too: quality may drop past it)")
+    warnings += msa_warnings(model.architecture, flash_attn=o.flash_attn, kv_unified=o.unified, parallel=o.parallel)
     kvpt = {f"{t}/{t}": kv_bytes_per_token(model, t, t) for t in MAX_CTX_TYPES}
     kvpt.setdefault(f"{o.cache_type_k}/{o.cache_type_v}", kv_bytes_per_token(model, o.cache_type_k, o.cache_type_v))
     max_ctx: dict[str, dict[str, Any]] = {}
@@ -369,4 +379,5 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
     return Plan(model=model, options=o, ctx=pad(ctx, 256), nodes=plans, host_weights_bytes=hb,
                 host_compute_bytes=a.host_compute, tensor_split=split, kv_bytes_per_token=kvpt, max_ctx=max_ctx,
                 parallel=par, decode_tps_upper_bound=tps, decode_tps_upper_bound_full_ctx=tps_full,
-                bytes_per_token=bpt, hop_seconds=hop_s, warnings=warnings, estimated=estimated)
+                bytes_per_token=bpt, hop_seconds=hop_s, warnings=warnings, estimated=estimated,
+                speculation=speculation_support(model))

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, UsageError
-from ..model import inspect_model
+from ..model import ModelInfo, inspect_model
 from ._devices import GIB, Node
 from ._plan import Plan, PlanOptions, make_plan
+from ._serving import kv_unified_asked, speculation_refusal, speculation_support
 
 
 def _memory_list(obj: Any, n: int, where: str) -> list[int] | None:
@@ -82,7 +83,34 @@ def spec_options(spec: Any) -> PlanOptions:
     fa = (s.flash_attn or "auto") != "off"
     return PlanOptions(ctx=s.ctx_size or None, parallel=s.parallel, cache_type_k=s.cache_type_k or "f16",
                        cache_type_v=s.cache_type_v or "f16", ubatch=s.ubatch or 512, flash_attn=fa,
-                       tensor_split=tuple(s.tensor_split) if s.tensor_split else None, host_node=_host_node(spec))
+                       unified=kv_unified_asked(list(s.extra_args), dict(s.env)),
+                       tensor_split=tuple(s.tensor_split) if s.tensor_split else None, host_node=_host_node(spec),
+                       speculation=tuple(getattr(s, "speculation", ()) or ()))
+
+
+def draft_info(spec: Any) -> ModelInfo | None:
+    """The headers of the spec's draft model when a draft-* type reads it (None otherwise, or when
+    the file is not there: `up` says so first)."""
+    s = spec.server
+    path = getattr(s, "draft_model", None)
+    if path is None or not any(t.startswith("draft-") for t in getattr(s, "speculation", ())):
+        return None
+    if not Path(path).is_file():
+        return None
+    return inspect_model(path)
+
+
+def speculation_problem(spec: Any, model: ModelInfo | None = None) -> str | None:
+    """Why `up` must refuse the spec's ``server.speculation`` for its model (None: it can run)."""
+    types = list(getattr(spec.server, "speculation", ()) or ())
+    if not types:
+        return None
+    info = model or inspect_model(spec.model)
+    problem = speculation_refusal(types, info, draft_info(spec))
+    if problem is None:
+        return None
+    where = getattr(spec, "source_file", None) or "<spec>"
+    return f"{where}: server.speculation: {problem}"
 
 
 def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path | None = None,
@@ -95,6 +123,14 @@ def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path 
         raise UsageError(f"{len(nodes)} --node given but the spec has {expected} devices; give one per device")
     info = inspect_model(model or spec.model)
     plan = make_plan(info, nodes, options or spec_options(spec))
+    draft = draft_info(spec)
+    if draft is not None:
+        plan.speculation = speculation_support(info, draft)
+        plan.estimated.append(f"the draft model {draft.path.name} ({draft.weights_bytes / GIB:.2f} GiB) and its KV "
+                              "cache are not in the per-node figures")
+    problem = speculation_refusal(list(plan.options.speculation), info, draft)
+    if problem:
+        plan.warnings.append(f"server.speculation: {problem} (`up` refuses this spec)")
     s = spec.server
     if s.n_gpu_layers < info.n_layer + 1:
         plan.estimated.append(f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "
