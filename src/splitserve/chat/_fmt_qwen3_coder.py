@@ -83,6 +83,6 @@ FORMAT = ToolCallFormat(
     example=("<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n"
              "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
     detect=detects,
-    aliases=("qwen3_coder", "qwen3_xml"),
+    aliases=("qwen3_coder", "qwen3_xml", "step3p5", "step-3.5"),  # Step-3.5 writes the same
     call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix),
 )

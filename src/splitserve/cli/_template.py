@@ -274,7 +274,8 @@ def parse_cmd(
                                                   "(their schemas type the arguments)")] = None,
     prefilled: Annotated[Optional[bool], typer.Option(
         "--prefilled/--not-prefilled", help="the prompt ended with the reasoning opener "
-        "(default: the format's usual prompt)")] = None,
+        "(default: pre-filled for a format whose prompts always pre-fill it, such as minimax-m2; "
+        "else decided by the output: text before a bare closer is reasoning)")] = None,
     warnings: Annotated[bool, typer.Option("--warnings", help="also print parser warnings "
                                            "on stderr")] = False,
 ) -> None:
