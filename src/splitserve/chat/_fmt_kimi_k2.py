@@ -105,9 +105,17 @@ class KimiK2Parser(ToolParser):
                 return False
             head = "".join(self._head)
             name = name_from_id(head)
-            if marker != ARGS_BEGIN or not name:
+            if marker == ARGS_BEGIN and not name:
                 self._junk.append(head)
-                self._state = _SECTION if marker != ARGS_BEGIN else _SKIP
+                self._state = _SKIP
+                return True
+            if marker != ARGS_BEGIN:  # a header with no arguments: not a call
+                self._junk.append(head)
+                self._state = _SECTION
+                if marker == CALL_END:
+                    self._raw.append(buf.take(len(marker)))
+                    if self._implicit:
+                        self._end_section()
                 return True
             self._raw.append(buf.take(len(marker)))
             self._index = self.start_call(name)
@@ -157,17 +165,18 @@ class KimiK2Parser(ToolParser):
             self._raw.append(buf.take(len(marker)))
         self._state = _SECTION
         if self._implicit:
-            self._end_section()
+            self._end_section(quiet=True)
         return True
 
-    def _end_section(self, cut_off: bool = False) -> None:
+    def _end_section(self, quiet: bool = False) -> None:
+        """The section ends; ``quiet``: its one call was dropped with a warning already."""
         rawtext = "".join(self._raw)
         junk = "".join(self._junk)
         if self._calls == 0 and junk.strip():
             self.warn("a tool-call section held no valid call; its text is kept as content",
                       rawtext)
             self.content(rawtext)
-        elif self._calls == 0 and not cut_off:
+        elif self._calls == 0 and not quiet:
             self.warn("an empty tool-call section was dropped", rawtext)
         elif junk.strip():
             self.warn("text inside a tool-call section that is not a call was ignored", junk)
@@ -175,14 +184,14 @@ class KimiK2Parser(ToolParser):
         self._state = _TEXT
 
     def _at_eof(self) -> None:
-        cut_off = self._state in (_HEAD, _ARGS, _CLOSE)
+        cut_off = self._state in (_HEAD, _ARGS, _CLOSE, _SKIP)
         if self._state in (_ARGS, _CLOSE):
             self.drop_call(self._index, "".join(self._raw))
         elif self._state == _HEAD:  # cut off before its arguments: not text, not a call
             self.warn("a tool call was cut off by the end of the output; dropped (earlier "
                       "calls kept)", "".join(self._head))
         if self._state != _TEXT:
-            self._end_section(cut_off)
+            self._end_section(quiet=cut_off)
 
 
 def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:

@@ -161,6 +161,14 @@ def test_kimi_k2_spellings_and_shapes() -> None:
     bare = "Sure." + k2_call("functions.noop:0", " {} ") + " then."  # no section around it
     msg = parse("kimi-k2", bare, prefilled=False)
     assert calls_of(msg) == [("noop", {})] and msg.content == "Sure. then."
+    # a bare call that is not one ends there too: what follows is content again
+    msg = parse("kimi-k2", "A" + k2_call("functions.noop:0", "{x}") + "B", prefilled=False)
+    assert msg.tool_calls == [] and msg.content == "AB"
+    assert [w for w in msg.warnings if "empty" in w] == []
+    msg = parse("kimi-k2", "A<|tool_call_begin|>functions.noop:0<|tool_call_end|>B",
+                prefilled=False)
+    assert msg.tool_calls == [] and msg.content == (
+        "A<|tool_call_begin|>functions.noop:0<|tool_call_end|>B") and msg.warnings
     nameless = K2_BEGIN + k2_call("0", "{}") + k2_call("functions.noop:1", "{}") + K2_END
     msg = parse("kimi-k2", nameless, prefilled=False)
     assert calls_of(msg) == [("noop", {})]
