@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import string
 
 from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
@@ -282,6 +284,14 @@ def detects(template: str) -> bool:
     return TOOL_CALLS in template
 
 
+_ID_CHARS = string.ascii_letters + string.digits
+
+
+def mistral_call_id(index: int) -> str:
+    """Nine random alphanumerics: the only call ids Mistral's templates accept in a history."""
+    return "".join(secrets.choice(_ID_CHARS) for _ in range(9))
+
+
 FORMAT = ToolCallFormat(
     name="mistral",
     description="Mistral Small 3.x / Devstral / Magistral / Ministral 3: [TOOL_CALLS]name"
@@ -294,4 +304,5 @@ FORMAT = ToolCallFormat(
     example='[TOOL_CALLS]get_weather[ARGS]{"location": "Paris"}',
     detect=detects,
     call_openers=(TOOL_CALLS,),
+    call_id=mistral_call_id,
 )

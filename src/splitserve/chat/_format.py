@@ -162,6 +162,9 @@ class ToolCallFormat:
     # the markers that start a tool call in this format's output: a call opener met while the
     # reasoning is only assumed open (a pre-filled opener) ends the reasoning (see _reasoning)
     call_openers: tuple[str, ...] = ()
+    # the ids this format's templates accept for the calls of a history (Mistral's: 9
+    # alphanumerics); None: ``call_`` and 24 hex digits
+    call_id: IdFactory | None = None
 
     def parser(self, tools: list[dict[str, Any]] | None = None, *,
                prefilled: bool | None = None,
@@ -181,7 +184,8 @@ class ToolCallFormat:
                 pre = True
             splitter = ReasoningSplitter(self.reasoning, pre, self.call_openers)
         return ChatParser(splitter, self.make_tool_parser(ToolSet(tools),
-                                                          id_factory or random_call_id))
+                                                          id_factory or self.call_id
+                                                          or random_call_id))
 
     def prefilled_by(self, prompt: str) -> bool:
         """Whether a rendered prompt ends with this format's reasoning opener."""

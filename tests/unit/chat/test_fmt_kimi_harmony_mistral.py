@@ -483,3 +483,22 @@ def test_grammar_sentences_stream_like_batch(fmt: str) -> None:
         sentence = g.sample(rng)
         msg = parse_every_way(fmt, sentence, TOOLS, prefilled=False, every_boundary=False)
         assert msg.tool_calls and msg.warnings == [] and msg.content is None, sentence
+
+
+def test_mistral_issues_call_ids_its_templates_accept_in_a_history() -> None:
+    import re as _re
+
+    from splitserve.chat import assistant_turn, get_format, parse_complete
+    from splitserve.engine import resolve_source
+
+    fmt = get_format("mistral")
+    msg = parse_complete(fmt, '[TOOL_CALLS]get_weather[ARGS]{"location": "Paris"}')
+    (call,) = msg.tool_calls
+    assert _re.fullmatch(r"[A-Za-z0-9]{9}", call["id"]), call["id"]
+    template = (resolve_source(None).path / "models/templates/"
+                "Mistral-Small-3.2-24B-Instruct-2506.jinja").read_text()
+    history = [{"role": "user", "content": "Weather in Paris?"}, {
+        "role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+    text, _ = assistant_turn(template, history, {"role": "assistant", "content": "Sunny."})
+    assert text.startswith("Sunny.")  # the history with this id rendered
