@@ -36,6 +36,8 @@ class Target:
     timeout_s: float = 600.0
     ignore_eos: bool = True
     """Send llama.cpp's ``ignore_eos`` so every request generates exactly ``max_tokens``."""
+    seed: int | None = 0
+    """Sent with every request (with temperature 0: greedy and repeatable); ``None``: not sent."""
     extra_body: dict[str, Any] = field(default_factory=dict)
     root: str = field(init=False, default="")
     """``scheme://host:port[/prefix]`` without ``/v1``: where llama.cpp's ``/props`` is."""
@@ -108,13 +110,19 @@ class BenchClient:
             pass
         return info
 
-    def body(self, text: str, max_tokens: int, ignore_eos: bool | None = None) -> dict[str, Any]:
+    def body(self, text: str, max_tokens: int, ignore_eos: bool | None = None,
+             messages: list[dict[str, Any]] | None = None,
+             tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         t = self.target
         body: dict[str, Any] = {"model": t.model or "default", "max_tokens": max_tokens,
                                 "stream": True, "stream_options": {"include_usage": True},
                                 "temperature": 0}
+        if t.seed is not None:
+            body["seed"] = t.seed
         if t.api == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
+            body["messages"] = messages if messages is not None else [{"role": "user", "content": text}]
+            if tools:
+                body["tools"] = tools
         else:
             body["prompt"] = text
         if t.ignore_eos if ignore_eos is None else ignore_eos:
@@ -124,10 +132,17 @@ class BenchClient:
 
     async def request(self, rec_id: str, kind: str, cell: dict[str, Any], text: str,
                       max_tokens: int, batch: int = 0, batch_t0: float | None = None,
-                      keep_text: int | None = 400, ignore_eos: bool | None = None) -> RequestRecord:
-        """Send one streamed request and return its record (errors are recorded, not raised)."""
+                      keep_text: int | None = 400, ignore_eos: bool | None = None,
+                      messages: list[dict[str, Any]] | None = None, tools: list[dict[str, Any]] | None = None,
+                      headers: dict[str, str] | None = None,
+                      body_extra: dict[str, Any] | None = None) -> RequestRecord:
+        """Send one streamed request and return its record (errors are recorded, not raised).
+
+        ``messages`` (and ``tools``) replace the one user message made of ``text`` (chat API only);
+        ``keep_text=None`` keeps the whole output, reasoning included.
+        """
         path = "/chat/completions" if self.target.api == "chat" else "/completions"
-        body = self.body(text, max_tokens, ignore_eos)
+        body = self.body(text, max_tokens, ignore_eos, messages, tools) | (body_extra or {})
         timer = StreamTimer()
         decoder = SSEDecoder()
         started_at = time.time()
@@ -135,7 +150,7 @@ class BenchClient:
         status: int | None = None
         error: str | None = None
         try:
-            async with self._http.stream("POST", self.target.v1 + path, json=body) as resp:
+            async with self._http.stream("POST", self.target.v1 + path, json=body, headers=headers) as resp:
                 status = resp.status_code
                 if not resp.is_success:
                     raw = (await resp.aread()).decode(errors="replace")
@@ -159,6 +174,7 @@ class BenchClient:
             return None if v is None else round(v * 1000.0, 3)
 
         content = trace.content
+        timings = trace.timings or {}
         return RequestRecord(
             id=rec_id, kind=kind, cell=cell, batch=batch, started_at=started_at,
             send_offset_ms=round((t0 - batch_t0) * 1000.0, 3) if batch_t0 is not None else 0.0,
@@ -170,9 +186,15 @@ class BenchClient:
             finish_reason=trace.finish_reason,
             text=content if keep_text is None else content[:keep_text],
             reasoning_chars=len(trace.reasoning), tool_call_chunks=trace.tool_call_chunks,
+            reasoning=trace.reasoning if keep_text is None else "", tool_calls=trace.tool_calls,
+            draft_n=_count(timings.get("draft_n")), draft_accepted=_count(timings.get("draft_n_accepted")),
             status=status, error=error,
             extra={"reasoning_tail": trace.reasoning[-200:]} if trace.reasoning else {},
         )
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _error_message(raw: str) -> str:

@@ -47,28 +47,48 @@ SET_ALIASES = {
     "threads": "threads", "t": "threads",
     "split_mode": "split_mode", "sm": "split_mode",
     "ngl": "n_gpu_layers", "n_gpu_layers": "n_gpu_layers",
+    "speculation": "speculation", "spec": "speculation", "spec_type": "speculation",
 }
+SET_SHOWN = ("ubatch", "batch", "ctx", "parallel", "fa", "ctk", "ctv", "threads", "split_mode", "ngl",
+             "speculation", "spec_*")
+NOT_SWEPT = {"host", "port", "api_key", "env", "extra_args", "chat_template_file", "draft_model"}
+"""ServerSpec fields a sweep does not change (they are not speed settings)."""
 
 
 def server_field(name: str) -> str:
-    key = SET_ALIASES.get(name.strip().lower().replace("-", "_"))
+    """The ServerSpec field of a --set name: an alias, or any speed-relevant field by its own name
+    (``spec_draft_n_max``, ``spec_ngram_mod_n_match``, ...)."""
+    norm = name.strip().lower().replace("-", "_")
+    key = SET_ALIASES.get(norm)
+    if key is None and norm in ServerSpec.model_fields and norm not in NOT_SWEPT:
+        key = norm
     if key is None:
-        raise UsageError(f"--set {name}: unknown server option; use one of "
-                         + ", ".join(sorted({"ubatch", "batch", "ctx", "parallel", "fa", "ctk", "ctv",
-                                             "threads", "split_mode", "ngl"})))
+        raise UsageError(f"--set {name}: unknown server option; use one of " + ", ".join(SET_SHOWN))
     return key
+
+
+def set_value(field: str, value: Any) -> Any:
+    """A --set value as the field takes it: ``speculation=ngram-simple+ngram-mod`` is a list of
+    two types (``,`` separates sweep points, so ``+`` joins the types of one point)."""
+    if field == "speculation" and isinstance(value, str):
+        parts = [p.strip() for p in value.split("+") if p.strip()]
+        return parts if len(parts) > 1 else value.strip()
+    return value
 
 
 def with_server(spec: ClusterSpec, values: dict[str, Any]) -> ClusterSpec:
     """A copy of ``spec`` with server options changed (validated like the spec file)."""
     data = spec.server.model_dump()
     for name, value in values.items():
-        data[server_field(name)] = value
+        key = server_field(name)
+        data[key] = set_value(key, value)
     try:
         server = ServerSpec.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise UsageError(f"--set {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        where = ".".join(str(p) for p in first["loc"]) or ", ".join(values)
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"--set {where}: {msg}") from None
     out = spec.model_copy(deep=True)
     out.server = server
     out.source_file = spec.source_file
@@ -128,8 +148,9 @@ class ClusterRestarter:
     """Brings a cluster up once per sweep point with changed server options, via `up`."""
 
     def __init__(self, spec: ClusterSpec, engine: Engine | None = None,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None, ignore_eos: bool | None = None) -> None:
         self.spec = spec
+        self.ignore_eos = True if ignore_eos is None else ignore_eos
         self.engine = engine
         self.on_event = on_event
         self.was_running = read_state(cluster_state_dir(spec)) is not None
@@ -148,7 +169,7 @@ class ClusterRestarter:
             effective = effective_settings(transport_for(head[0].host).read_log(Path(head[0].log)))
         facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine,
                                         "head_argv": head[0].argv if head else [], "effective": effective}
-        return Target(url=state.endpoint, api_key=point.client_api_key), facts
+        return Target(url=state.endpoint, api_key=point.client_api_key, ignore_eos=self.ignore_eos), facts
 
     def stop(self) -> None:
         if self.current is not None:

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from ._records import BenchRun
-from ._tables import context_rows, prefill_by_length, speed_rows, sweep_rows
+from ._tables import (
+    agent_turn_rows,
+    context_rows,
+    prefill_by_length,
+    speed_rows,
+    sweep_rows,
+    sweep_workload_rows,
+    workload_rows,
+)
 
 
 def _plt() -> Any:
@@ -140,13 +148,139 @@ def plot_sweep(run: BenchRun, path: Path) -> Path | None:
     return _save(plt, fig, path)
 
 
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.0%}"
+
+
+def _bar_note(row: dict[str, Any], speedup: float | None = None) -> str:
+    """The text over a bar: speedup, acceptance, agreement (what is known)."""
+    parts = []
+    if speedup:
+        parts.append(f"{speedup:.2f}×")
+    if row.get("acceptance") is not None:
+        parts.append(f"acc {_pct(row['acceptance'])}")
+    if row.get("agreement") is not None:
+        parts.append(f"agr {_pct(row['agreement'])}")
+    return "\n".join(parts)
+
+
+def _grouped_bars(ax: Any, groups: list[str], series: list[tuple[str, dict[str, tuple[float | None, str]]]],
+                  hatch_first: bool = False) -> None:
+    """Bars of ``series`` (label, {group: (value, note)}) side by side per group."""
+    n = max(1, len(series))
+    width = 0.8 / n
+    for k, (label, vals) in enumerate(series):
+        xs = [i - 0.4 + width * (k + 0.5) for i in range(len(groups))]
+        ys = [(vals.get(g) or (None, ""))[0] or 0.0 for g in groups]
+        bars = ax.bar(xs, ys, width * 0.92, label=label, hatch="//" if hatch_first and k == 0 else None,
+                      edgecolor="black" if hatch_first and k == 0 else None, linewidth=0.4)
+        ax.bar_label(bars, labels=[(vals.get(g) or (None, ""))[1] for g in groups], fontsize=6.5, padding=2)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.22)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def plot_workloads(runs: Sequence[BenchRun], path: Path) -> Path | None:
+    """Decode t/s per workload, a bar per run, with acceptance and agreement over each bar."""
+    per_run = [(run.name, workload_rows(run.records)) for run in runs]
+    per_run = [(n, rows) for n, rows in per_run if rows]
+    if not per_run:
+        return None
+    concs = {r["concurrency"] for _, rows in per_run for r in rows}
+
+    def group(r: dict[str, Any]) -> str:
+        return r["workload"] if len(concs) == 1 else f"{r['workload']} · c{r['concurrency']}"
+
+    groups = list(dict.fromkeys(group(r) for _, rows in per_run for r in rows))
+    first = {group(r): r["decode_tps_server"] or r["decode_tps_client"] for r in per_run[0][1]}
+
+    def note(r: dict[str, Any], k: int) -> str:  # later runs: the ratio to the first run's bar too
+        base, value = first.get(group(r)), r["decode_tps_server"] or r["decode_tps_client"]
+        return _bar_note(r, value / base if k and base and value else None)
+
+    series = [(name, {group(r): (r["decode_tps_server"] or r["decode_tps_client"], note(r, k)) for r in rows})
+              for k, (name, rows) in enumerate(per_run)]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + 1.5 * len(groups) * max(1, len(series)) ** 0.5), 4.4))
+    _grouped_bars(ax, groups, series)
+    ax.set(title="Decode speed per workload", xlabel="workload", ylabel="decode tokens/s (server)")
+    return _save(plt, fig, path)
+
+
+def plot_agent_turns(series: Sequence[tuple[str, list[Any]]], path: Path) -> Path | None:
+    """Cached fraction of the prompt and time to first token per agent turn, a line per series
+    (run, or sweep point) and concurrency."""
+    lines = []
+    for name, records in series:
+        rows = agent_turn_rows(records)
+        for conc in sorted({r["concurrency"] for r in rows}):
+            pts = [r for r in rows if r["concurrency"] == conc]
+            label = name if len({r["concurrency"] for r in rows}) == 1 else f"{name} · c{conc}"
+            lines.append((label, pts))
+    if not lines:
+        return None
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, pts in lines:
+        turns = [p["turn"] for p in pts]
+        ax1.plot(turns, [p["cached_fraction"] if p["cached_fraction"] is not None else float("nan") for p in pts],
+                 marker="o", label=label)
+        ax2.plot(turns, [p["ttft_ms_p50"] if p["ttft_ms_p50"] is not None else float("nan")
+                         for p in pts], marker="o", label=label)
+        for p in pts:
+            if p["cached_fraction"] is not None:
+                ax1.annotate(f"{p['cached_tokens']:.0f}/{p['prompt_tokens']:.0f}", (p["turn"], p["cached_fraction"]),
+                             textcoords="offset points", xytext=(0, 7 if p["cached_fraction"] < 0.2 else -12),
+                             ha="center", fontsize=6.5)
+    ax1.set(title="Prompt served from the cache, per agent turn", xlabel="turn",
+            ylabel="cached tokens / prompt tokens")
+    ax1.set_ylim(-0.05, 1.05)
+    ax2.set(title="Time to first token per agent turn", xlabel="turn", ylabel="ms (p50)")
+    ax2.set_ylim(bottom=0)
+    ticks = sorted({p["turn"] for _, pts in lines for p in pts})
+    for ax in (ax1, ax2):
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+def plot_sweep_workloads(run: BenchRun, path: Path) -> Path | None:
+    """Decode t/s per workload, a bar per sweep point (the speculation baseline hatched), with the
+    speedup over the baseline, the acceptance and the agreement over each bar."""
+    rows = sweep_workload_rows(run)
+    if not rows:
+        return None
+    concs = {r["concurrency"] for r in rows}
+
+    def group(r: dict[str, Any]) -> str:
+        return r["workload"] if len(concs) == 1 else f"{r['workload']} · c{r['concurrency']}"
+
+    def point(r: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in r["values"].items())
+
+    groups = list(dict.fromkeys(group(r) for r in rows))
+    points = list(dict.fromkeys(point(r) for r in rows))
+    series = [(p, {group(r): (r["decode_tps_server"], _bar_note(r, r["speedup"])) for r in rows if point(r) == p})
+              for p in points]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.5 + 0.75 * len(groups) * len(points)), 4.6))
+    _grouped_bars(ax, groups, series, hatch_first=any(r["baseline"] for r in rows))
+    ax.set(title=f"Decode speed per workload: {run.name}", xlabel="workload", ylabel="decode tokens/s (server)")
+    return _save(plt, fig, path)
+
+
 def write_plots(runs: Sequence[BenchRun], out_dir: Path) -> list[Path]:
     """Every plot the runs support, as PNG files in ``out_dir``."""
     made: list[Path | None] = []
     speed = [r for r in runs if r.kind == "speed"]
     context = [r for r in runs if r.kind == "context"]
     if speed:
-        made.append(plot_throughput(speed, out_dir / "throughput-vs-concurrency.png"))
+        if any(speed_rows(r.records) for r in speed):
+            made.append(plot_throughput(speed, out_dir / "throughput-vs-concurrency.png"))
+        made.append(plot_workloads(speed, out_dir / "decode-per-workload.png"))
+        made.append(plot_agent_turns([(r.name, r.records) for r in speed], out_dir / "agent-cached-per-turn.png"))
     if context:
         made.append(plot_prefill_vs_length(context, out_dir / "prefill-vs-length.png"))
         for r in context:
@@ -154,4 +288,8 @@ def write_plots(runs: Sequence[BenchRun], out_dir: Path) -> list[Path]:
     for r in runs:
         if r.kind == "sweep":
             made.append(plot_sweep(r, out_dir / f"sweep-{_slug(r.name)}.png"))
+            made.append(plot_sweep_workloads(r, out_dir / f"sweep-workloads-{_slug(r.name)}.png"))
+            made.append(plot_agent_turns([(", ".join(f"{k}={v}" for k, v in p.values.items()), p.records)
+                                          for p in r.points if not p.error],
+                                         out_dir / f"sweep-agent-{_slug(r.name)}.png"))
     return [p for p in made if p is not None]

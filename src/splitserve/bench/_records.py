@@ -40,7 +40,8 @@ class RequestRecord(BaseModel):
 
     id: str
     kind: str
-    """``speed``, ``context`` or ``calibration``."""
+    """``speed`` (the ``chat`` workload), ``context``, ``calibration``, or a workload: ``copy``,
+    ``edit``, ``json``, ``agent`` (one record per agent turn)."""
     cell: dict[str, Any] = Field(default_factory=dict)
     """The cell of the run this request belongs to (prompt size, concurrency, length, depth...)."""
     batch: int = 0
@@ -69,11 +70,26 @@ class RequestRecord(BaseModel):
     finish_reason: str | None = None
     text: str = ""
     reasoning_chars: int = 0
+    reasoning: str = ""
+    """The full reasoning text, kept for workload records (their agreement compares it)."""
     tool_call_chunks: int = 0
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    """Tool calls the response made: ``{"id", "name", "arguments"}`` (arguments as streamed)."""
     status: int | None = None
     error: str | None = None
     cache_hit: bool = False
     """The server reported more cached prompt tokens than the shared template prefix."""
+    draft_n: int | None = None
+    """Tokens drafted by speculative decoding (llama.cpp ``timings.draft_n``); ``None``: not reported."""
+    draft_accepted: int | None = None
+    """Drafted tokens the model accepted (``timings.draft_n_accepted``); ``None``: not reported."""
+    agreement: float | None = None
+    """Longest common prefix of this output and the reference output (same prompt, no speculation),
+    in characters, over the reference's length; ``None`` when there is no reference."""
+    exact_match: bool | None = None
+    """The output equals the reference output; ``None`` when there is no reference."""
+    reference: str | None = None
+    """Where the reference output came from (a run id, or a sweep point)."""
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @property

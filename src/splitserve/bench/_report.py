@@ -13,12 +13,15 @@ from typing import Any
 
 from ._records import BenchRun
 from ._tables import (
+    agent_turn_rows,
     context_rows,
     engine_rows,
     headline,
     prefill_by_length,
     speed_rows,
     sweep_rows,
+    sweep_workload_rows,
+    workload_rows,
 )
 
 
@@ -28,6 +31,21 @@ def fmt(value: Any, digits: int = 1) -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}f}"
     return str(value)
+
+
+FRACTIONS = {"acceptance", "agreement", "cached_fraction", "fidelity"}
+"""Figures that are fractions (shown as percentages)."""
+
+
+def pct(value: float | None) -> str:
+    if value is None:
+        return "–"
+    text = f"{value:.1%}"
+    return text.replace(".0%", "%")
+
+
+def exact(row: dict[str, Any]) -> str:
+    return "–" if not row.get("compared") else f"{row['exact_matches']}/{row['compared']}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -74,8 +92,9 @@ def _header(run: BenchRun) -> str:
 
 def speed_section(records: list[Any], decode_bound: float | None = None) -> str:
     rows = speed_rows(records)
+    workloads = workload_section(records)
     if not rows:
-        return "_no speed records_"
+        return workloads or "_no speed records_"
     head = ["prompt", "conc", "n", "cache hits", "errors", "prompt tok", "gen tok",
             "prefill t/s (server)", "prefill t/s (client)", "decode t/s (server)", "decode t/s (client)",
             "TTF chunk ms", "TTF token ms", "TTF content ms", "TTF reasoning ms",
@@ -94,7 +113,66 @@ def speed_section(records: list[Any], decode_bound: float | None = None) -> str:
             best = max(r["decode_tps_server"] for r in ones)
             out += (f"\n\nDecode upper bound (bandwidth / bytes per token): {decode_bound:,.1f} t/s; "
                     f"best single-stream decode {best:,.1f} t/s = {best / decode_bound:.0%} of the bound.")
+    return out + ("\n\n" + workloads if workloads else "")
+
+
+WORKLOAD_NOTE = (
+    "decode t/s: the server's `timings` (median per request); drafted / accepted: speculative decoding's "
+    "tokens (`timings.draft_n`, `draft_n_accepted`; – when the server reports none); agreement: longest "
+    "common prefix with the reference output (same prompt, no speculation) over the reference's length, "
+    "mean over requests (– without a reference); exact: outputs equal to the reference; faithful: similarity "
+    "(difflib ratio) of the answer's code block and the correct answer (the file, the edited file, the changed "
+    "JSON), 100% = exactly right.")
+
+
+def workload_section(records: list[Any]) -> str:
+    rows = workload_rows(records)
+    if not rows:
+        return ""
+    body = [[r["workload"], r["concurrency"], fmt(r["items"]), r["n"], r["errors"], fmt(r["prompt_tokens"], 0),
+             fmt(r["completion_tokens"], 0), pct(r["cached_fraction"]), fmt(r["ttf_token_ms_p50"], 0),
+             fmt(r["decode_tps_server"]), fmt(r["decode_tps_client"]), fmt(r["draft_n"]),
+             fmt(r["draft_accepted"]), pct(r["acceptance"]), pct(r["agreement"]), exact(r), pct(r["fidelity"])]
+            for r in rows]
+    out = "### Workloads\n\n" + table(
+        ["workload", "conc", "items", "n", "errors", "prompt tok", "gen tok", "cached", "TTF token ms",
+         "decode t/s (server)", "decode t/s (client)", "drafted", "accepted", "acceptance", "agreement",
+         "exact", "faithful"], body) + "\n\n" + WORKLOAD_NOTE
+    turns = agent_turn_rows(records)
+    if turns:
+        out += "\n\n### Agent turns\n\n" + agent_turns_table(turns) + (
+            "\n\nEach turn sends the recorded history up to that turn's assistant message; cached: prompt "
+            "tokens the server served from its prompt cache (`cached_tokens` / `timings.cache_n`); TTFT: the "
+            "first generated token (for a turn that generated none, the end of the response); medians over "
+            "the replays.")
     return out
+
+
+def agent_turns_table(turns: list[dict[str, Any]]) -> str:
+    return table(["conc", "turn", "n", "prompt tok", "cached tok", "cached", "new tok", "TTFT ms",
+                  "prefill ms (server)", "prefill t/s (server)", "gen tok", "decode t/s (server)", "acceptance",
+                  "agreement"],
+                 [[t["concurrency"], t["turn"], t["n"], fmt(t["prompt_tokens"], 0), fmt(t["cached_tokens"], 0),
+                   pct(t["cached_fraction"]), fmt(t["new_tokens"], 0), fmt(t["ttft_ms_p50"], 0),
+                   fmt(t["prompt_ms_server_p50"], 0), fmt(t["prefill_tps_server"]), fmt(t["completion_tokens"], 0),
+                   fmt(t["decode_tps_server"]), pct(t["acceptance"]), pct(t["agreement"])] for t in turns])
+
+
+def sweep_workload_section(run: BenchRun) -> str:
+    rows = sweep_workload_rows(run)
+    if not rows:
+        return ""
+    names = list(run.points[0].values) if run.points else []
+    body = [[*(str(r["values"].get(n)) for n in names), r["workload"], r["concurrency"], r["n"], r["errors"],
+             fmt(r["decode_tps_server"]), "baseline" if r["baseline"] else fmt(r["baseline_decode_tps_server"]),
+             f"{r['speedup']:.2f}×" if r["speedup"] else "–", fmt(r["draft_n"]), fmt(r["draft_accepted"]),
+             pct(r["acceptance"]), "reference" if r["baseline"] else pct(r["agreement"]),
+             "–" if r["baseline"] else exact(r), pct(r["fidelity"]), fmt(r["ttf_token_ms_p50"], 0)] for r in rows]
+    return "### Decode per workload and setting\n\n" + table(
+        [*names, "workload", "conc", "n", "errors", "decode t/s (server)", "baseline t/s", "speedup", "drafted",
+         "accepted", "acceptance", "agreement", "exact", "faithful", "TTF token ms"], body) + (
+        "\n\nbaseline: the `speculation=none` point with the same other settings, run first; its outputs are "
+        "the reference of the others' agreement. " + WORKLOAD_NOTE.split("; ", 1)[1])
 
 
 def context_section(records: list[Any]) -> str:
@@ -126,8 +204,18 @@ def context_section(records: list[Any]) -> str:
 
 def sweep_section(run: BenchRun) -> str:
     rows = sweep_rows(run)
+    per_workload = sweep_workload_section(run)
+    if per_workload:
+        if any("error" not in r for r in rows):  # the chat workload ran: its per-prompt-size table too
+            return _sweep_table(run, rows) + "\n\n" + per_workload
+        failed = "".join(f"\n\n- {r['values']}: start failed: {r['error']}" for r in rows if "error" in r)
+        return per_workload + failed
     if not rows:
         return "_no sweep points_"
+    return _sweep_table(run, rows)
+
+
+def _sweep_table(run: BenchRun, rows: list[dict[str, Any]]) -> str:
     names = list(run.points[0].values) if run.points else []
     head = names + ["prompt", "conc", "n_ctx", "slots", "n_ubatch", "n_batch", "prefill t/s (server)", "decode t/s (server)",
                     "TTF token ms", "throughput t/s", "cache hits", "errors"]
@@ -165,6 +253,11 @@ HEADLINE_LABELS = {
     "retrieval_found_fraction": "needles found (fraction of graded cells)",
     "pp_tps": "llama-bench pp t/s", "tg_tps": "llama-bench tg t/s",
     "best_prefill_tps_server": "best prefill t/s (server)", "best_decode_tps_server": "best decode t/s (server)",
+    "best_speculation_speedup": "best decode speedup over no speculation",
+    "agent_cached_fraction_turn2plus": "agent: cached fraction of the prompt from turn 2 on (median)",
+    **{f"{w}_decode_tps_server": f"{w}: decode t/s (server)" for w in ("copy", "edit", "json", "agent")},
+    **{f"{w}_acceptance": f"{w}: draft acceptance" for w in ("copy", "edit", "json", "agent")},
+    **{f"{w}_agreement": f"{w}: agreement with the reference" for w in ("copy", "edit", "json", "agent")},
 }
 
 
@@ -204,7 +297,8 @@ def _compare(runs: Sequence[BenchRun], title: str, keyed: Callable[[BenchRun], d
         body = []
         for k in keys:
             vals = [t[k].get(metric) for t in tables]
-            body.append([str(k)] + [fmt(v) for v in vals] + [_ratio(vals[0], v) for v in vals[1:]])
+            shown = [pct(v) if metric in FRACTIONS else fmt(v) for v in vals]
+            body.append([str(k)] + shown + [_ratio(vals[0], v) for v in vals[1:]])
         parts.append(f"{label}:\n\n" + table(head, body) + "\n")
     return "\n".join(parts)
 
@@ -217,7 +311,18 @@ def comparison_section(runs: Sequence[BenchRun]) -> str:
                      [[HEADLINE_LABELS.get(n, n)] + [fmt(h.get(n), 2) for h in heads] + [_ratio(heads[0].get(n), h.get(n))
                                                                 for h in heads[1:]] for n in names]) + "\n")
     kinds = {r.kind for r in runs}
-    if kinds == {"speed"}:
+    if kinds == {"speed"} and any(workload_rows(r.records) for r in runs):
+        out.append(_compare(runs, "workloads (workload, concurrency)",
+                            lambda r: {(x["workload"], x["concurrency"]): x for x in workload_rows(r.records)},
+                            [("decode_tps_server", "decode t/s (server)"), ("acceptance", "draft acceptance"),
+                             ("agreement", "agreement with the reference"),
+                             ("ttf_token_ms_p50", "time to first token, ms (p50)")]))
+        if any(agent_turn_rows(r.records) for r in runs):
+            out.append(_compare(runs, "agent turns (concurrency, turn)",
+                                lambda r: {(x["concurrency"], x["turn"]): x for x in agent_turn_rows(r.records)},
+                                [("cached_fraction", "cached fraction of the prompt"),
+                                 ("ttft_ms_p50", "time to first token, ms (p50)")]))
+    if kinds == {"speed"} and any(speed_rows(r.records) for r in runs):
         out.append(_compare(runs, "speed cells (prompt, concurrency)",
                             lambda r: {(x["prompt_target"], x["concurrency"]): x for x in speed_rows(r.records)},
                             [("prefill_tps_server", "prefill t/s (server)"),

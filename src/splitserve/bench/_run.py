@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,9 +19,19 @@ from ._client import BenchClient, Target
 from ._context import ContextOptions, context_cells
 from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv, run_llama_bench
 from ._machine import machine_info
-from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, new_run_id
-from ._speed import Session, SpeedOptions, speed_cells, speed_notes
-from ._tables import context_rows, engine_rows, headline, speed_rows, sweep_rows
+from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run, new_run_id
+from ._speed import Session, SpeedOptions, speed_notes, workload_cells
+from ._tables import (
+    agent_turn_rows,
+    context_rows,
+    engine_rows,
+    headline,
+    speed_rows,
+    sweep_rows,
+    sweep_workload_rows,
+    workload_rows,
+)
+from ._workloads import WorkloadPlan, apply_baselines, apply_reference, build_plan, is_baseline, with_baseline
 
 Progress = Callable[[RequestRecord], None]
 
@@ -48,15 +59,20 @@ def _engine_from_server(server: dict[str, Any]) -> dict[str, Any]:
 def summarize_run(run: BenchRun) -> dict[str, Any]:
     """The per-cell figures of ``run`` (one row per cell, as in the report) and its headline."""
     cells: list[dict[str, Any]]
+    extra: dict[str, Any] = {}
     if run.kind == "speed":
         cells = speed_rows(run.records)
+        extra = {"workloads": workload_rows(run.records), "agent_turns": agent_turn_rows(run.records)}
+        extra = {k: v for k, v in extra.items() if v}
     elif run.kind == "context":
         cells = context_rows(run.records)
     elif run.kind == "sweep":
         cells = sweep_rows(run)
+        workloads = sweep_workload_rows(run)
+        extra = {"workloads": workloads} if workloads else {}
     else:
         cells = engine_rows(run)
-    return {"headline": headline(run), "cells": cells}
+    return {"headline": headline(run), "cells": cells, **extra}
 
 
 def _close(writer: RunWriter, interrupted: bool = False) -> None:
@@ -102,12 +118,45 @@ def _http_run(kind: str, label: str, settings: dict[str, Any], target: Target, o
     return run, path, writer, emit
 
 
+def plan_for(opts: SpeedOptions) -> WorkloadPlan:
+    """The workloads' items (files read, recording checked) for ``opts``."""
+    return build_plan(opts.workloads, [Path(f) for f in opts.workload_files],
+                      Path(opts.recording) if opts.recording else None, opts.drop_reasoning)
+
+
+def check_workload_target(target: Target, opts: SpeedOptions) -> None:
+    others = [w for w in opts.workloads if w != "chat"]
+    if others and target.api != "chat":
+        raise UsageError(f"--workload {others[0]} sends chat messages (with tools for agent); use --api chat")
+
+
+def load_reference(path: Path) -> tuple[list[RequestRecord], str]:
+    """The records of a reference run: a speed run's, or a sweep's point without speculation
+    (else its first point)."""
+    ref = load_run(path)
+    if ref.kind == "speed":
+        return ref.records, ref.name
+    if ref.kind == "sweep" and ref.points:
+        base = [p for p in ref.points if is_baseline(p.values)] or ref.points[:1]
+        return base[0].records, f"{ref.name} {base[0].values}"
+    raise UsageError(f"--reference {path}: a {ref.kind} run holds no outputs to compare with; give a speed "
+                     "or sweep run")
+
+
 def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label: str = "",
               progress: Progress | None = None, engine: dict[str, Any] | None = None,
               cluster: dict[str, Any] | None = None,
-              transport: Any = None) -> tuple[BenchRun, Path]:
-    """``bench speed`` against ``target``; returns the run and the file it is in."""
-    run, path, writer, emit = _http_run("speed", label, opts.as_dict(), target, out, cluster, progress)
+              transport: Any = None, plan: WorkloadPlan | None = None) -> tuple[BenchRun, Path]:
+    """``bench speed`` against ``target``; returns the run and the file it is in.
+
+    With ``opts.reference`` each output is compared with the reference run's output of the same
+    request id (agreement); without, agreement stays ``None``.
+    """
+    check_workload_target(target, opts)
+    plan = plan or plan_for(opts)
+    reference = load_reference(Path(opts.reference)) if opts.reference else None
+    run, path, writer, emit = _http_run("speed", label, opts.as_dict() | {"workload_items": plan.describe()},
+                                        target, out, cluster, progress)
 
     async def main() -> None:
         async with BenchClient(target, transport=transport, max_connections=max(opts.concurrency) + 2) as client:
@@ -115,12 +164,20 @@ def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label
             run.target["model"] = target.model
             run.engine = _engine_from_server(run.server) | (engine or {})
             writer.flush()
+            # with a reference, the chat prompts of the reference run cannot be rebuilt (their nonce was
+            # random); only the fixed workloads compare
             session = Session(client, emit)
             run.calibration = (await session.calibrate()).as_dict()
             try:
-                await speed_cells(session, opts)
+                await workload_cells(session, opts, plan)
             finally:
                 run.notes.extend(speed_notes(session, run.records, run.server, opts))
+                if reference is not None:
+                    n = apply_reference(run.records, reference[0], reference[1])
+                    run.notes.append(f"agreement: {n} output(s) compared with {reference[1]}"
+                                     if n else f"agreement: no request matches one of {reference[1]} "
+                                     "(the same workloads, concurrency and repeats give the same ids)")
+                    writer.flush()
 
     return _finish(writer, lambda: asyncio.run(main())), path
 
@@ -191,9 +248,19 @@ class Restarter(Protocol):
 def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOptions,
               out: Path | None = None, label: str = "", progress: Progress | None = None,
               on_point: Callable[[dict[str, Any]], None] | None = None,
-              engine: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
-    """``bench sweep``: for each point restart, then the speed bench; one run file for all."""
-    run = _new_run("sweep", label, opts.as_dict() | {"points": points}, out)
+              engine: dict[str, Any] | None = None, transport: Any = None,
+              plan: WorkloadPlan | None = None) -> tuple[BenchRun, Path]:
+    """``bench sweep``: for each point restart, then the speed bench; one run file for all.
+
+    Every point sends the same prompts (one nonce for the whole sweep; the server restarts in
+    between, so nothing is cached across points).  With a speculation axis, the
+    ``speculation=none`` point of each combination is run first (added when missing) and is the
+    reference of the others' agreement.
+    """
+    points = with_baseline(points)
+    plan = plan or plan_for(opts)
+    nonce = secrets.token_hex(3)
+    run = _new_run("sweep", label, opts.as_dict() | {"points": points, "workload_items": plan.describe()}, out)
     path = _out_path(run, out)
     writer = RunWriter(run, path)
     run.engine = engine or {}
@@ -211,6 +278,7 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
                     point.error = str(exc)
                     writer.flush()
                     continue
+                check_workload_target(target, opts)
                 run.target = target.describe()
 
                 def emit(rec: RequestRecord, point: SweepPoint = point) -> None:
@@ -220,16 +288,22 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
 
                 async def main(target: Target = target, point: SweepPoint = point,
                                facts: dict[str, Any] = facts, values: dict[str, Any] = values) -> None:
-                    async with BenchClient(target, max_connections=max(opts.concurrency) + 2) as client:
+                    async with BenchClient(target, transport=transport,
+                                           max_connections=max(opts.concurrency) + 2) as client:
                         point.server = (await client.probe()) | {"cluster": facts}
                         writer.flush()
-                        session = Session(client, emit)
+                        session = Session(client, emit, nonce=nonce)
                         await session.calibrate()
-                        await speed_cells(session, opts, extra_cell=dict(values))
-                        run.notes.extend(f"{values}: {n}" for n in
-                                         speed_notes(session, point.records, point.server, opts))
+                        try:
+                            await workload_cells(session, opts, plan, extra_cell=dict(values))
+                        finally:
+                            run.notes.extend(f"{values}: {n}" for n in
+                                             speed_notes(session, point.records, point.server, opts))
                 asyncio.run(main())
+                apply_baselines(run)
+                writer.flush()
         finally:
+            apply_baselines(run)
             run.notes.append(restarter.finish())
 
     return _finish(writer, body), path

@@ -11,6 +11,7 @@ reported cached-token count exceeds that is flagged ``cache_hit``.
 from __future__ import annotations
 
 import asyncio
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from .._errors import EngineError
 from ._client import BenchClient
 from ._prompts import PromptMaker, TokenFit
 from ._records import RequestRecord
+from ._workloads import DEFAULT_MAX_TOKENS, Item, WorkloadPlan, fidelity, job_tag, tagged
 
 Emit = Callable[[RequestRecord], None]
 
@@ -40,9 +42,29 @@ class SpeedOptions:
     repeat: int = 3
     reuse_prompt: bool = False
     """Send one prompt again and again (only to see the cache-hit detector work)."""
+    workloads: list[str] = field(default_factory=lambda: ["chat"])
+    """``chat`` (random words, the cells above), ``copy``, ``edit``, ``json``, ``agent``."""
+    workload_files: list[str] = field(default_factory=list)
+    """Source files for ``copy``/``edit`` (default: the three that ship with splitserve)."""
+    recording: str | None = None
+    """The agent recording to replay (default: the shipped one)."""
+    drop_reasoning: bool = False
+    """Agent replay: send earlier assistant turns without ``reasoning_content`` (as the OpenAI SDK does)."""
+    max_tokens: int | None = None
+    """Output cap of a workload request (default per workload: copy/edit 1024, json 512, agent 256)."""
+    workload_ignore_eos: bool = False
+    """Send ``ignore_eos`` with workload requests too (off: they end where the model ends them)."""
+    reference: str | None = None
+    """A run file whose outputs are the reference for agreement (``bench speed --reference``)."""
 
-    def total_requests(self) -> int:
-        return len(self.prompt_tokens) * self.repeat * sum(self.concurrency)
+    def total_requests(self, plan: WorkloadPlan | None = None) -> int:
+        total = 0
+        for w in self.workloads:
+            if w == "chat":
+                total += len(self.prompt_tokens) * self.repeat * sum(self.concurrency)
+            else:
+                total += self.repeat * sum(self.concurrency) * (plan.turns_per_item(w) if plan else 1)
+        return total
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,10 +85,13 @@ class Calibration:
 class Session:
     """A client plus what every bench needs: unique prompts, calibration, cache flags."""
 
-    def __init__(self, client: BenchClient, emit: Emit, seed: int = 0) -> None:
+    def __init__(self, client: BenchClient, emit: Emit, seed: int = 0, nonce: str | None = None) -> None:
+        """``nonce`` given: every prompt and tag follows from it (a sweep sends the same prompts at
+        each point, so their outputs can be compared); else a random one."""
         self.client = client
         self.emit = emit
-        self.nonce = secrets.token_hex(3)
+        self.nonce = nonce or secrets.token_hex(3)
+        self._tags = random.Random(f"tags:{nonce}") if nonce else None
         self.maker = PromptMaker(self.nonce, seed)
         self.calibration = Calibration(TokenFit(), None, [])
         self.saw_cache_counts = False
@@ -76,7 +101,8 @@ class Session:
     def tag(self) -> str:
         """A request-unique tag that goes first in the prompt (random, so tags share no prefix)."""
         self._n += 1
-        return f"{secrets.token_hex(4)}-{self._n}"
+        head = f"{self._tags.getrandbits(32):08x}" if self._tags is not None else secrets.token_hex(4)
+        return f"{head}-{self._n}"
 
     def next_batch(self) -> int:
         self._batch += 1
@@ -129,7 +155,7 @@ class Session:
 
     async def batch(self, make: Callable[[int], tuple[str, dict[str, Any], str]], count: int,
                     max_tokens: int, ignore_eos: bool | None = None,
-                    keep_text: int | None = 400) -> list[RequestRecord]:
+                    keep_text: int | None = None) -> list[RequestRecord]:
         """``count`` requests sent together; ``make(i)`` gives (tag, cell, text) for each."""
         batch = self.next_batch()
         specs = [make(i) for i in range(count)]
@@ -171,6 +197,55 @@ async def speed_cells(session: Session, opts: SpeedOptions, extra_cell: dict[str
                 await session.batch(make, conc, opts.gen_tokens)
 
 
+async def workload_cells(session: Session, opts: SpeedOptions, plan: WorkloadPlan,
+                         extra_cell: dict[str, Any] | None = None) -> None:
+    """Every workload of ``opts`` (``chat`` through :func:`speed_cells`), each at every
+    concurrency level ``repeat`` times; records go to ``session.emit``."""
+    for workload in opts.workloads:
+        if workload == "chat":
+            await speed_cells(session, opts, extra_cell)
+            continue
+        items = plan.items.get(workload) or []
+        if not items:
+            continue
+        max_tokens = opts.max_tokens or DEFAULT_MAX_TOKENS[workload]
+        for conc in opts.concurrency:
+            for rep in range(opts.repeat):
+                picks = [(i, items[(rep * conc + i) % len(items)]) for i in range(conc)]
+                batch = session.next_batch()
+                t0 = time.perf_counter()
+                await asyncio.gather(*(
+                    _conversation(session, opts, plan, item, job_tag(workload, conc, rep, i), max_tokens, batch, t0,
+                                  {"kind": workload, "workload": workload, "item": item.name, "concurrency": conc,
+                                   "repeat": rep, **(extra_cell or {})})
+                    for i, item in picks))
+
+
+async def _conversation(session: Session, opts: SpeedOptions, plan: WorkloadPlan, item: Item, tag: str,
+                        max_tokens: int, batch: int, t0: float, cell: dict[str, Any]) -> None:
+    """One item: one request, or for ``agent`` one request per recorded turn, in order."""
+    turns = item.turns(plan.drop_reasoning)
+    headers = {"X-Session-Id": tag} if item.workload == "agent" else None
+    for n, history in enumerate(turns, start=1):
+        turn_cell = dict(cell) | ({"turn": n, "turns": len(turns)} if item.workload == "agent" else {})
+        rec_id = f"{tag}-t{n}" if item.workload == "agent" else tag
+        rec = await session.client.request(
+            rec_id, item.workload, turn_cell, "", max_tokens, batch=batch, batch_t0=t0,
+            keep_text=None, ignore_eos=opts.workload_ignore_eos, messages=tagged(history, tag),
+            tools=item.tools, headers=headers,
+            # a fresh prefill every time: a prompt served from the cache is computed in other batches, and
+            # on a small model that alone can change the greedy output a reference is compared with
+            body_extra=None if item.workload == "agent" else {"cache_prompt": False})
+        if n == 1:
+            session.flag(rec)  # later turns are meant to be served from the prompt cache
+        elif rec.cached_tokens is not None:
+            session.saw_cache_counts = True
+        fid = fidelity(rec, item.expected)
+        if fid is not None:
+            rec.extra["fidelity"] = fid
+        session.emit(rec)
+
+
 def speed_notes(session: Session, records: list[RequestRecord], server: dict[str, Any],
                 opts: SpeedOptions) -> list[str]:
     """Warnings a reader of the run should see."""
@@ -187,6 +262,11 @@ def speed_notes(session: Session, records: list[RequestRecord], server: dict[str
                      "(--parallel); the extra requests queued")
     short = [r.id for r in records if r.kind == "speed" and r.ok and r.completion_tokens is not None
              and r.completion_tokens < opts.gen_tokens]
+    capped = [r.id for r in records if r.kind in ("copy", "edit", "json") and r.finish_reason == "length"
+              and not opts.workload_ignore_eos]
+    if capped:
+        notes.append(f"{len(capped)} workload request(s) reached the output cap before the model ended them "
+                     "(raise --gen-tokens to compare whole answers): " + ", ".join(capped[:5]))
     if short:
         notes.append(f"{len(short)} request(s) stopped before --gen-tokens (the server ignored ignore_eos?)")
     errors = [r for r in records if not r.ok]

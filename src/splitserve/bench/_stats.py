@@ -49,7 +49,8 @@ def request_metrics(rec: RequestRecord) -> dict[str, float | None]:
     tm = rec.timings or {}
     if tm.get("prompt_ms") and tm.get("prompt_n") is not None and tm["prompt_ms"] > 0:
         out["prefill_tps_server"] = tm["prompt_n"] / tm["prompt_ms"] * 1000.0
-    if tm.get("predicted_ms") and tm.get("predicted_n") and tm["predicted_ms"] > 0:
+    # one generated token has no decode time of its own (llama.cpp reports ~0 ms for it)
+    if tm.get("predicted_ms") and (tm.get("predicted_n") or 0) > 1 and tm["predicted_ms"] > 0:
         out["decode_tps_server"] = tm["predicted_n"] / tm["predicted_ms"] * 1000.0
     if rec.prompt_tokens is not None and rec.ttf_token_ms:
         uncached = rec.prompt_tokens - (rec.cached_tokens or 0)

@@ -76,6 +76,8 @@ class StreamTrace:
     content: str = ""
     reasoning: str = ""
     tool_call_chunks: int = 0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The tool calls the deltas built, in index order: ``{"id", "name", "arguments"}``."""
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
@@ -90,6 +92,25 @@ class StreamTimer:
         self.trace = StreamTrace()
         self._content: list[str] = []
         self._reasoning: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def _add_calls(self, deltas: Any) -> None:
+        if not isinstance(deltas, list):
+            return
+        for pos, d in enumerate(deltas):
+            if not isinstance(d, dict):
+                continue
+            index = d.get("index", pos)
+            call = self._calls.setdefault(index if isinstance(index, int) else pos,
+                                          {"id": None, "name": "", "arguments": ""})
+            if d.get("id"):
+                call["id"] = str(d["id"])
+            fn = d.get("function")
+            if isinstance(fn, dict):
+                if isinstance(fn.get("name"), str):
+                    call["name"] += fn["name"]
+                if isinstance(fn.get("arguments"), str):
+                    call["arguments"] += fn["arguments"]
 
     def feed(self, payload: dict[str, Any], t: float) -> None:
         tr = self.trace
@@ -132,6 +153,7 @@ class StreamTimer:
                 generated = True
             if tools:
                 tr.tool_call_chunks += 1
+                self._add_calls(tools)
                 generated = True
             if generated:
                 if tr.first_token is None:
@@ -143,6 +165,7 @@ class StreamTimer:
         tr.end = t_end
         tr.content = "".join(self._content)
         tr.reasoning = "".join(self._reasoning)
+        tr.tool_calls = [self._calls[i] for i in sorted(self._calls)]
         return tr
 
 

@@ -32,6 +32,20 @@ OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="run file (.jso
 LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
 ReportOpt = Annotated[bool, typer.Option("--report/--no-report", help="also write the Markdown report and plots")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for one response")]
+WorkloadOpt = Annotated[str, typer.Option(
+    "--workload", help="chat (random words), copy, edit, json, agent; a comma list runs several")]
+WorkloadFileOpt = Annotated[list[Path] | None, typer.Option(
+    "--workload-file", help="a source file for copy/edit instead of the shipped ones (repeatable)")]
+RecordingOpt = Annotated[Path | None, typer.Option(
+    "--recording", help="an agent recording (JSON: messages + tools, OpenAI format) instead of the shipped one")]
+DropReasoningOpt = Annotated[bool, typer.Option(
+    "--drop-reasoning", help="agent: send earlier assistant turns without reasoning_content, as the OpenAI SDK does")]
+GenTokensOpt = Annotated[int | None, typer.Option(
+    min=1, help="tokens per chat request (default 128); for the other workloads the output cap "
+                "(default copy/edit 1024, json 512, agent 256)")]
+IgnoreEosOpt = Annotated[bool | None, typer.Option(
+    "--ignore-eos/--no-ignore-eos",
+    help="ask the server to generate exactly --gen-tokens (default: on for chat, off for the other workloads)")]
 
 
 def ints(text: str, what: str) -> list[int]:
@@ -96,6 +110,27 @@ def progress_bar(total: int, what: str) -> Iterator[Callable[[Any], None]]:
         yield step
 
 
+def workload_options(opts: Any, workload: str, files: list[Path] | None, recording: Path | None,
+                     drop_reasoning: bool, gen_tokens: int | None, ignore_eos: bool | None) -> Any:
+    """Fill the workload fields of ``opts`` and resolve the workloads' files (errors before any
+    request); returns the plan."""
+    from ..bench._run import plan_for
+    from ..bench._workloads import parse_workloads
+
+    opts.workloads = parse_workloads(workload)
+    opts.workload_files = [str(f) for f in files or []]
+    opts.recording = str(recording) if recording else None
+    opts.drop_reasoning = drop_reasoning
+    opts.gen_tokens = gen_tokens or 128
+    opts.max_tokens = gen_tokens
+    opts.workload_ignore_eos = bool(ignore_eos)
+    if files and not {"copy", "edit"} & set(opts.workloads):
+        raise UsageError("--workload-file is for the copy and edit workloads; add --workload copy or edit")
+    if recording and "agent" not in opts.workloads:
+        raise UsageError("--recording is for the agent workload; add --workload agent")
+    return plan_for(opts)
+
+
 def finish(path: Path, report: bool, notes: list[str]) -> None:
     for note in notes:
         err.print(f"note: {note}", markup=False)
@@ -118,33 +153,47 @@ def speed_cmd(
     url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
     api: ApiOpt = "chat",
     prompt_tokens: Annotated[str, typer.Option(help="prompt sizes in server tokens, e.g. 512,4096")] = "512",
-    gen_tokens: Annotated[int, typer.Option(min=1, help="tokens to generate per request")] = 128,
+    gen_tokens: GenTokensOpt = None,
     concurrency: Annotated[str, typer.Option(help="requests in flight together, e.g. 1,2,4,8")] = "1",
     repeat: Annotated[int, typer.Option(min=1, help="batches per cell")] = 3,
-    ignore_eos: Annotated[bool, typer.Option(help="ask the server to generate exactly --gen-tokens")] = True,
+    ignore_eos: IgnoreEosOpt = None,
     reuse_prompt: Annotated[bool, typer.Option(
         help="send one prompt again and again (to see the cache-hit detector work)")] = False,
+    workload: WorkloadOpt = "chat", workload_file: WorkloadFileOpt = None, recording: RecordingOpt = None,
+    drop_reasoning: DropReasoningOpt = False,
+    reference: Annotated[Path | None, typer.Option(
+        "--reference", help="a run of the same workloads without speculation: each output's agreement "
+                            "with it is recorded")] = None,
     out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False, timeout: TimeoutOpt = 600.0,
 ) -> None:
     """Prefill and decode speed, TTFT / ITL / end-to-end latency and throughput per concurrency level.
 
-    Every prompt is unique; requests the server served from its prompt cache are flagged.
+    Every chat prompt is unique; requests the server served from its prompt cache are flagged.
+    The copy/edit/json/agent workloads send fixed prompts (greedy, fixed seed) and record decode
+    speed, draft acceptance and, with --reference, agreement with the reference run's outputs.
 
     Example: splitserve bench speed --url http://127.0.0.1:8080 --prompt-tokens 512,4096 --concurrency 1,2,4,8
+
+    Example: splitserve bench speed --url http://127.0.0.1:8080 --workload copy,edit,json,agent --reference base.json
     """
     from ..bench import SpeedOptions, run_speed
 
     path = Path()
     try:
         target, engine, facts = resolve_target(url, cluster, model, api_key, api)
-        target.ignore_eos = ignore_eos
+        target.ignore_eos = True if ignore_eos is None else ignore_eos
         target.timeout_s = timeout
-        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"), gen_tokens=gen_tokens,
+        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
                             concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
                             repeat=repeat, reuse_prompt=reuse_prompt)
+        plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
+        if reference is not None:
+            if not reference.is_file():
+                raise UsageError(f"--reference {reference}: no such run file")
+            opts.reference = str(reference)
         path = out_path(out, "speed")
-        with progress_bar(opts.total_requests() + PROBES, "bench speed") as step:
-            run, path = run_speed(target, opts, path, label, step, engine or None, facts)
+        with progress_bar(opts.total_requests(plan) + PROBES, "bench speed") as step:
+            run, path = run_speed(target, opts, path, label, step, engine or None, facts, plan=plan)
         finish(path, report, run.notes)
     except KeyboardInterrupt:
         raise interrupted(path) from None
@@ -191,41 +240,53 @@ def context_cmd(
 def sweep_cmd(
     cluster: Annotated[Path, typer.Option("-c", "--cluster", help="the cluster spec to restart per point")],
     set_: Annotated[list[str], typer.Option("--set", help="NAME=V1,V2,... (ubatch, batch, ctx, parallel, fa, "
-                                                          "ctk, ctv, threads); repeat for a grid")],
+                                                          "ctk, ctv, threads, speculation, spec_* fields); "
+                                                          "repeat for a grid")],
     prompt_tokens: Annotated[str, typer.Option(help="prompt sizes in server tokens")] = "512",
-    gen_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    gen_tokens: GenTokensOpt = None,
     concurrency: Annotated[str, typer.Option(help="requests in flight together, e.g. 1,4")] = "1",
     repeat: Annotated[int, typer.Option(min=1)] = 3,
+    ignore_eos: IgnoreEosOpt = None,
+    workload: WorkloadOpt = "chat", workload_file: WorkloadFileOpt = None, recording: RecordingOpt = None,
+    drop_reasoning: DropReasoningOpt = False,
     out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
 ) -> None:
     """Restart the cluster (through `up`) for each setting and run the speed bench at each point.
 
+    Every point sends the same prompts.  With --set speculation=..., a speculation=none point runs
+    first (added when missing) and is the reference of the others' agreement; the report has decode
+    t/s per speculation type and workload next to that baseline.
+
     Example: splitserve bench sweep -c cluster.toml --set ubatch=512,1024,2048 --prompt-tokens 4096
+
+    Example: splitserve bench sweep -c cluster.toml --set speculation=none,ngram-simple,ngram-mod --workload copy,edit,agent
     """
     from ..bench import SpeedOptions, parse_set, run_sweep
     from ..bench._cluster import ClusterRestarter, engine_provenance, with_server
+    from ..bench._workloads import with_baseline
     from ..cluster import load_spec
 
     path = Path()
     try:
         spec = load_spec(cluster)
-        points = parse_set(set_)
+        points = with_baseline(parse_set(set_))
         for values in points:
             with_server(spec, values)  # every point is a valid spec before anything restarts
-        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"), gen_tokens=gen_tokens,
+        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
                             concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
                             repeat=repeat)
+        plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
         path = out_path(out, "sweep")
 
         def on_event(ev: Any) -> None:
             if ev.kind in ("ready", "stale"):
                 err.print(f"[dim]{ev.node}: {ev.message}[/dim]")
 
-        restarter = ClusterRestarter(spec, on_event=on_event)
-        with progress_bar(len(points) * (opts.total_requests() + PROBES), "bench sweep") as step:
+        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos)
+        with progress_bar(len(points) * (opts.total_requests(plan) + PROBES), "bench sweep") as step:
             run, path = run_sweep(restarter, points, opts, path, label, step,
                                   on_point=lambda v: err.print(f"sweep point {v}: restarting", markup=False),
-                                  engine=engine_provenance(spec))
+                                  engine=engine_provenance(spec), plan=plan)
         finish(path, report, run.notes)
     except KeyboardInterrupt:
         raise interrupted(path) from None
