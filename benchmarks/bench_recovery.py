@@ -2,7 +2,12 @@
 time until a completion succeeds again.
 
     .venv/bin/python benchmarks/bench_recovery.py [--runs 5] [--local] [--backoff 1.0]
-        [--out benchmarks/results/recovery.json]
+        [--kill w1,w2] [--poll 0.2] [--out benchmarks/results/recovery.json]
+
+``--kill w1,w2,head,gateway`` cycles through those processes (one per run; ``--local`` for the
+head and the gateway, which run here); ``--poll`` is ``supervise.poll_seconds`` (0.5 is the
+default of a spec). A dead gateway is restarted alone (no backoff): its breakdown is
+detection and restart only.
 
 By default the cluster spans two network-namespace hosts reached over real SSH (the
 multi-host test fixture, tests/multihost/netns_hosts.py; needs root, iproute2 and
@@ -62,13 +67,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--local", action="store_true", help="loopback workers instead of namespace hosts over SSH")
     ap.add_argument("--backoff", type=float, default=1.0, help="supervise.backoff_initial (seconds)")
+    ap.add_argument("--kill", default="w1,w2", help="processes to SIGKILL, cycled: w1,w2,head,gateway")
+    ap.add_argument("--poll", type=float, default=0.2, help="supervise.poll_seconds")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "recovery.json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     os.environ["SPLITSERVE_STATE"] = str(tmp / "state")
     engine = get_engine()
     model = smollm2_path()
-    sup_toml = f"[supervise]\nbackoff_initial = {args.backoff}\nstable_seconds = 5\npoll_seconds = 0.2\n"
+    sup_toml = f"[supervise]\nbackoff_initial = {args.backoff}\nstable_seconds = 5\npoll_seconds = {args.poll}\n"
+    targets = [t.strip() for t in args.kill.split(",") if t.strip()]
     hosts_gen = None
     kill: dict[str, object] = {}
     if args.local:
@@ -100,7 +108,8 @@ def main() -> None:
         endpoint = read_state(root).endpoint  # type: ignore[union-attr]
         for i in range(args.runs):
             time.sleep(spec.supervise.stable_seconds + 0.5)
-            node = "w1" if i % 2 == 0 else "w2"
+            node = targets[i % len(targets)]
+            old_gateway = pids.get("gateway")
             t_kill = time.time()
             box = kill.get(node)
             if box is not None:
@@ -120,17 +129,32 @@ def main() -> None:
                     raise SystemExit("no recovery within 300 s")
                 time.sleep(0.05)
             recovery = time.monotonic() - t0
-            pids = wait_ready(root, t_kill)
-            log = [e for e in read_supervisor_log(spec) if float(e["time"]) >= t_kill]  # type: ignore[arg-type]
+            if node == "gateway":  # restarted alone: the state's ready time stays
+                while (st := read_state(root)) is None or st.gateway is None or st.gateway.pid == old_gateway:
+                    time.sleep(0.05)
+                pids = {p.node: p.pid for p in st.processes}
+            else:
+                pids = wait_ready(root, t_kill)
+            want = "restarted" if node == "gateway" else "ready"
+            for _ in range(200):  # the supervisor writes its line just after the process serves
+                log = [e for e in read_supervisor_log(spec) if float(e["time"]) >= t_kill]  # type: ignore[arg-type]
+                if any(e["kind"] == want for e in log):
+                    break
+                time.sleep(0.05)
             died = next(e for e in log if e["kind"] == "died")
-            restarting = next(e for e in log if e["kind"] == "restarting")
-            ready = next(e for e in log if e["kind"] == "ready")
+            if node == "gateway":
+                restarted = next(e for e in log if e["kind"] == "restarted")
+                restarting, ready = died, restarted
+            else:
+                restarting = next(e for e in log if e["kind"] == "restarting")
+                ready = next(e for e in log if e["kind"] == "ready")
             row = {"run": i + 1, "killed": node, "recovery_s": round(recovery, 3),
                    "detect_s": round(float(died["time"]) - t_kill, 3),  # type: ignore[arg-type]
                    "stop_s": round(float(restarting["time"]) - float(died["time"]), 3),  # type: ignore[arg-type]
-                   "backoff_s": restarting.get("delay"),
+                   "backoff_s": restarting.get("delay", 0.0),
                    "restart_s": round(float(ready["time"]) - float(restarting["time"]) - float(restarting.get("delay") or 0), 3),  # type: ignore[arg-type]
-                   "cause": died["message"]}
+                   "cause": died["message"],
+                   "deaths": [e["node"] for e in log if e["kind"] == "died"]}
             runs.append(row)
             print(f"run {i + 1}: killed {node}, recovered in {recovery:.2f} s "
                   f"(detect {row['detect_s']:.2f}, stop {row['stop_s']:.2f}, backoff {row['backoff_s']}, "
@@ -143,7 +167,10 @@ def main() -> None:
             hosts_gen.close()
     rec = [r["recovery_s"] for r in runs]
     result = {"benchmark": "recovery", "mode": mode, "model": model.name, "engine": engine.key,
-              "backoff_initial_s": args.backoff, "runs": runs,
+              "backoff_initial_s": args.backoff, "poll_seconds": args.poll, "killed": targets, "runs": runs,
+              "median_recovery_s_per_node": {n: round(statistics.median(r["recovery_s"] for r in runs
+                                                                         if r["killed"] == n), 3)
+                                             for n in targets if any(r["killed"] == n for r in runs)},
               "median_recovery_s": round(statistics.median(rec), 3), "min_recovery_s": min(rec),
               "max_recovery_s": max(rec),
               "median_restart_s": round(statistics.median(float(r["restart_s"]) for r in runs), 3),

@@ -239,6 +239,41 @@ def test_one_fetch_per_folder(hub: HubServer, tmp_path: Path) -> None:
     _assert_intact(hub, out)
 
 
+def test_verify_keeps_a_corrupt_shard_marked_until_it_is_fetched_again(hub: HubServer,
+                                                                       tmp_path: Path) -> None:
+    from splitserve.fetch import verify_dir
+    from splitserve.fetch._verify import Manifest
+
+    out = tmp_path / "out"
+    _fetch(hub, out)
+    assert verify_dir(out).ok
+    victim = out / SHARDS[1]
+    with open(victim, "r+b") as fh:  # flip one byte, keep size and mtime as they were
+        st = victim.stat()
+        fh.seek(4321)
+        b = fh.read(1)
+        fh.seek(4321)
+        fh.write(bytes([b[0] ^ 1]))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for _run in range(2):  # the second run still fails: nothing forgot the corrupt shard
+        report = verify_dir(out)
+        assert not report.ok
+        status = {i.path: i.status for i in report.items}
+        assert status == {SHARDS[0]: "ok", SHARDS[1]: "hash", "README.md": "ok"}
+        assert any("shard(s) 2 of 2 corrupt" in p for p in report.problems), report.problems
+    manifest = Manifest.model_validate_json((out / MANIFEST).read_text())
+    assert manifest.files[SHARDS[1]].corrupt and "SHA-256" in str(manifest.files[SHARDS[1]].corrupt)
+    # the next fetch does not trust the manifest: it replaces exactly that shard, and clears the mark
+    mark = len(hub.log)
+    result = _fetch(hub, out)
+    assert {s.path for s in hub.served(since=mark)} == {SHARDS[1]}
+    assert {o.path: o.status for o in result.outcomes}[SHARDS[1]] != "skipped"  # type: ignore[attr-defined]
+    _assert_intact(hub, out)
+    report = verify_dir(out)
+    assert report.ok and report.problems == []
+    assert Manifest.model_validate_json((out / MANIFEST).read_text()).files[SHARDS[1]].corrupt is None
+
+
 def test_files_already_on_disk_are_adopted_after_a_hash_check(hub: HubServer,
                                                               tmp_path: Path) -> None:
     out = tmp_path / "out"

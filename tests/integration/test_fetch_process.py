@@ -197,6 +197,10 @@ def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer,
     assert status == {"Big-UD-IQ2_XXS-00001-of-00003.gguf": "ok",
                       "Big-UD-IQ2_XXS-00002-of-00003.gguf": "hash",
                       "Big-UD-IQ2_XXS-00003-of-00003.gguf": "missing"}
+    # a second --verify still fails: the corrupt shard stays marked until it is fetched again
+    again = _cli(small_repo, tmp_path, "--verify", str(out), check=False)
+    assert again.returncode == 1, again.stdout
+    assert "1 of 3 files verified" in again.stdout and "corrupt" in again.stdout
     # fetching again repairs exactly the two bad files
     mark = len(small_repo.log)
     _cli(small_repo, tmp_path, REPO, "--quant", "UD-IQ2_XXS", "--dir", str(out))

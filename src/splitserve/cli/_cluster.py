@@ -192,7 +192,9 @@ def systemd_cmd(
 
 @app.command("down")
 def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
-    """Stop exactly the processes `up` started (from the cluster's state folder).
+    """Stop exactly the processes `up` started (from the cluster's state folder). A cluster under
+    `up --foreground` / `splitserve run` is stopped by its supervisor: down sends it SIGTERM and
+    waits until it has stopped everything and exited.
 
     Example: splitserve down -c cluster.toml
     """
@@ -209,6 +211,10 @@ def print_status(data: dict[str, Any]) -> None:
     if data.get("gateway"):
         console.print(f"gateway in front of llama-server {data['engine_endpoint']}", markup=False)
     console.print(f"model: {data['model']}", markup=False)
+    sup = data.get("supervisor")
+    if sup:
+        console.print(f"supervised by pid {sup['pid']} ({sup['command']}); `splitserve down` asks it to stop",
+                      markup=False)
     if data.get("load_seconds") is not None:
         console.print(f"load: {data['load_seconds']:.2f} s (up: {data['up_seconds']} s)")
     table = Table("node", "role", "pid", "alive", "address", "RSS")

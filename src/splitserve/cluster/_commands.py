@@ -249,6 +249,8 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None
         argv.append("--no-restore-reasoning")
     if not g.slot_affinity:
         argv.append("--no-slot-affinity")
+    if g.strict_model_names:
+        argv.append("--strict-model-names")
     argv += list(g.extra_args)
     env = {"PYTHONUNBUFFERED": "1"}
     if g.api_key:

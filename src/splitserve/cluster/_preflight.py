@@ -10,7 +10,8 @@ protocol), ``memory`` (free memory against the node's share of the weights),
 ``oom-killer`` (earlyoom / systemd-oomd would SIGTERM the server mid-load),
 ``link`` (TCP connect round trip from the head to the worker's bind address),
 ``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
-address of the node, not public or wildcard unless allowed), ``smoke`` (the
+address of the node, not public or wildcard unless allowed; llama-server and
+the gateway beyond loopback only with a key), ``smoke`` (the
 engine computes on the node's CPU: see :mod:`._smoke`), ``drop-caches`` (root
 or passwordless sudo when ``drop_caches = true``).
 
@@ -34,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, SplitserveError
+from .._net import is_loopback
 from ..engine import Engine
-from ._spec import ClusterSpec, WorkerSpec, is_local_host, unsafe_bind
+from ._spec import ClusterSpec, WorkerSpec, is_local_host, server_auth_problem, unsafe_bind
 
 OOM_KILLERS = {
     "earlyoom": "sudo systemctl disable --now earlyoom",
@@ -600,8 +602,36 @@ def _disk_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
     return rows
 
 
-def _bind_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+def _auth_rows(spec: ClusterSpec) -> list[CheckRow]:
+    """The listening rule of the HTTP endpoints (`up` refuses the same): llama-server and the
+    gateway serve beyond loopback only with a key."""
+    from ._run import _check_gateway_auth
+
     rows = []
+    host = spec.server.host
+    problem = server_auth_problem(spec)
+    if problem:
+        rows.append(CheckRow("bind", "head", "fail", f"llama-server on {host} would serve every client without a key",
+                             "set server.api_key (the gateway sends it), or server.host = \"127.0.0.1\""))
+    else:
+        rows.append(CheckRow("bind", "head", "pass", f"llama-server on {host}" + (
+            " (loopback)" if is_loopback(host) else " (with a key)")))
+    if spec.gateway.enabled:
+        try:
+            _check_gateway_auth(spec)
+        except SplitserveError:
+            rows.append(CheckRow("bind", "gateway", "fail",
+                                 f"the gateway on {spec.gateway.host} would serve every client without a key",
+                                 "set gateway.api_key or gateway.keys_file (or SPLITSERVE_API_KEY), or "
+                                 "gateway.host = \"127.0.0.1\""))
+        else:
+            rows.append(CheckRow("bind", "gateway", "pass", f"the gateway on {spec.gateway.host}" + (
+                " (loopback)" if is_loopback(spec.gateway.host) else " (with a key)")))
+    return rows
+
+
+def _bind_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: Any) -> list[CheckRow]:
+    rows = _auth_rows(spec)
     for w in spec.workers:
         f = facts.get(host_of(w))
         if f is None:

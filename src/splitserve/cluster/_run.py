@@ -1,6 +1,8 @@
 """Bringing a cluster up and down: executes a :class:`LaunchPlan`.
 
-`up` stops what an earlier `up` of the same cluster left running (from its
+`up` refuses a cluster whose supervisor (`up --foreground` / `run`) holds its
+state folder's lock (`down` asks that supervisor to stop instead); otherwise it
+stops what an earlier `up` of the same cluster left running (from its
 state folder only), runs the preflight checks, copies the engine to remote
 workers that lack it, starts the RPC workers, waits for their ports, asks each
 for its RPC protocol version, starts llama-server and waits for real readiness
@@ -11,6 +13,7 @@ for its RPC protocol version, starts llama-server and waits for real readiness
 from __future__ import annotations
 
 import errno
+import os
 import re
 import socket
 import time
@@ -34,9 +37,18 @@ from ._commands import (
 )
 from ._distribute import is_engine_path, node_engine, prepare_engines, rpc_hello
 from ._logparse import load_progress, load_warnings, parse_load_report
-from ._spec import ClusterSpec, WorkerSpec, check_binds, check_files, is_local_host
+from ._spec import ClusterSpec, WorkerSpec, check_binds, check_files, check_server_auth, is_local_host
 from ._ssh import exit_status_from_log
-from ._state import ClusterState, ProcessRecord, clear_state, read_state, write_state
+from ._state import (
+    ClusterState,
+    LockHolder,
+    ProcessRecord,
+    clear_state,
+    lock_holder,
+    read_state,
+    supervised_message,
+    write_state,
+)
 from ._transport import ProcessRef, Transport, stop, transport_for, wait_reaped
 
 
@@ -137,6 +149,7 @@ class _Launch:
         self.on_event = on_event
         self.started: list[tuple[ProcessPlan, Transport, ProcessRef]] = []
         self.plan_engine_protocol: str | None = None
+        self.should_stop: Callable[[], bool] | None = None
         self.state = ClusterState(
             name=spec.name, spec_file=str(spec.source_file) if spec.source_file else None,
             model=str(spec.model), endpoint=plan.endpoint, engine=engine_key, started_at=time.time(),
@@ -157,6 +170,8 @@ class _Launch:
         return NodeError(proc.node, death_message(proc.role, transport, ref, proc.log, during))
 
     def check_alive(self, during: str) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise ClusterError(f"cluster {self.spec.name}: stopped {during} (asked to stop)")
         # Workers first: a dead worker is the root cause of a head that then fails.
         for proc, transport, ref in sorted(self.started, key=lambda t: t[0].role != "rpc"):
             if not transport.alive(ref):
@@ -210,19 +225,26 @@ def stop_recorded(state: ClusterState, grace: float = 10.0) -> list[str]:
 
 def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
        tensor_split: list[float] | None = None, worker_timeout: float = 60.0,
-       preflight: bool = True) -> ClusterState:
+       preflight: bool = True, should_stop: Callable[[], bool] | None = None) -> ClusterState:
     """Start the cluster and wait until it serves; returns its recorded state.
 
     ``preflight=False`` skips the checks of :func:`~splitserve.cluster.preflight` (`--skip-preflight`).
+    A cluster whose supervisor (`up --foreground` / `run`, another process) holds its state
+    folder is refused, with nothing touched. ``should_stop`` (the supervisor's) is asked while
+    the cluster starts: when it says yes, what was started is stopped and ClusterError raised.
     """
     t0 = time.monotonic()
     emit = on_event or (lambda _e: None)
     check_binds(spec)
+    check_server_auth(spec)
     check_files(spec)
     _check_gateway_auth(spec)
     serving_warnings = check_serving(spec)
-    engines = resolve_engines(spec, engine)
     root = cluster_state_dir(spec)
+    holder = lock_holder(root)
+    if holder is not None and holder.pid != os.getpid():
+        raise ClusterError(supervised_message(spec.name, holder))
+    engines = resolve_engines(spec, engine)
 
     old = read_state(root)
     if old is not None:
@@ -261,6 +283,7 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
             raise NodeError(proc.node, f"port {proc.port} on {proc.bind} is already in use by another process")
 
     launch = _Launch(spec, plan, engines["head"].key, emit)
+    launch.should_stop = should_stop
     launch.plan_engine_protocol = engines["head"].rpc_protocol
     try:
         _start(launch, spec, plan, emit, worker_timeout)
@@ -494,16 +517,62 @@ def _check_protocols(launch: _Launch, plan: LaunchPlan, emit: OnEvent) -> None:
         emit(Event("protocol", proc.node, f"RPC protocol {got}"))
 
 
-def down(spec_or_root: ClusterSpec | Path, grace: float = 10.0) -> list[str]:
+SUPERVISOR_STOP_TIMEOUT = 120.0
+"""Seconds `down` waits for a supervisor it asked to stop (it stops every process first)."""
+
+
+def down(spec_or_root: ClusterSpec | Path, grace: float = 10.0,
+         supervisor_timeout: float = SUPERVISOR_STOP_TIMEOUT) -> list[str]:
     """Stop exactly the processes `up` recorded; returns the nodes stopped. Each gets SIGTERM,
-    then SIGKILL after ``grace`` seconds."""
+    then SIGKILL after ``grace`` seconds. A cluster held by a supervisor (another process) is
+    stopped by the supervisor: `down` sends it SIGTERM and waits until it has exited."""
     root = cluster_state_dir(spec_or_root) if isinstance(spec_or_root, ClusterSpec) else spec_or_root
+    holder = lock_holder(root)
+    if holder is not None and holder.pid != os.getpid():
+        return _stop_supervisor(root, holder, supervisor_timeout)
     state = read_state(root)
     if state is None:
         return []
     stopped = stop_recorded(state, grace=grace)
     clear_state(root)
     return stopped
+
+
+def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str]:
+    """SIGTERM the supervisor holding ``root`` and wait for its lock to go; the nodes that ran."""
+    import signal
+
+    from ._transport import start_ticks
+
+    state = read_state(root)
+    running = []
+    if state is not None:
+        for rec in state.processes:
+            try:
+                if transport_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
+                    running.append(rec.node)
+            except ClusterError:
+                running.append(rec.node)
+    if holder.pid <= 0 or (holder.start_ticks is not None and start_ticks(holder.pid) != holder.start_ticks):
+        raise ClusterError(f"{root}: the supervisor lock is held, but not by the process it names "
+                           f"({holder.describe()}); stop that supervisor yourself")
+    try:
+        os.kill(holder.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout
+    while lock_holder(root) is not None:
+        if time.monotonic() > deadline:
+            raise ClusterError(f"the supervisor {holder.describe()} did not stop within {timeout:.0f} s of "
+                               f"SIGTERM; stop it with: kill {holder.pid}")
+        time.sleep(0.1)
+    # The supervisor stops every process before it lets go of the lock; anything it could not
+    # stop is still recorded.
+    left = read_state(root)
+    if left is not None:
+        stop_recorded(left)
+        clear_state(root)
+    return running
 
 
 def require_state(spec: ClusterSpec) -> ClusterState:

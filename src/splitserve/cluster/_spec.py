@@ -256,6 +256,8 @@ class GatewaySpec(_Strict):
     """Put back the reasoning clients drop from earlier assistant turns (prompt-cache hits)."""
     slot_affinity: bool = True
     """Send one session's requests (``X-Session-Id`` header, else ``user``) to one slot."""
+    strict_model_names: bool = False
+    """Answer 404 for a ``model`` that is not the served model's (default: serve any name)."""
     extra_args: list[str] = Field(default_factory=list)
     """Passed to ``splitserve serve`` untouched."""
 
@@ -519,6 +521,35 @@ def check_binds(spec: ClusterSpec) -> None:
             raise SpecError(f"{where}: workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol "
                             "has no authentication: bind to the private link's address, or set "
                             "allow_public_rpc = true")
+
+
+def server_has_key(server: ServerSpec) -> bool:
+    """Whether llama-server will ask clients for a key: ``server.api_key``, or the key flags or
+    variable passed through ``extra_args`` / ``env``."""
+    flags = ("--api-key", "--api-key-file")
+    return bool(server.api_key) or bool(server.env.get("LLAMA_API_KEY")) or any(
+        a in flags or a.startswith(tuple(f + "=" for f in flags)) for a in server.extra_args)
+
+
+def server_auth_problem(spec: ClusterSpec) -> str | None:
+    """Why llama-server's address is refused, or None: beyond loopback (a wildcard, a LAN or
+    public address, a host name) it must have a key, like the gateway (``gateway.api_key``) and
+    unlike nothing else: its endpoints run generations and expose the slots' prompts."""
+    from .._net import is_loopback
+
+    host = spec.server.host
+    if is_loopback(host) or host.endswith(".sock") or server_has_key(spec.server):
+        return None
+    return (f"server.host = {host!r} is beyond loopback and llama-server has no key (server.api_key): set "
+            "server.api_key (the gateway sends it to llama-server), or server.host = \"127.0.0.1\" (the gateway "
+            "reaches it on loopback)")
+
+
+def check_server_auth(spec: ClusterSpec) -> None:
+    """llama-server beyond loopback needs a key; `up` refuses before starting anything."""
+    problem = server_auth_problem(spec)
+    if problem:
+        raise SpecError(f"{spec.source_file or '<spec>'}: {problem}")
 
 
 def check_files(spec: ClusterSpec) -> None:

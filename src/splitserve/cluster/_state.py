@@ -93,3 +93,126 @@ def write_state(root: Path, state: ClusterState) -> None:
 
 def clear_state(root: Path) -> None:
     (root / STATE_FILE).unlink(missing_ok=True)
+
+
+# -- the supervisor's lock -------------------------------------------------------------------
+
+LOCK_FILE = "supervisor.lock"
+"""Held (``flock``) by `up --foreground` / `run` for its whole life; holds its pid and start."""
+
+
+@dataclass
+class LockHolder:
+    """The supervisor that holds a cluster's lock."""
+
+    pid: int
+    start_ticks: int | None = None
+    started_at: float = 0.0
+    command: str = ""
+
+    def describe(self) -> str:
+        import time
+
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at)) if self.started_at else "?"
+        return f"pid {self.pid} ({self.command or 'splitserve up --foreground / run'}, since {since})"
+
+
+def _read_holder(fd: int) -> LockHolder | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096).decode("utf-8", "replace")
+    try:
+        data = json.loads(raw)
+        return LockHolder(int(data["pid"]), data.get("start_ticks"), float(data.get("started_at", 0.0)),
+                          str(data.get("command", "")))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def lock_holder(root: Path) -> LockHolder | None:
+    """The supervisor holding ``root``'s lock, or None when no process holds it (a supervisor
+    killed with SIGKILL leaves the file, but the kernel has released its lock)."""
+    import fcntl
+    import time
+
+    try:
+        fd = os.open(root / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        for _ in range(50):  # the holder writes its pid right after taking the lock
+            holder = _read_holder(fd)
+            if holder is not None:
+                return holder
+            time.sleep(0.02)
+        return LockHolder(0, command="a process that wrote no pid")
+    finally:
+        os.close(fd)
+
+
+class SupervisorLock:
+    """The lock a supervisor holds on its cluster's state folder (``flock``, so the kernel drops
+    it when the process ends however it ends; the descriptor is not inherited by the cluster's
+    processes)."""
+
+    def __init__(self, root: Path, name: str, command: str = "") -> None:
+        self.root = root
+        self.name = name
+        self.command = command
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`ClusterError` naming the supervisor that holds it."""
+        import fcntl
+        import sys
+        import time
+
+        from ._transport import start_ticks
+
+        if self._fd is not None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = None
+            for _ in range(50):
+                holder = _read_holder(fd)
+                if holder is not None:
+                    break
+                time.sleep(0.02)
+            os.close(fd)
+            raise ClusterError(supervised_message(self.name, holder or LockHolder(0))) from None
+        os.ftruncate(fd, 0)
+        command = self.command or " ".join(["splitserve", *sys.argv[1:]])[:300]
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
+                                  "started_at": time.time(), "command": command}).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        import fcntl
+
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def supervised_message(name: str, holder: LockHolder) -> str:
+    return (f"cluster {name} is held by its supervisor, {holder.describe()}, which restarts it itself; "
+            "`splitserve down` asks the supervisor to stop (then `up` may start it again)")

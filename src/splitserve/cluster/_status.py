@@ -117,8 +117,13 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         "engine_endpoint": state.engine_url, "gateway": state.gateway is not None, "model": state.model,
         "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,
         "up_seconds": state.up_seconds, "processes": procs, "memory": memory, "slots": None,
-        "warnings": warnings, "speculation": None,
+        "warnings": warnings, "speculation": None, "supervisor": None,
     }
+    from ._state import lock_holder
+
+    holder = lock_holder(root)
+    if holder is not None:
+        out["supervisor"] = {"pid": holder.pid, "command": holder.command, "started_at": holder.started_at}
     head = next((p for p in state.processes if p.role == "server"), None)
     types = _spec_types(head.argv) if head is not None else []
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")

@@ -9,7 +9,11 @@ quickly, up to ``backoff_max``; a cluster that served ``stable_seconds``
 resets it. A dead gateway alone is started again by itself (the engine keeps its
 model). Every death and restart is an :class:`Event` and a JSON line in
 ``<state>/supervisor.log`` with the cause: which node, its exit status and the
-last lines of its log.
+last lines of its log; the root cause first (by who died first: a worker that
+died of SIGPIPE after its head is named after the head, as dying because its
+head went away). The supervisor holds the state folder's lock for its life
+(:class:`~._state.SupervisorLock`): a second `up` is refused and `down` asks it
+to stop (SIGTERM).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._errors import ClusterError, SplitserveError
@@ -26,7 +30,8 @@ from ..engine import Engine
 from ._commands import cluster_state_dir
 from ._run import Event, OnEvent, death_message, down, restart_gateway, up
 from ._spec import ClusterSpec
-from ._state import ClusterState
+from ._ssh import exit_status_from_log
+from ._state import ClusterState, ProcessRecord, SupervisorLock
 from ._transport import transport_for
 
 SUPERVISOR_LOG = "supervisor.log"
@@ -54,28 +59,88 @@ class Death:
     role: str
     cause: str
     tail: list[str]
+    code: int | None = None
+    """Its exit status as :class:`subprocess.Popen` gives it (negative: the signal), where known."""
+    because: str | None = None
+    """For a process that died after another (the root cause): why, e.g. its head went away."""
+    others: list[Death] = field(default_factory=list)
+    """On the root cause only: the processes that died after it, in order."""
+
+    @property
+    def message(self) -> str:
+        return self.cause + (f"; {self.because}" if self.because else "")
 
 
-def find_dead(state: ClusterState) -> Death | None:
-    """The first dead process of a running cluster, workers first (a dead worker is the root
-    cause when the head died with it)."""
+SIGPIPE = 13
+SETTLE_SECONDS = 0.2
+"""After a first death is seen: how long the others get to die too (a head that dies takes the
+workers it was writing to with it; a lost worker aborts the head), so all are ordered at once."""
+_ROLE_RANK = {"rpc": 0, "server": 1, "gateway": 2}
+
+
+def _death(rec: ProcessRecord, ssh: object) -> Death | None:
+    """The death of one recorded process, or None while it runs."""
+    transport = transport_for(rec.host, ssh)
+    try:
+        alive = transport.alive(rec.ref)
+    except ClusterError as exc:
+        return Death(rec.node, rec.role, f"cannot reach the node: {exc}", [])
+    if alive:
+        return None
+    log = Path(rec.log)
+    try:
+        text = transport.read_log(log, max_bytes=32 << 10)
+        cause = death_message(rec.role, transport, rec.ref, log, "while serving")
+        code = transport.exit_code(rec.ref)
+        if code is None:
+            code = exit_status_from_log(text)
+    except ClusterError as exc:
+        text, cause, code = "", f"died (its log is unreadable: {exc})", None
+    tail = [ln for ln in text.splitlines() if ln.strip()][-8:]
+    return Death(rec.node, rec.role, cause, tail, code)
+
+
+def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS) -> Death | None:
+    """The root cause among the dead processes of a running cluster, or None when all run.
+
+    Deaths are ordered by who died first: those already dead at the first look before those
+    that die in the next ``settle`` seconds; among the first, a worker killed by SIGPIPE while
+    its head is dead died because the head went away (it wrote to the closed connection), so the
+    head comes first; otherwise workers come first (a lost RPC worker aborts llama-server).
+    The others are on the root's ``others``, each saying after whom it died."""
     ssh = state.extra.get("ssh")
-    for rec in sorted(state.processes, key=lambda p: p.role != "rpc"):
-        transport = transport_for(rec.host, ssh)
-        try:
-            alive = transport.alive(rec.ref)
-        except ClusterError as exc:
-            return Death(rec.node, rec.role, f"cannot reach the node: {exc}", [])
-        if not alive:
-            log = Path(rec.log)
-            try:
-                text = transport.read_log(log, max_bytes=32 << 10)
-                cause = death_message(rec.role, transport, rec.ref, log, "while serving")
-            except ClusterError as exc:
-                text, cause = "", f"died (its log is unreadable: {exc})"
-            tail = [ln for ln in text.splitlines() if ln.strip()][-8:]
-            return Death(rec.node, rec.role, cause, tail)
-    return None
+    dead: list[tuple[int, Death]] = []
+    for rec in state.processes:
+        d = _death(rec, ssh)
+        if d is not None:
+            dead.append((0, d))
+    if not dead:
+        return None
+    gone = {d.node for _, d in dead}
+    if settle > 0 and len(gone) < len(state.processes):
+        time.sleep(settle)
+        for rec in state.processes:
+            if rec.node not in gone:
+                d = _death(rec, ssh)
+                if d is not None:
+                    dead.append((1, d))
+    head_dead = any(d.role == "server" for _, d in dead)
+
+    def after_head(d: Death) -> bool:
+        return d.role == "rpc" and head_dead and d.code == -SIGPIPE
+
+    ordered = [d for _, d in sorted(dead, key=lambda pd: (pd[0], after_head(pd[1]), _ROLE_RANK.get(pd[1].role, 3)))]
+    root, rest = ordered[0], ordered[1:]
+    for d in rest:
+        if after_head(d):
+            d.because = ("it died because its head went away (SIGPIPE: it wrote to the connection llama-server "
+                         "had dropped)")
+        elif d.role == "server" and root.role == "rpc":
+            d.because = f"it died after {root.node} (llama-server cannot run without one of its RPC workers)"
+        else:
+            d.because = f"it died after {root.node}"
+    root.others = rest
+    return root
 
 
 class Supervisor:
@@ -92,6 +157,7 @@ class Supervisor:
         self._stop = threading.Event()
         self.restarts = 0
         self.state: ClusterState | None = None
+        self.lock = SupervisorLock(cluster_state_dir(spec), spec.name)
 
     def stop(self) -> None:
         self._stop.set()
@@ -120,13 +186,18 @@ class Supervisor:
         sup = self.spec.supervise
         attempt = 0
         first = True
+        # Held for the supervisor's life: a second `up` (or supervisor) of this cluster is refused
+        # instead of taking its processes for stale ones, and `down` asks this one to stop.
+        self.lock.acquire()
         try:
             while not self.stopping:
                 started = time.monotonic()
                 try:
                     self.state = up(self.spec, engine=self.engine, on_event=self._pass,
-                                    preflight=self.preflight and first)
+                                    preflight=self.preflight and first, should_stop=lambda: self.stopping)
                 except SplitserveError as exc:
+                    if self.stopping:
+                        break  # asked to stop while it started: up stopped what it had started
                     if first and not self.restarts:
                         raise  # a cluster that never came up is a configuration problem: say so at once
                     self.emit("start_failed", getattr(exc, "node", "cluster"), str(exc))
@@ -138,7 +209,7 @@ class Supervisor:
                     death = self._watch(sup.poll_seconds)
                     if death is None:
                         break  # stop() was called
-                    self.emit("died", death.node, death.cause, tail=death.tail)
+                    self._report(death)
                 if time.monotonic() - started >= sup.stable_seconds:
                     attempt = 0
                 if sup.max_restarts is not None and attempt >= sup.max_restarts:
@@ -156,14 +227,23 @@ class Supervisor:
                 if self._stop.wait(delay):
                     break
         finally:
-            self._down_quietly()
-            self.emit("stopping", "cluster", "stopped every process")
+            try:
+                self._down_quietly()
+                self.emit("stopping", "cluster", "stopped every process")
+            finally:
+                self.lock.release()
+
+    def _report(self, death: Death) -> None:
+        """One ``died`` line per dead process, the root cause first, each later one saying why."""
+        self.emit("died", death.node, death.message, tail=death.tail, root_cause=True)
+        for other in death.others:
+            self.emit("died", other.node, other.message, tail=other.tail, root_cause=False, after=death.node)
 
     def _watch(self, poll: float) -> Death | None:
         assert self.state is not None
         while not self._stop.wait(poll):
             death = find_dead(self.state)
-            if death is not None and death.role == "gateway" and self._gateway_back(death):
+            if death is not None and death.role == "gateway" and not death.others and self._gateway_back(death):
                 continue
             if death is not None:
                 return death

@@ -62,6 +62,9 @@ class ManifestEntry(BaseModel):
     sha256: str | None = None
     blob_id: str | None = None
     mtime_ns: int | None = None  # of the file when it was verified; a change means re-hash
+    corrupt: str | None = None
+    """Set by ``--verify`` when the file's hash was wrong (what it found); cleared only when a
+    fetch replaces the file (or re-hashes it right), so a second ``--verify`` still fails."""
 
     def remote(self, path: str) -> RemoteFile:
         return RemoteFile(path, self.size, self.sha256, self.blob_id)
@@ -92,7 +95,7 @@ class ManifestStore:
     def matches(self, remote: RemoteFile, target: Path) -> bool:
         """Whether ``target`` was verified as ``remote`` and has not been touched since."""
         e = self.data.files.get(remote.path)
-        if e is None or e.size != remote.size or e.sha256 != remote.sha256:
+        if e is None or e.corrupt or e.size != remote.size or e.sha256 != remote.sha256:
             return False
         if remote.sha256 is None and e.blob_id != remote.blob_id:
             return False
@@ -110,9 +113,18 @@ class ManifestStore:
             self._write()
 
     def forget(self, path: str) -> None:
-        """Drop a file that failed verification, so the next fetch replaces it."""
+        """Drop a file from the manifest."""
         with self._lock:
             if self.data.files.pop(path, None) is not None:
+                self._write()
+
+    def mark_corrupt(self, path: str, detail: str) -> None:
+        """Keep a file that failed verification marked as corrupt until a fetch replaces it: the
+        next fetch does not trust it, and the next ``--verify`` reports it again."""
+        with self._lock:
+            entry = self.data.files.get(path)
+            if entry is not None:
+                entry.corrupt = detail
                 self._write()
 
     def _write(self) -> None:
@@ -144,7 +156,8 @@ class VerifyReport:
 def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -> VerifyReport:
     """Re-hash every file the manifest lists and check the GGUF shard sets are whole.
 
-    A file whose hash is wrong is dropped from the manifest, so that running the same
+    A file whose hash is wrong stays marked corrupt in the manifest (later ``--verify`` runs
+    report it without re-hashing, and its shard set counts as broken) until running the same
     ``fetch`` again replaces it.
     """
     if not root.is_dir():
@@ -160,6 +173,10 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
         if not target.is_file():
             report.items.append(VerifyItem(path, entry.size, "missing", "not on disk"))
             continue
+        if entry.corrupt:
+            report.items.append(VerifyItem(path, entry.size, "hash", f"{entry.corrupt} (found by an earlier "
+                                           "--verify; marked corrupt until fetched again)"))
+            continue
         size = target.stat().st_size
         if size != entry.size:
             report.items.append(VerifyItem(path, entry.size, "size",
@@ -172,23 +189,31 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
         digest = hash_file(target, remote, step)
         want = expected_digest(remote)
         if want is not None and digest != want:
-            report.items.append(VerifyItem(path, entry.size, "hash",
-                                           f"{hash_label(remote)} {digest[:12]}…, hub says {want[:12]}…"))
-            store.forget(path)  # the next fetch must replace it, not trust the manifest
+            detail = f"{hash_label(remote)} {digest[:12]}…, hub says {want[:12]}…"
+            report.items.append(VerifyItem(path, entry.size, "hash", detail))
+            store.mark_corrupt(path, detail)  # the next fetch must replace it, not trust the manifest
         else:
             report.items.append(VerifyItem(path, entry.size, "ok"))
-    # shard sets on disk must be whole
-    shards: dict[str, tuple[int, set[int]]] = {}
+    # shard sets on disk must be whole: every shard there, none of them corrupt
+    bad = {i.path for i in report.items if i.status != "ok"}
+    shards: dict[str, tuple[int, set[int], set[int]]] = {}
     for p in sorted(root.rglob("*.gguf")):
-        parsed = split_name(str(p.relative_to(root)))
+        rel = p.relative_to(root).as_posix()
+        parsed = split_name(rel)
         if parsed:
             prefix, index, count = parsed
-            shards.setdefault(prefix, (count, set()))[1].add(index)
-    for prefix, (count, seen) in sorted(shards.items()):
+            entry = shards.setdefault(prefix, (count, set(), set()))
+            entry[1].add(index)
+            if rel in bad:
+                entry[2].add(index)
+    for prefix, (count, seen, corrupt) in sorted(shards.items()):
         missing = sorted(set(range(1, count + 1)) - seen)
         if missing:
             report.problems.append(f"{prefix}: shard(s) {', '.join(map(str, missing))} of {count} "
                                    "missing")
+        if corrupt:
+            report.problems.append(f"{prefix}: shard(s) {', '.join(map(str, sorted(corrupt)))} of {count} "
+                                   "corrupt (run fetch again)")
     for p in sorted(root.rglob("*.incomplete")):
         report.problems.append(f"{p.relative_to(root)}: an unfinished download (run fetch again)")
     return report
