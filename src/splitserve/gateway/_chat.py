@@ -2,7 +2,8 @@
 
 Both paths read the engine's token stream through a :class:`~._turn.Turn`; the streamed
 path writes each delta as an OpenAI ``chat.completion.chunk`` as soon as the parser lets
-it go, the other collects the same deltas into one ``chat.completion``.
+it go (the role-only chunk with the first of them, never before the engine's first token),
+the other collects the same deltas into one ``chat.completion``.
 """
 
 from __future__ import annotations
@@ -132,8 +133,10 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
             f'"model":{dumps(model.id)},"choices":[{{"index":0,"delta":').encode()
     tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
     outcome = Outcome()
+    # The role-only chunk goes out with the first real delta (as llama-server does), not at
+    # once: a client timing its first token from the first chunk would time nothing else.
+    role = head + b'{"role":"assistant","content":""}' + tail
     try:
-        yield head + b'{"role":"assistant","content":""}' + tail
         try:
             async for deltas in _drive(resp, turn, outcome, timing):
                 parts = []
@@ -144,6 +147,7 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
                 if parts:
                     if not timing.first_sent:
                         timing.first_sent = time.perf_counter()
+                        parts.insert(0, role)
                     yield b"".join(parts)
         except APIError as exc:
             yield b"data: " + exc.body_bytes() + b"\n\n"
@@ -159,6 +163,8 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
         if outcome.timings:
             last["timings"] = outcome.timings
         chunks = [b"data: " + dumps(last).encode() + b"\n\n"]
+        if not timing.first_sent:  # no delta at all: the role still comes first
+            chunks.insert(0, role)
         if plan.include_usage:
             chunks.append(b"data: " + dumps({"id": cid, "object": "chat.completion.chunk",
                                               "created": created, "model": model.id,

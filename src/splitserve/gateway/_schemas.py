@@ -4,11 +4,18 @@ Only what the gateway reads is modelled; unknown top-level fields are kept (``ex
 llama.cpp's own sampling and constraint fields (:data:`ENGINE_FIELDS`) reach the engine.
 Malformed history (a tool result without ``tool_call_id``, tool-call arguments that are
 not a JSON object) is a 400, never a 500.
+
+Hostile JSON is a 400 naming the field before anything reads it (:func:`safe_json_loads`):
+nesting deeper than :data:`MAX_DEPTH`, a number that is not finite (``NaN``, ``Infinity``,
+``1e999``) or an integer beyond 64 bits, a string (or key) with a lone UTF-16 surrogate
+(``"\\ud800"``, which cannot be encoded to send on). Every route that forwards a body
+should read it with :func:`safe_json_loads` (``parse_body`` does).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -90,11 +97,40 @@ class Message(_Model):
         return data
 
 
+def _check_schema(schema: Any) -> None:
+    """The parts of a tool's JSON Schema the gateway reads must have their JSON Schema types:
+    ``required`` a list of strings, ``properties`` an object (at any depth)."""
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, list):
+            stack.extend((v, f"{where}.{i}") for i, v in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        req = node.get("required")
+        if req is not None and not isinstance(req, bool) and (
+                not isinstance(req, list) or not all(isinstance(r, str) for r in req)):
+            raise ValueError(f"{(where + '.required').lstrip('.')}: must be a list of property "
+                             "names (strings)")
+        props = node.get("properties")
+        if props is not None and not isinstance(props, dict):
+            raise ValueError(f"{(where + '.properties').lstrip('.')}: must be an object")
+        stack.extend((v, f"{where}.{k}") for k, v in node.items() if isinstance(v, (dict, list)))
+
+
 class FunctionDef(_Model):
     name: str = Field(min_length=1)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _check_schema(value)
+        return value
 
 
 class Tool(_Model):
@@ -155,12 +191,76 @@ def _loc(err: Any) -> str:
     return ".".join(parts)
 
 
-def parse_body(model: type[_Model], raw: bytes) -> Any:
-    """Decode and validate a JSON body; a 400 naming the first bad field otherwise."""
+MAX_DEPTH = 64
+"""The deepest nesting of arrays and objects a request body may have."""
+_INT_LIMIT = 2 ** 64
+
+
+def _surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _bad(path: list[str | int], what: str) -> APIError:
+    where = ".".join(str(p) for p in path)
+    return APIError(400, f"{where}: {what}" if where else what, param=where or None)
+
+
+def check_json(value: Any, max_depth: int = MAX_DEPTH) -> None:
+    """A 400 naming the field for what cannot be forwarded or read safely: nesting deeper than
+    ``max_depth``, a non-finite number, an integer beyond 64 bits, a lone surrogate in a
+    string or key. Iterative: any depth Python could parse is checked without recursion."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if _surrogate(node):
+                raise _bad(path, "a string with a lone UTF-16 surrogate (such as \\ud800) "
+                           "is not valid Unicode text")
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                raise _bad(path, f"{node!r} is not a finite number (NaN, Infinity and numbers "
+                           "beyond the double range are not JSON numbers)")
+        elif isinstance(node, int):
+            if not -_INT_LIMIT < node < _INT_LIMIT:
+                raise _bad(path, "an integer out of range (beyond 64 bits)")
+        elif isinstance(node, (dict, list)):
+            if len(path) >= max_depth:
+                raise _bad(path, f"nested deeper than {max_depth} levels")
+            if isinstance(node, dict):
+                for key, item in node.items():
+                    if _surrogate(key):
+                        raise _bad(path, f"a key with a lone UTF-16 surrogate ({key!r}) is not "
+                                   "valid Unicode text")
+                    stack.append((item, [*path, key]))
+            else:
+                stack.extend((item, [*path, i]) for i, item in enumerate(node))
+
+
+def safe_json_loads(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` for a request body: malformed or hostile JSON is a 400 (never a 5xx):
+    invalid JSON or UTF-8, nesting too deep for the parser, and what :func:`check_json`
+    refuses (the offending field named in ``param``)."""
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise bad_request(f"the request body is nested deeper than {max_depth} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
+    check_json(data, max_depth)
+    return data
+
+
+def parse_body(model: type[_Model], raw: bytes) -> Any:
+    """Decode and validate a JSON body; a 400 naming the first bad field otherwise."""
+    data = safe_json_loads(raw)
     if not isinstance(data, dict):
         raise bad_request("the request body must be a JSON object")
     try:
@@ -198,5 +298,5 @@ def check_history(req: ChatRequest) -> None:
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
 
 
-__all__ = ["ENGINE_FIELDS", "ChatRequest", "CompletionRequest", "Message", "check_history",
-           "parse_body"]
+__all__ = ["ENGINE_FIELDS", "MAX_DEPTH", "ChatRequest", "CompletionRequest", "Message",
+           "check_history", "check_json", "parse_body", "safe_json_loads"]

@@ -82,6 +82,12 @@ class Plan:
         return (fmt or self.format).parser(self.tools, prefilled=self.prefilled)
 
 
+RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "template",
+                                      "self"})
+"""Template variables the gateway sets itself (or the renderer's own arguments): a client's
+``chat_template_kwargs`` may not name them (400 naming the key)."""
+
+
 def gbnf_literal(text: str) -> str:
     """A GBNF grammar whose only sentence is ``text`` (the test-only ``force_output`` hook)."""
     escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -110,6 +116,11 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False,
     if restore is not None:
         restore(messages)
     kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
+    for key in kwargs:
+        if key in RESERVED_TEMPLATE_KWARGS:
+            raise bad_request(f"chat_template_kwargs.{key}: {key!r} is set by the gateway "
+                              "(the request's own fields), not a template variable a client may "
+                              "set", f"chat_template_kwargs.{key}")
     kwargs.setdefault("bos_token", model.bos_token)
     kwargs.setdefault("eos_token", model.eos_token)
     if tools and uses_generic(fmt, tools, choice):
@@ -207,6 +218,11 @@ def _required_grammar(req: ChatRequest, fmt: ToolCallFormat, tools: list[dict[st
                                  prefilled=prefilled, reasoning=reasoning)
     except GrammarError as exc:
         raise bad_request(f"tool_choice: {exc}", "tool_choice") from None
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        # a tool schema the grammar builder cannot read (the schema checks in _schemas catch
+        # the known shapes; this keeps any other one a 400, never a 500)
+        raise bad_request(f"tools: a tool's parameters schema cannot be enforced with tool_choice "
+                          f"{what}: {type(exc).__name__}: {exc}", "tools") from None
 
 
 def resolve_format(name: str | None, template: str) -> ToolCallFormat:
@@ -231,4 +247,4 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-__all__ = ["Plan", "ServedModel", "gbnf_literal", "plan_chat", "resolve_format"]
+__all__ = ["RESERVED_TEMPLATE_KWARGS", "Plan", "ServedModel", "gbnf_literal", "plan_chat", "resolve_format"]

@@ -12,6 +12,11 @@ request's tool policy to the events, the same way whether the answer is streamed
 ``finish_reason`` agrees with the output: ``length`` when the engine hit the token limit
 (a call cut off is never reported as made), else ``tool_calls`` when at least one complete
 call was kept, else ``stop``.
+
+A call cut off by the end of the output is dropped, and so is its text: what the parser
+held back at the end because it might start a marker, or flushed at the end from a call
+whose header never completed, is never content (see :func:`cut_markup`). No marker of the
+format (call openers, reasoning markers, gpt-oss' harmony tokens) reaches ``content``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,59 @@ from ..chat import (
     ToolCallStart,
     coalesce,
 )
+from ..chat._scan import find_first, hold_len
 from ._translate import Plan
+
+_HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>",
+            "<|return|>")
+
+
+def markup_markers(fmt: Any) -> tuple[str, ...]:
+    """The markers that open a tool call or a reasoning block in ``fmt``'s output."""
+    markers = list(getattr(fmt, "call_openers", ()) or ())
+    spec = getattr(fmt, "reasoning", None)
+    if spec is not None:
+        markers += [spec.open, spec.close]
+    if getattr(fmt, "name", "") == "gpt-oss":
+        markers += _HARMONY
+    return tuple(m for m in dict.fromkeys(markers) if m)
+
+
+def cut_markup(events: list[Event], markers: tuple[str, ...]) -> tuple[list[Event], str]:
+    """The events of the parser's ``finish()`` without the text of a cut-off call.
+
+    At the end of the output the parsers flush as content what they held back: a suffix
+    that might start a marker (``]<]minimax[>[<tool_c``) or a call whose header never
+    completed (``<tool_call>\n<function=get_wea``). That is markup of a call the end of
+    the output cut off, which is dropped: content from the first complete marker on, and a
+    trailing partial marker, are removed. Returns the events and the text removed."""
+    if not markers:
+        return events, ""
+    events = coalesce(events)
+    last = max((i for i, e in enumerate(events) if isinstance(e, ContentDelta)), default=-1)
+    out: list[Event] = []
+    removed: list[str] = []
+    cut = False
+    for i, ev in enumerate(events):
+        if not isinstance(ev, ContentDelta):
+            out.append(ev)
+            continue
+        text = ev.text
+        if cut:
+            removed.append(text)
+            continue
+        at, _ = find_first(text, markers)
+        if at >= 0:
+            cut = True
+        elif i == last:
+            at = len(text) - hold_len(text, markers)
+        else:
+            at = len(text)
+        if at < len(text):
+            removed.append(text[at:])
+        if text[:at]:
+            out.append(ContentDelta(text[:at]))
+    return out, "".join(removed)
 
 CONTENT, REASONING, CALL_START, CALL_ARGS, CALL_END = range(5)
 
@@ -61,12 +118,17 @@ class Turn:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.warnings: list[str] = []
+        self._markers = markup_markers(plan.format)
 
     def feed(self, text: str) -> list[Delta]:
         return self._apply(self._parser.feed(text)) if text else []
 
     def finish(self) -> list[Delta]:
-        return self._apply(self._parser.finish())
+        events, removed = cut_markup(self._parser.finish(), self._markers)
+        if removed:
+            self.warnings.append(f"the text of a tool call cut off by the end of the output was "
+                                 f"dropped ({len(removed)} characters of markup)")
+        return self._apply(events)
 
     def _apply(self, events: list[Event]) -> list[Delta]:
         if len(events) > 1:
@@ -163,4 +225,5 @@ class Turn:
         return msg
 
 
-__all__ = ["CALL_ARGS", "CALL_END", "CALL_START", "CONTENT", "REASONING", "Delta", "Turn"]
+__all__ = ["CALL_ARGS", "CALL_END", "CALL_START", "CONTENT", "REASONING", "Delta", "Turn",
+           "cut_markup", "markup_markers"]
