@@ -221,7 +221,7 @@ def test_multi_turn_history_with_tool_results_renders(m3: str) -> None:
 
 # -- errors, provoked for real -------------------------------------------------------------
 
-def test_error_statuses(plain: str) -> None:
+def test_error_statuses(plain: str, engine_url: str) -> None:
     c, m = client(plain), model_id(plain)
     bad = httpx.post(f"{plain}/v1/chat/completions", content=b"{not json",
                      headers={"content-type": "application/json"})
@@ -236,9 +236,15 @@ def test_error_statuses(plain: str) -> None:
                 {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]},
             {"role": "user", "content": "x"}])
     assert err.value.body["param"] == "messages.0.tool_calls.0.function.arguments"  # type: ignore[index]
-    with pytest.raises(openai.NotFoundError) as nf:
-        c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
-    assert nf.value.body["code"] == "model_not_found"  # type: ignore[index]
+    # any model name is served, as llama-server does (agents hard-code names), under our id
+    other = c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}],
+                                      max_tokens=1)
+    assert other.model == m
+    with running_gateway(GatewayConfig(engine_url=engine_url, strict_model_names=True)) as strict:
+        with pytest.raises(openai.NotFoundError) as nf:
+            client(strict).chat.completions.create(model="gpt-4o",
+                                                   messages=[{"role": "user", "content": "x"}])
+        assert nf.value.body["code"] == "model_not_found"  # type: ignore[index]
     big = httpx.post(f"{plain}/v1/chat/completions", content=b"x" * (9 * 1024 * 1024),
                      headers={"content-type": "application/json"}, timeout=60)
     assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"

@@ -47,6 +47,21 @@ def serve_cmd(
              "the tool-call ids the gateway issued), so the history stays in the prompt cache")] = True,
     slot_affinity: Annotated[bool, typer.Option(
         help="send the requests of one session (X-Session-Id header, else `user`) to one engine slot")] = True,
+    strict_model_names: Annotated[bool, typer.Option(
+        help="answer 404 for a `model` that is not the served model's id, path or file name "
+             "(default: serve any name, as llama-server does, and answer with the served id)")] = False,
+    max_header_bytes: Annotated[int, typer.Option(
+        help="request line and headers of one request, in bytes (431 or 400 beyond)")] = 64 * 1024,
+    max_headers: Annotated[int, typer.Option(help="header lines of one request (431 beyond)")] = 100,
+    header_timeout: Annotated[float, typer.Option(
+        help="seconds a connection has to send a whole request head (408, closed)")] = 10.0,
+    body_timeout: Annotated[float, typer.Option(
+        help="seconds a client has to send the whole request body (408)")] = 60.0,
+    keep_alive_timeout: Annotated[float, typer.Option(
+        help="seconds an idle kept-alive connection stays open")] = 5.0,
+    http: Annotated[str, typer.Option(
+        help="uvicorn's HTTP implementation: auto (httptools when installed), httptools or h11; "
+             "the header limits hold for both")] = "auto",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
 ) -> None:
     """Serve an OpenAI-compatible API in front of a llama-server (chat template and tool calls in Python).
@@ -75,7 +90,16 @@ def serve_cmd(
             engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
             max_concurrent=max_concurrent, max_queue=max_queue,
             max_body_bytes=max_body_bytes, test_hooks=test_hooks,
-            restore_reasoning=restore_reasoning, slot_affinity=slot_affinity)
+            restore_reasoning=restore_reasoning, slot_affinity=slot_affinity,
+            strict_model_names=strict_model_names, max_header_bytes=max_header_bytes,
+            max_headers=max_headers, header_timeout=header_timeout, body_timeout=body_timeout,
+            keep_alive_timeout=keep_alive_timeout)
+        if max_header_bytes < 1024 or max_headers < 8:
+            raise UsageError("--max-header-bytes must be at least 1024 and --max-headers at least 8")
+        if min(header_timeout, body_timeout, keep_alive_timeout) <= 0:
+            raise UsageError("--header-timeout, --body-timeout and --keep-alive-timeout must be > 0")
+        if http not in ("auto", "httptools", "h11"):
+            raise UsageError(f"--http {http}: choose auto, httptools or h11")
         if max_concurrent < 1 or max_queue < 0:
             raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
         if not 1 <= port <= 65535:
@@ -85,7 +109,7 @@ def serve_cmd(
         require_auth_off_loopback(host, keys)
         console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
                       f"{' (auth on)' if keys.enabled else ''}", markup=False)
-        serve(config, log_level=log_level)
+        serve(config, log_level=log_level, http=http)
     except SplitserveError as exc:
         raise fail(exc) from None
 

@@ -8,13 +8,14 @@ uvicorn. The served model (id, chat template, tool-call format) is read from the
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -29,11 +30,13 @@ from ._chat import Timing, collect_chat, stream_chat
 from ._errors import APIError
 from ._limits import KeyLimiter
 from ._metrics import Metrics
-from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body
+from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body, safe_json_loads
 from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
 from ._turn import Turn
 from ._upstream import Upstream
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -56,6 +59,19 @@ class GatewayConfig:
     """Put back the reasoning a client dropped from its earlier assistant turns (see _session)."""
     slot_affinity: bool = True
     """Send the requests of one session (``X-Session-Id`` or ``user``) to one engine slot."""
+    strict_model_names: bool = False
+    """Answer 404 for a ``model`` that is not one of the served model's names (default: any
+    name is served, as llama-server does, and responses carry the gateway's own id)."""
+    max_header_bytes: int = 64 * 1024
+    """Request line and headers of one request (431 beyond; see _server)."""
+    max_headers: int = 100
+    """Header lines of one request (431 beyond)."""
+    header_timeout: float = 10.0
+    """Seconds a connection has to send a whole request head (408 and closed beyond)."""
+    body_timeout: float = 60.0
+    """Seconds a client has to send the whole body (408 beyond)."""
+    keep_alive_timeout: float = 5.0
+    """Seconds an idle kept-alive connection stays open."""
 
 
 class EngineStream(Response):
@@ -169,9 +185,10 @@ class Gateway:
         return len(a) > len(b) and a[len(a) - len(b):] == b
 
     async def check_model(self, name: str | None) -> ServedModel:
-        """The served model if ``name`` is one of its names (or absent); else 404."""
+        """The served model; with ``strict_model_names``, 404 unless ``name`` is one of its names
+        (or absent)."""
         model = await self.model()
-        if name is not None and not model.answers_to(name):
+        if self.config.strict_model_names and name is not None and not model.answers_to(name):
             raise APIError(404, f"the model {name!r} does not exist; this gateway serves "
                            f"{model.id!r}", param="model", code="model_not_found")
         return model
@@ -196,15 +213,40 @@ class Gateway:
         chunks: list[bytes] = []
         size = 0
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise APIError(413, f"the request body exceeds the limit of {limit} bytes",
-                                   code="request_too_large")
-                chunks.append(chunk)
+            with anyio.fail_after(self.config.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise APIError(413, f"the request body exceeds the limit of {limit} bytes",
+                                       code="request_too_large")
+                    chunks.append(chunk)
         except ClientDisconnect:
             raise APIError(400, "the client went away while sending the body") from None
+        except TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {self.config.body_timeout:g} s",
+                           code="request_timeout", headers={"Connection": "close"}) from None
         return b"".join(chunks)
+
+    async def start(self, request: Request, key: str, stack: contextlib.AsyncExitStack,
+                    open_: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response | None:
+        """Wait for a slot of ``key``'s limit (on ``stack``), then ``open_`` the engine request;
+        None when the client leaves first: its queue place is freed and nothing reaches the
+        engine (or the half-open engine request is closed). The caller closes ``stack``."""
+        async def go() -> httpx.Response:
+            await stack.enter_async_context(self.limiter.slot(key))
+            return await open_()
+
+        try:
+            resp = await _unless_disconnected(request, go())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            raise
+        if resp is None:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            self.metrics.disconnects.inc()
+        return resp
 
     # -- routes ------------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
@@ -224,13 +266,13 @@ class Gateway:
         stack = contextlib.AsyncExitStack()
         if self.config.restore_reasoning:
             stack.callback(lambda: self.memory.remember(key, turn.message()))
-        await stack.enter_async_context(self.limiter.slot(key))
-        try:
+        async def open_() -> httpx.Response:
             timing.engine_called = time.perf_counter()
-            resp = await self.upstream.completion(plan.body)
-        except BaseException:
-            await stack.aclose()
-            raise
+            return await self.upstream.completion(plan.body)
+
+        resp = await self.start(request, key, stack, open_)
+        if resp is None:
+            return Response(status_code=499)
         if req.stream:
             body = stream_chat(resp, plan, model, turn, timing, self.metrics, stack.aclose)
             return EngineStream(body, self.metrics.disconnects.inc)
@@ -250,43 +292,87 @@ class Gateway:
         key = self.authenticate(request)
         raw = await self.read_body(request)
         req: CompletionRequest = parse_body(CompletionRequest, raw)
-        await self.check_model(req.model)
-        body = json.loads(raw)
+        model = await self.check_model(req.model)
+        body = safe_json_loads(raw)  # NaN, Infinity, 1e999, lone surrogates: 400 naming the field
+        # A whole answer is still asked for streamed: llama-server notices a closed connection
+        # only when it writes (see "whole answers asked streamed" below).
+        by_stream = not req.stream and _single_prompt(body) and not body.get("logprobs")
+        if by_stream:
+            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         stack = contextlib.AsyncExitStack()
-        await stack.enter_async_context(self.limiter.slot(key))
-        try:
-            resp = await self.upstream.open("POST", "/v1/completions", body)
-        except BaseException:
-            await stack.aclose()
-            raise
+        resp = await self.start(request, key, stack,
+                                lambda: self.upstream.open("POST", "/v1/completions", body))
+        if resp is None:
+            return Response(status_code=499)
         if req.stream:
-            return EngineStream(_relay(resp, stack), self.metrics.disconnects.inc)
+            return EngineStream(_relay_events(resp, stack, model.id), self.metrics.disconnects.inc)
         try:
-            data = await resp.aread()
+            data = await _unless_disconnected(
+                request, _openai_whole(resp) if by_stream else resp.aread())
         finally:
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
                 await stack.aclose()
-        return Response(data, media_type="application/json")
+        if data is None:
+            self.metrics.disconnects.inc()
+            return Response(status_code=499)
+        return Response(_own_model(data, model.id), media_type="application/json")
 
-    async def native(self, request: Request) -> Response:
+    async def native(self, request: Request, path: str) -> Response:
         """llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``, ``/slots``, ...),
-        passed through under the gateway's auth, body limit and (for POSTs) per-key limit."""
+        passed through under the gateway's auth, body limit and (for POSTs) per-key limit.
+
+        ``path`` is the endpoint as the gateway names it (never the client's spelling), and
+        ``/slots/ID`` only with a slot number and ``?action=save|restore|erase``."""
         key = self.authenticate(request)
+        query = request.url.query
+        if path == "/slots/{slot}":
+            path, query = _slot_action(request)
         raw = await self.read_body(request) if request.method in ("POST", "PUT") else b""
         stack = contextlib.AsyncExitStack()
+        whole = _native_whole_body(path, request.method, raw)
+        if whole is not None:
+            return await self._native_by_stream(request, key, path, whole, stack)
+
+        def open_() -> Awaitable[httpx.Response]:
+            return self.upstream.relay(request.method, path, query, raw,
+                                       request.headers.get("content-type"))
+
         if request.method == "POST":
-            await stack.enter_async_context(self.limiter.slot(key))
-        try:
-            resp = await self.upstream.relay(request.method, request.url.path, request.url.query, raw,
-                                             request.headers.get("content-type"))
-        except BaseException:
-            await stack.aclose()
-            raise
+            resp = await self.start(request, key, stack, open_)
+        else:
+            resp = await _unless_disconnected(request, open_())
+        if resp is None:
+            return Response(status_code=499)
         headers = {k: v for k, v in resp.headers.items()
                    if k.lower() in ("content-type", "retry-after", "cache-control")}
         return EngineStream(_relay(resp, stack), self.metrics.disconnects.inc, status_code=resp.status_code,
                             headers=headers)
+
+    async def _native_by_stream(self, request: Request, key: str, path: str, body: dict[str, Any],
+                                stack: contextlib.AsyncExitStack) -> Response:
+        """A non-streamed native generation, asked streamed and put together (see "whole answers
+        asked streamed" below)."""
+        resp = await self.start(request, key, stack, lambda: self.upstream.relay(
+            "POST", path, "", json.dumps({**body, "stream": True}).encode(), "application/json"))
+        if resp is None:
+            return Response(status_code=499)
+        try:
+            if resp.status_code != 200:
+                data = await _unless_disconnected(request, resp.aread())
+                status = resp.status_code
+                ctype = resp.headers.get("content-type", "application/json")
+            else:
+                data = await _unless_disconnected(request, _native_whole(resp, body))
+                status, ctype = 200, "application/json; charset=utf-8"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await resp.aclose()
+                await stack.aclose()
+        if data is None:
+            self.metrics.disconnects.inc()
+            return Response(status_code=499)
+        return Response(data, status_code=status, headers={"Content-Type": ctype})
 
     async def models(self, request: Request) -> Response:
         self.authenticate(request)
@@ -297,21 +383,36 @@ class Gateway:
                                                 "n_ctx": model.n_ctx}}]})
 
     async def health(self, request: Request) -> Response:
+        """Open without a key; ``?deep=1`` runs a generation, so it takes a key (when auth is
+        on) and a place in that key's limit."""
         started = time.perf_counter()
+        deep = request.query_params.get("deep") in ("1", "true", "yes")
+        key = self.authenticate(request) if deep else ""
         await self.upstream.get_json("/health")
         out: dict[str, Any] = {"status": "ok", "engine": self.upstream.base_url}
-        if request.query_params.get("deep") in ("1", "true", "yes"):
-            resp = await self.upstream.completion(
-                {"prompt": "Hello", "n_predict": 1, "cache_prompt": False})
+        if deep:
+            stack = contextlib.AsyncExitStack()
+            resp = await self.start(request, key, stack, lambda: self.upstream.completion(
+                {"prompt": "Hello", "n_predict": 1, "cache_prompt": False}))
+            if resp is None:
+                return Response(status_code=499)
             final: dict[str, Any] = {}
-            try:
+
+            async def read() -> dict[str, Any]:
                 from ._upstream import sse_events
 
+                last: dict[str, Any] = {}
                 async for data in sse_events(resp):
                     if data.get("stop"):
-                        final = data
+                        last = data
+                return last
+
+            try:
+                final = await _unless_disconnected(request, read()) or {}
             finally:
-                await resp.aclose()
+                with anyio.CancelScope(shield=True):
+                    await resp.aclose()
+                    await stack.aclose()
             if int(final.get("tokens_predicted") or 0) < 1:
                 raise APIError(503, "the engine answered but generated no token",
                                type_="service_unavailable", headers={"Retry-After": "5"})
@@ -337,10 +438,131 @@ async def _relay(resp: httpx.Response, stack: contextlib.AsyncExitStack) -> Asyn
             await stack.aclose()
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[dict[str, Any]]
-                               ) -> dict[str, Any] | None:
-    """Run ``work``; cancel it and return None if the client disconnects first."""
-    result: dict[str, Any] | None = None
+# -- whole answers asked streamed -------------------------------------------------------------
+# llama-server checks a non-streamed request's connection only when no result of any task has
+# reached its result queue for a whole second (server_response::recv_with_timeout restarts its
+# wait on every result), so while another request streams, or anyone polls /slots, a client's
+# disconnect goes unseen and the slot generates to the end. A streamed request fails at its next
+# token write. So the gateway asks the engine for a stream and puts the whole answer together
+# itself, for single-prompt requests (a batch of prompts, or OpenAI logprobs, go as they came).
+
+_NATIVE_GENERATING = ("/completion", "/completions", "/infill")
+
+
+def _single_prompt(body: dict[str, Any]) -> bool:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and not all(isinstance(t, int) for t in prompt):
+        return len(prompt) == 1 and not isinstance(prompt[0], list)
+    return True
+
+
+def _native_whole_body(path: str, method: str, raw: bytes) -> dict[str, Any] | None:
+    """The JSON body of a non-streamed single-prompt native generation, else None."""
+    if method != "POST" or path not in _NATIVE_GENERATING:
+        return None
+    body = safe_json_loads(raw)  # hostile JSON is a 400 here, not the engine's problem
+    if not isinstance(body, dict) or body.get("stream") or not _single_prompt(body):
+        return None
+    return body
+
+
+def _midstream(data: dict[str, Any]) -> APIError:
+    err = data["error"]
+    return APIError(502, "the engine failed mid-stream: "
+                    f"{err.get('message', err) if isinstance(err, dict) else err}", type_="server_error")
+
+
+async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    async for line in resp.aiter_lines():
+        if line.startswith("data: {"):
+            data = json.loads(line[6:])
+            if isinstance(data, dict):
+                yield data
+
+
+async def _native_whole(resp: httpx.Response, body: dict[str, Any]) -> bytes:
+    """llama-server's non-streamed ``/completion`` answer from its stream: the last event with
+    ``content``, ``completion_probabilities`` (and, if asked, ``tokens``) gathered."""
+    content: list[str] = []
+    probs: list[Any] = []
+    tokens: list[Any] = []
+    final: dict[str, Any] = {}
+    async for data in _sse(resp):
+        if "error" in data and "content" not in data:
+            raise _midstream(data)
+        content.append(str(data.get("content") or ""))
+        probs.extend(data.get("completion_probabilities") or [])
+        tokens.extend(data.get("tokens") or [])
+        if data.get("stop"):
+            final = data
+    final = {**final, "content": "".join(content),
+             "tokens": tokens if body.get("return_tokens") else []}
+    if probs or body.get("n_probs"):
+        final["completion_probabilities"] = probs
+    return json.dumps(final, ensure_ascii=False).encode()
+
+
+async def _openai_whole(resp: httpx.Response) -> bytes:
+    """An OpenAI ``text_completion`` from the engine's stream of one choice."""
+    text: list[str] = []
+    out: dict[str, Any] = {}
+    finish = None
+    async for data in _sse(resp):
+        if "error" in data and "choices" not in data:
+            raise _midstream(data)
+        for choice in data.get("choices") or []:
+            text.append(str(choice.get("text") or ""))
+            finish = choice.get("finish_reason") or finish
+        for k, v in data.items():
+            if k != "choices":
+                out[k] = v
+    out["choices"] = [{"text": "".join(text), "index": 0, "logprobs": None,
+                       "finish_reason": finish}]
+    return json.dumps(out, ensure_ascii=False).encode()
+
+
+def _own_model(data: bytes, model_id: str) -> bytes:
+    """An engine's JSON answer with ``model`` set to the gateway's id (llama-server writes its
+    model path there, whatever the request named)."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return data
+    if not isinstance(obj, dict) or "model" not in obj:
+        return data
+    obj["model"] = model_id
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+async def _relay_events(resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str
+                        ) -> AsyncIterator[bytes]:
+    """:func:`_relay` for server-sent events, one event per write, each ``model`` the gateway's id."""
+    try:
+        event: list[bytes] = []
+        async for line in resp.aiter_lines():
+            if line:
+                data = line.encode()
+                event.append(b"data: " + _own_model(data[6:], model_id)
+                             if data.startswith(b"data: {") else data)
+                continue
+            if event:
+                yield b"\n".join(event) + b"\n\n"
+                event = []
+        if event:
+            yield b"\n".join(event) + b"\n\n"
+    except httpx.HTTPError:
+        return  # the engine broke off: the stream ends, as a relay's would
+    finally:
+        with anyio.CancelScope(shield=True):
+            await resp.aclose()
+            await stack.aclose()
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Run ``work``; cancel it and return None if the client disconnects first (``work``'s
+    own errors are raised as they are)."""
+    result: T | None = None
+    error: BaseException | None = None
 
     async with anyio.create_task_group() as tg:
         async def watch() -> None:
@@ -351,13 +573,36 @@ async def _unless_disconnected(request: Request, work: Awaitable[dict[str, Any]]
                     return
 
         async def run() -> None:
-            nonlocal result
-            result = await work
+            nonlocal result, error
+            try:
+                result = await work
+            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
+                error = exc
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch)
         tg.start_soon(run)
+    if error is not None:
+        raise error
     return result
+
+
+def _slot_action(request: Request) -> tuple[str, str]:
+    """``POST /slots/ID?action=save|restore|erase`` normalised, or 404/400 for anything else."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    raw_path = raw.decode("latin-1").split("?", 1)[0]
+    slot = raw_path.removeprefix("/slots/")
+    if not raw_path.startswith("/slots/") or not slot.isdigit() or not slot.isascii() \
+            or len(slot) > 6:
+        raise APIError(404, f"no such endpoint: {request.method} {raw_path[:200]}; the slot "
+                       "endpoints are GET /slots and POST /slots/ID?action=save|restore|erase")
+    if request.method != "POST":
+        raise APIError(405, f"method not allowed: {request.method} /slots/{slot} (POST only)")
+    action = request.query_params.get("action")
+    if action not in ("save", "restore", "erase") or len(request.query_params) != 1:
+        raise APIError(400, "POST /slots/ID takes ?action=save, restore or erase and nothing else",
+                       param="action")
+    return f"/slots/{int(slot)}", f"action={action}"
 
 
 def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Response]]
@@ -379,9 +624,10 @@ def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Respons
 NATIVE_ENDPOINTS = (
     "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template",
     "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
-    "/v1/reranking", "/props", "/slots", "/slots/{slot:path}", "/lora-adapters",
+    "/v1/reranking", "/props", "/slots", "/slots/{slot}", "/lora-adapters",
 )
-"""llama-server's own endpoints, passed through to the engine unchanged."""
+"""llama-server's own endpoints, passed through to the engine under these names only
+(``/slots/{slot}``: a slot number with ``?action=save|restore|erase``, POST)."""
 
 
 def create_app(config: GatewayConfig) -> Starlette:
@@ -402,9 +648,9 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/health", _wrap(gw, "health", gw.health), methods=["GET"]),
         Route("/metrics", _wrap(gw, "metrics", gw.prometheus), methods=["GET"]),
     ]
-    native = _wrap(gw, "native", gw.native)
     for path in NATIVE_ENDPOINTS:
-        routes.append(Route(path, native, methods=["GET", "POST"]))
+        handler = functools.partial(gw.native, path=path)
+        routes.append(Route(path, _wrap(gw, "native", handler), methods=["GET", "POST"]))
     async def not_found(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
         what = "no such endpoint" if status == 404 else "method not allowed"
