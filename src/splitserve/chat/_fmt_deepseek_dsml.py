@@ -43,7 +43,8 @@ from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import CallGrammar, GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import Schema, ToolSet, allowed_types, coerce_text, coerce_value, loads_json
-from ._xml_flat import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
+from ._scan import quoted_end
+from ._xml_flat import PARAM, Tags, TaggedCallParser
 
 DSML = "｜DSML｜"
 OPEN, CLOSE = "<" + DSML, "</" + DSML
@@ -54,9 +55,8 @@ INVOKE_PREFIX = OPEN + "invoke"
 INVOKE_CLOSE = CLOSE + "invoke>"
 PARAM_PREFIX = OPEN + "parameter"
 PARAM_CLOSE = CLOSE + "parameter>"
-_FOLLOWS = (PARAM_PREFIX, INVOKE_CLOSE, *WRAP_CLOSES, INVOKE_PREFIX)
+_TAGS = Tags.of(WRAP_OPENS, WRAP_CLOSES, INVOKE_PREFIX, INVOKE_CLOSE, PARAM_PREFIX, PARAM_CLOSE)
 _HEADER_LIMIT = 512
-_QUOTE_OR_GT = re.compile(r"[\"'>]")
 _ATTR = re.compile(r"""\s+([A-Za-z_][\w.-]*)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""")
 
 
@@ -74,39 +74,23 @@ def _attributes(text: str) -> dict[str, str] | None:
     return out if not text[pos:].strip() else None
 
 
-def _tag_end(text: str, start: int, limit: int) -> int:
-    """Index of the first ``>`` outside quotes in ``text[start:limit]``; -1 if none yet."""
-    quote = ""
-    for m in _QUOTE_OR_GT.finditer(text, start, limit):
-        ch = m.group()
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch == ">":
-            return m.start()
-        else:
-            quote = ch
-    return -1
-
-
-class DsmlParser(WrappedCallParser):
+class DsmlParser(TaggedCallParser):
     """The incremental parser for DSML output (after reasoning is split off)."""
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
-        super().__init__(tools, id_factory)
-        self._value: list[str] = []
+        super().__init__(tools, id_factory, _TAGS)
         self._typed: str | None = None  # the open parameter's string attribute
 
     # -- headers ---------------------------------------------------------------------------
     def _header(self, prefix: str, start: int = 0) -> tuple[str, int, dict[str, str]]:
-        """Read a tag header at ``start`` in the buffer: ("need"|"no"|"ok", its end, its
+        """Read a tag header at ``start`` in the buffer: ("need"|"no"|"ok", its length, its
         attributes)."""
         text = self.buf.text
         inside = start + len(prefix)
         after = text[inside:inside + 1]
         if after and not after.isspace():  # <｜DSML｜invokes...: not this tag
             return "no", 0, {}
-        end = _tag_end(text, inside, min(len(text), start + _HEADER_LIMIT))  # bounded
+        end = quoted_end(text, inside, min(len(text), start + _HEADER_LIMIT))  # bounded
         if end < 0:
             if not self.buf.eof and len(text) - start < _HEADER_LIMIT:
                 return "need", 0, {}
@@ -114,7 +98,14 @@ class DsmlParser(WrappedCallParser):
         attrs = _attributes(text[inside:end])
         if attrs is None or not attrs.get("name", "").strip():
             return "no", 0, {}
-        return "ok", end + 1, attrs
+        return "ok", end + 1 - start, attrs
+
+    def _invoke_header(self, start: int) -> tuple[str, int, str]:
+        status, length, attrs = self._header(INVOKE_PREFIX, start)
+        return status, length, attrs.get("name", "").strip()
+
+    def _param_header(self) -> tuple[str, int, dict[str, str]]:
+        return self._header(PARAM_PREFIX)
 
     def _coerce(self, raw: Any, schema: Schema | None) -> Any:
         typed, text = raw
@@ -128,107 +119,12 @@ class DsmlParser(WrappedCallParser):
             return coerce_value(value, schema)
         return coerce_text(text, schema)
 
-    # -- the state machine -----------------------------------------------------------------
-    def _step(self) -> bool:
-        if self._state == TEXT:
-            return self._step_text()
-        if self._state == WRAP:
-            return self._step_implied() if self._implicit else self._step_wrap()
-        if self._state == INVOKE:
-            return self._step_invoke()
-        return self._step_param()
-
-    def _step_text(self) -> bool:
-        before, marker = self.buf.scan((*WRAP_OPENS, INVOKE_PREFIX))
-        self.content(before)
-        if marker is None:
-            return False
-        if marker != INVOKE_PREFIX:
-            self.buf.take(len(marker))
-            self._open_wrap(marker, implicit=False)
-            return True
-        status, length, attrs = self._header(INVOKE_PREFIX)
-        if status == "need":
-            return False
-        if status == "no":
-            self.content(self.buf.take(len(marker)))
-            return True
-        self._open_wrap("", implicit=True)
-        self._start(attrs["name"].strip(), self.buf.take(length))
-        return True
-
-    def _step_wrap(self) -> bool:
-        before, marker = self.buf.scan((INVOKE_PREFIX, *WRAP_CLOSES))
-        self._wrap_raw.append(before)
-        self._garbage.append(before)
-        if marker is None:
-            return False
-        if marker != INVOKE_PREFIX:
-            self.buf.take(len(marker))
-            self._close_wrap(marker)
-            return True
-        status, length, attrs = self._header(INVOKE_PREFIX)
-        if status == "need":
-            return False
-        if status == "no":
-            junk = self.buf.take(len(marker))
-            self._wrap_raw.append(junk)
-            self._garbage.append(junk)
-            return True
-        self._start(attrs["name"].strip(), self.buf.take(length))
-        return True
-
-    def _step_implied(self) -> bool:
-        """After a call of an implied wrapper: whitespace, then another invoke or a wrapper's
-        closer continue the block; anything else ends it (and is content)."""
-        text = self.buf.text
-        rest = text.lstrip()
-        ws = len(text) - len(rest)
-        closer = next((c for c in WRAP_CLOSES if rest.startswith(c)), None)
-        if closer is not None:
-            self._close_wrap(self.buf.take(ws + len(closer)))
-            return True
-        if rest.startswith(INVOKE_PREFIX):
-            status, end, attrs = self._header(INVOKE_PREFIX, ws)
-            if status == "need":
-                return False
-            if status == "ok":
-                self._wrap_raw.append(self.buf.take(ws))
-                self._start(attrs["name"].strip(), self.buf.take(end - ws))
-                return True
-        elif not self.buf.eof and any(m.startswith(rest) for m in (*WRAP_CLOSES, INVOKE_PREFIX)):
-            return False  # only whitespace, or the start of a marker, so far
-        self._close_wrap("")  # the whitespace and what follows are content
-        return True
-
-    def _step_invoke(self) -> bool:
-        before, marker = self.buf.scan((PARAM_PREFIX, INVOKE_CLOSE, *WRAP_CLOSES,
-                                        INVOKE_PREFIX))
-        self._call_raw.append(before)
-        self._garbage.append(before)  # whitespace too: chunking must not matter
-        if marker is None:
-            return False
-        if marker == PARAM_PREFIX:
-            status, length, attrs = self._header(PARAM_PREFIX)
-            if status == "need":
-                return False
-            if status == "no":
-                junk = self.buf.take(len(marker))
-                self._call_raw.append(junk)
-                self._garbage.append(junk)
-                return True
-            self._call_raw.append(self.buf.take(length))
-            self._open_param(attrs["name"].strip(), attrs.get("string"))
-            return True
-        if marker == INVOKE_CLOSE:
-            self.buf.take(len(marker))
-        self._end_call()  # its closer, a wrapper's closer or a new invoke ends the invoke
-        return True
-
-    def _open_param(self, key: str, typed: str | None) -> None:
+    # -- values ----------------------------------------------------------------------------
+    def _open_param(self, attrs: dict[str, str]) -> None:
         assert self._call is not None
+        typed = attrs.get("string")
         self._typed = typed.strip().lower() if typed is not None else None
-        mode = self._call.open(key, lazy=True)
+        mode = self._call.open(attrs["name"].strip(), lazy=True)
         if mode == "stream":
             if self._typed == "false":
                 self._call.demote()  # JSON under a string schema: read whole
@@ -237,36 +133,8 @@ class DsmlParser(WrappedCallParser):
         self._value = []
         self._state = PARAM
 
-    def _piece(self, text: str) -> None:
-        if not text:
-            return
-        assert self._call is not None
-        self._call_raw.append(text)
-        if self._call.mode == "stream":
-            self._call.stream(text)
-        else:
-            self._value.append(text)
-
-    def _step_param(self) -> bool:
-        before, marker = self.buf.scan((PARAM_CLOSE,))
-        self._piece(before)
-        if marker is None:
-            return False
-        rest = self.buf.text[len(marker):].lstrip()
-        if not rest:
-            if not self.buf.eof:
-                return False
-        elif not rest.startswith(_FOLLOWS):
-            if not self.buf.eof and any(f.startswith(rest) for f in _FOLLOWS):
-                return False
-            self._piece(self.buf.take(len(marker)))  # a closer inside the value: data
-            return True
-        self._call_raw.append(self.buf.take(len(marker)))
-        assert self._call is not None
-        self._call.close((self._typed, "".join(self._value)))
-        self._value = []
-        self._state = INVOKE
-        return True
+    def _param_raw(self) -> tuple[str | None, str]:
+        return self._typed, "".join(self._value)
 
 
 def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:

@@ -122,19 +122,13 @@ class DeepseekV3Parser(ToolParser):
             return True
         if state == _ARGS:
             assert self._streamer is not None
-            before, marker = buf.scan(_ENDS)
-            used = self._streamer.feed(before)
-            self._raw.append(before[:used])
-            buf.text = before[used:] + buf.text
-            if self._streamer.done:
-                self._streamer.finish()
+            outcome = self._streamer.read(buf, _ENDS, self._raw)
+            if outcome == "ok":
                 self._tail = []
                 self._state = _CLOSE
-                return True
-            if self._streamer.failed or marker is not None:
+            elif outcome == "failed":
                 self._fail()
-                return True
-            return False
+            return bool(outcome)
         if state == _CLOSE:  # optional closing fence, then the call's end
             before, marker = buf.scan(_ENDS)
             self._raw.append(before)
@@ -171,14 +165,8 @@ class DeepseekV3Parser(ToolParser):
         self._state = _SKIP
 
     def _end_block(self) -> None:
-        rawtext = "".join(self._raw)
-        junk = "".join(self._junk)
-        if self._calls == 0 and junk.strip():
-            self.warn("a tool-call block held no valid call; its text is kept as content",
-                      rawtext)
-            self.content(rawtext)
-        elif junk.strip():
-            self.warn("text inside a tool-call block that is not a call was ignored", junk)
+        self.end_block("tool-call block", self._calls, "".join(self._raw),
+                       "".join(self._junk), empty=False)
         self._raw, self._junk = [], []
         self._state = _TEXT
 

@@ -64,7 +64,6 @@ class GlmParser(WrappedCallParser):
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)
         self._named = False  # the open block's name was read (a call, or junk)
-        self._value: list[str] = []
 
     def _coerce(self, raw: Any, schema: Schema | None) -> Any:
         return coerce_text(raw, schema)
@@ -83,7 +82,7 @@ class GlmParser(WrappedCallParser):
             return self._step_name() if not self._named else self._step_junk_block()
         if self._state == INVOKE:
             return self._step_invoke()
-        return self._step_value()
+        return self._step_closer(VALUE_CLOSE, _FOLLOWS)
 
     def _step_text(self) -> bool:
         before, marker = self.buf.scan((OPEN,))
@@ -163,37 +162,6 @@ class GlmParser(WrappedCallParser):
         self._call.open(key)
         self._value = []
         self._state = PARAM
-        return True
-
-    def _piece(self, text: str) -> None:
-        if not text:
-            return
-        assert self._call is not None
-        self._call_raw.append(text)
-        if self._call.mode == "stream":
-            self._call.stream(text)
-        else:
-            self._value.append(text)
-
-    def _step_value(self) -> bool:
-        before, marker = self.buf.scan((VALUE_CLOSE,))
-        self._piece(before)
-        if marker is None:
-            return False
-        rest = self.buf.text[len(marker):].lstrip()
-        if not rest:
-            if not self.buf.eof:
-                return False
-        elif not any(rest.startswith(f) for f in _FOLLOWS):
-            if not self.buf.eof and any(f.startswith(rest) for f in _FOLLOWS):
-                return False
-            self._piece(self.buf.take(len(marker)))  # a closer inside the value: data
-            return True
-        self._call_raw.append(self.buf.take(len(marker)))
-        assert self._call is not None
-        self._call.close("".join(self._value))
-        self._value = []
-        self._state = INVOKE
         return True
 
     def _at_eof(self) -> None:

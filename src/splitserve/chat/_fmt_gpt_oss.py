@@ -203,8 +203,12 @@ class GptOssParser(ToolParser):
         return True
 
     def _not_a_header(self, why: str) -> None:
+        self._as_content(f"{why}; its text is kept as content")
+
+    def _as_content(self, message: str) -> None:
+        """What was read since the header began is content after all; ``message`` says why."""
         rawtext = "".join(self._raw)
-        self.warn(f"{why}; its text is kept as content", rawtext)
+        self.warn(message, rawtext)
         self._raw = []
         self._raw_content(rawtext)
 
@@ -241,11 +245,8 @@ class GptOssParser(ToolParser):
         if not buf.text:
             return False
         if buf.text[0] != "{":
-            rawtext = "".join(self._raw)
-            self.warn(f"a message to functions.{self._name} is not a JSON object; its text "
-                      "is kept as content", rawtext)
-            self._raw = []
-            self._raw_content(rawtext)
+            self._as_content(f"a message to functions.{self._name} is not a JSON object; its "
+                             "text is kept as content")
             return True
         self._index = self.start_call(self._name)
         self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name,
@@ -254,26 +255,16 @@ class GptOssParser(ToolParser):
         return True
 
     def _step_args(self) -> bool:
-        buf = self.buf
         assert self._streamer is not None
-        before, marker = buf.scan(_STOPS)
-        used = self._streamer.feed(before)
-        self._raw.append(before[:used])
-        buf.text = before[used:] + buf.text
-        if self._streamer.done:
-            self._streamer.finish()
+        outcome = self._streamer.read(self.buf, _STOPS, self._raw)
+        if outcome == "ok":
             self.end_call(self._index)
             self._raw, self._tail = [], []
             self._state = _AFTER
-            return True
-        if self._streamer.failed or marker is not None:
-            rawtext = "".join(self._raw)
-            self.warn(f"tool call {self._index}: its arguments are not a JSON object; "
-                      "dropped, the text is kept as content", rawtext)
-            self._raw = []
-            self._raw_content(rawtext)
-            return True
-        return False
+        elif outcome == "failed":
+            self._as_content(f"tool call {self._index}: its arguments are not a JSON object; "
+                             "dropped, the text is kept as content")
+        return bool(outcome)
 
     def _step_after(self) -> bool:  # after a call's arguments: up to the message's end
         buf = self.buf

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import re
 
-from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
 from ._reasoning import ReasoningSpec
-from ._schema import ToolSet, coerce_value, loads_json
+from ._schema import ToolSet
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _TEXT, _BODY, _JSON, _AFTER, _RAW = range(5)
@@ -68,11 +68,9 @@ class HermesParser(ToolParser):
             self._state = _RAW
             return True
         if self._state == _JSON:
-            piece = buf.take(self._reader.feed(buf.text))
-            self._raw.append(piece)
-            if not self._reader.done:
+            outcome = self._reader.read(buf, self._raw)
+            if not outcome:
                 return False
-            outcome = self._reader.close()
             if outcome == "whole":
                 self._on_json(self._reader.text)
             elif outcome == "ok":
@@ -92,16 +90,11 @@ class HermesParser(ToolParser):
         return True
 
     def _on_json(self, text: str) -> None:
-        try:
-            calls = calls_from_json(loads_json(text))
-        except ValueError:
-            calls = None
+        calls = self.json_calls(text)
         if calls is None:
             self._state = _RAW
             return
-        for name, arguments in calls:
-            self.whole_call(name, coerce_value(arguments, self.schema(name)))
-        self._block_calls += len(calls)
+        self._block_calls += calls
         self._raw = []
         self._state = _AFTER
 

@@ -124,21 +124,15 @@ class KimiK2Parser(ToolParser):
             return True
         if state == _ARGS:
             assert self._streamer is not None
-            before, marker = buf.scan(_ENDS)
-            used = self._streamer.feed(before)
-            self._raw.append(before[:used])
-            buf.text = before[used:] + buf.text
-            if self._streamer.done:
-                self._streamer.finish()
+            outcome = self._streamer.read(buf, _ENDS, self._raw)
+            if outcome == "ok":
                 self._tail = []
                 self._state = _CLOSE
-                return True
-            if self._streamer.failed or marker is not None:
+            elif outcome == "failed":
                 self.warn(f"tool call {self._index}: its arguments are not a JSON object; "
                           "dropped", "".join(self._raw))
                 self._state = _SKIP
-                return True
-            return False
+            return bool(outcome)
         if state == _CLOSE:  # after the arguments object: up to the call's end
             before, marker = buf.scan(_ENDS)
             self._raw.append(before)
@@ -170,16 +164,8 @@ class KimiK2Parser(ToolParser):
 
     def _end_section(self, quiet: bool = False) -> None:
         """The section ends; ``quiet``: its one call was dropped with a warning already."""
-        rawtext = "".join(self._raw)
-        junk = "".join(self._junk)
-        if self._calls == 0 and junk.strip():
-            self.warn("a tool-call section held no valid call; its text is kept as content",
-                      rawtext)
-            self.content(rawtext)
-        elif self._calls == 0 and not quiet:
-            self.warn("an empty tool-call section was dropped", rawtext)
-        elif junk.strip():
-            self.warn("text inside a tool-call section that is not a call was ignored", junk)
+        self.end_block("tool-call section", self._calls, "".join(self._raw),
+                       "".join(self._junk), empty=not quiet)
         self._raw, self._junk = [], []
         self._state = _TEXT
 

@@ -67,7 +67,6 @@ class KimiK3Parser(WrappedCallParser):
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)
-        self._value: list[str] = []
         self._type: str | None = None
         self._json: list[str] = []
 
@@ -173,22 +172,14 @@ class KimiK3Parser(WrappedCallParser):
 
     def _on_param(self, tok: Token) -> None:
         kind, name, _, rawtext = tok
-        call = self._call
-        assert call is not None
         if (kind, name) in _VALUE_ENDS:
-            call.close(("text", "".join(self._value), self._type))
-            self._value = []
-            self._state = INVOKE
+            self._close_param()
             if (kind, name) == ("close", "argument"):
                 self._call_raw.append(rawtext)
             else:
                 self._on_invoke(tok)
             return
-        self._call_raw.append(rawtext)
-        if call.mode == "stream":
-            call.stream(rawtext)
-        else:
-            self._value.append(rawtext)
+        self._piece(rawtext)
 
     def _on_json(self, tok: Token) -> None:
         kind, name, _, rawtext = tok
@@ -226,6 +217,9 @@ class KimiK3Parser(WrappedCallParser):
                 continue
             call.demote()
             call.close(("value", item))
+
+    def _param_raw(self) -> tuple[str, str, str | None]:
+        return "text", "".join(self._value), self._type
 
     def _coerce(self, raw: Any, schema: Schema | None) -> Any:
         """An argument's value: ("text", text, type attribute) or ("value", JSON value)."""

@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import re
 
-from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
-from ._schema import ToolSet, coerce_value, loads_json
+from ._schema import ToolSet
 
 PYTHON_TAG = "<|python_tag|>"
 _START, _JSON, _AFTER, _PASS = range(4)
@@ -152,10 +152,9 @@ class Llama3JsonParser(ToolParser):
             self._open_json(m)
             return True
         if self._state == _JSON:
-            self._raw.append(buf.take(self._reader.feed(buf.text)))
-            if not self._reader.done:
+            outcome = self._reader.read(buf, self._raw)
+            if not outcome:
                 return False
-            outcome = self._reader.close()
             if outcome == "ok":
                 self._calls += 1
                 self._raw = []
@@ -168,10 +167,7 @@ class Llama3JsonParser(ToolParser):
                 return True
             text = rawtext.strip()
             text = text.removeprefix(PYTHON_TAG)
-            try:
-                calls = calls_from_json(loads_json(text), ("parameters", "arguments"))
-            except ValueError:
-                calls = None
+            calls = self.json_calls(text, ("parameters", "arguments"))
             if calls is None:
                 if not json_prefix(text):
                     self.warn("a JSON object that is not valid JSON was kept as content",
@@ -179,9 +175,7 @@ class Llama3JsonParser(ToolParser):
                 self.content(rawtext)
                 self._state = _PASS
                 return True
-            for name, arguments in calls:
-                self.whole_call(name, coerce_value(arguments, self.schema(name)))
-            self._calls += len(calls)
+            self._calls += calls
             self._raw = []
             self._state = _AFTER
             return True

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import json
 
-from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonCallReader
 from ._reasoning import ReasoningSpec
-from ._schema import ToolSet, coerce_value, loads_json
+from ._schema import ToolSet
 
 OPEN, CLOSE = "<tool_calls>", "</tool_calls>"
 _TEXT, _BLOCK, _JSON, _JUNK = range(4)
@@ -47,7 +47,6 @@ class MinimaxM1Parser(ToolParser):
         self._junk: list[str] = []
         self._calls = 0
         self._reader = JsonCallReader(self)
-        self._item: list[str] = []
 
     def _step(self) -> bool:
         buf = self.buf
@@ -65,7 +64,6 @@ class MinimaxM1Parser(ToolParser):
                 return False
             if buf.text[0] in "{[":
                 self._reader = JsonCallReader(self)
-                self._item = []
                 self._state = _JSON
                 return True
             if buf.text.startswith(CLOSE):
@@ -77,18 +75,19 @@ class MinimaxM1Parser(ToolParser):
             self._state = _JUNK
             return True
         if self._state == _JSON:
-            piece = buf.take(self._reader.feed(buf.text))
-            self._raw.append(piece)
-            self._item.append(piece)
-            if not self._reader.done:
+            outcome = self._reader.read(buf, self._raw)
+            if not outcome:
                 return False
-            outcome = self._reader.close()
             if outcome == "whole":
-                self._on_json(self._reader.text)
+                calls = self.json_calls(self._reader.text)
+                if calls is None:
+                    self._junk.append(self._reader.text)
+                else:
+                    self._calls += calls
             elif outcome == "ok":
                 self._calls += 1
             else:  # the reader warned; the text is content only if the block holds no call
-                self._junk.append("".join(self._item))
+                self._junk.append(self._reader.text)
             self._state = _BLOCK
             return True
         # _JUNK: text that is not a call, up to the end of its line (or the closer)
@@ -102,37 +101,16 @@ class MinimaxM1Parser(ToolParser):
         self._state = _BLOCK
         return True
 
-    def _on_json(self, text: str) -> None:
-        try:
-            calls = calls_from_json(loads_json(text))
-        except ValueError:
-            calls = None
-        if calls is None:
-            self._junk.append(text)
-            return
-        for name, arguments in calls:
-            self.whole_call(name, coerce_value(arguments, self.schema(name)))
-        self._calls += len(calls)
-
     def _end_block(self) -> None:
-        rawtext = "".join(self._raw)
-        junk = "".join(self._junk)
-        if self._calls == 0:
-            if junk.strip():
-                self.warn("a <tool_calls> block held no valid call; its text is kept as "
-                          "content", rawtext)
-                self.content(rawtext)
-            else:
-                self.warn("an empty <tool_calls> block was dropped", rawtext)
-        elif junk.strip():
-            self.warn("text inside a <tool_calls> block that is not a call was ignored", junk)
+        self.end_block("<tool_calls> block", self._calls, "".join(self._raw),
+                       "".join(self._junk))
         self._raw, self._junk = [], []
         self._state = _TEXT
 
     def _at_eof(self) -> None:
         if self._state == _JSON:
             self.warn("a tool call was cut off by the end of the output; dropped "
-                      "(earlier calls kept)", "".join(self._item))
+                      "(earlier calls kept)", self._reader.text)
             self._state = _BLOCK
         if self._state in (_BLOCK, _JUNK):
             self._end_block()

@@ -31,11 +31,11 @@ import secrets
 import string
 
 from ._args import ArgsWriter
-from ._format import IdFactory, ToolCallFormat, ToolParser, calls_from_json
+from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._json_args import JsonArgsStreamer, JsonCallReader, json_coerce
 from ._reasoning import ReasoningSpec
-from ._schema import ToolSet, coerce_value, loads_json
+from ._schema import ToolSet
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -202,21 +202,13 @@ class MistralParser(ToolParser):
             self._not_a_call("a tool-call list holds something that is not a call")
             return True
         # _OBJ: one call object
-        piece = buf.take(self._reader.feed(buf.text))
-        self._raw.append(piece)
-        if not self._reader.done:
+        outcome = self._reader.read(buf, self._raw)
+        if not outcome:
             return False
-        outcome = self._reader.close()
         if outcome == "whole":
-            try:
-                calls = calls_from_json(loads_json(self._reader.text))
-            except ValueError:
-                calls = None
-            if calls is None:
+            if self.json_calls(self._reader.text) is None:
                 self._not_a_call("a [TOOL_CALLS] value is not a call")
                 return True
-            for name, arguments in calls:
-                self.whole_call(name, coerce_value(arguments, self.schema(name)))
         elif outcome == "failed":  # the reader warned
             self.content("".join(self._raw))
             self._raw = []

@@ -38,7 +38,7 @@ from ._events import (
 )
 from ._reasoning import ReasoningSpec, ReasoningSplitter
 from ._scan import TextBuffer
-from ._schema import Schema, ToolSet, loads_json, misfits
+from ._schema import Schema, ToolSet, coerce_value, loads_json, misfits
 
 if TYPE_CHECKING:
     from ._grammar import CallGrammar
@@ -130,6 +130,20 @@ class ToolParser:
         self.warn(f"tool call {index} was cut off by the end of the output; dropped "
                   "(earlier calls kept)", raw)
 
+    def end_block(self, what: str, calls: int, raw: str, junk: str, empty: bool = True) -> None:
+        """A block of calls ends (``what`` names it in the warnings; ``junk`` is its text that
+        is not a call): with no call its ``raw`` text is content, with a warning, or dropped
+        where the junk is blank (with a warning where ``empty``); beside calls the junk is
+        ignored, with a warning."""
+        if calls == 0 and junk.strip():
+            self.warn(f"a {what} held no valid call; its text is kept as content", raw)
+            self.content(raw)
+        elif calls == 0:
+            if empty:
+                self.warn(f"an empty {what} was dropped", raw)
+        elif junk.strip():
+            self.warn(f"text inside a {what} that is not a call was ignored", junk)
+
     def whole_call(self, name: str, arguments: dict[str, Any]) -> None:
         """Emit a complete call at once (formats whose arguments arrive as one JSON value)."""
         index = self.start_call(name)
@@ -137,6 +151,21 @@ class ToolParser:
             self.warn(f"tool call {index}: argument {problem}; kept as written")
         self.args(index, json.dumps(arguments, ensure_ascii=False))
         self.end_call(index)
+
+    def json_calls(self, text: str, args_keys: tuple[str, ...] = ("arguments", "parameters")
+                   ) -> int | None:
+        """Emit the calls of a JSON value read whole (one call object or a list, see
+        :func:`calls_from_json`), each coerced by its schema; how many, or None (and nothing
+        emitted) when the text is not JSON or not calls."""
+        try:
+            calls = calls_from_json(loads_json(text), args_keys)
+        except ValueError:
+            return None
+        if calls is None:
+            return None
+        for name, arguments in calls:
+            self.whole_call(name, coerce_value(arguments, self.schema(name)))
+        return len(calls)
 
     def schema(self, name: str) -> Schema | None:
         return self.tools.parameters(name)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ._args import ArgsWriter
-from ._scan import JsonScanner
+from ._scan import JsonScanner, TextBuffer
 from ._schema import Schema, coerce_value, loads_json
 
 # The opening of a call object up to its arguments object, within its first 512 characters.
@@ -207,6 +208,22 @@ class JsonArgsStreamer:
         """The object is complete: write held values and the closing brace."""
         self.w.finish()
 
+    def read(self, buf: TextBuffer, ends: Sequence[str], raw: list[str]) -> str:
+        """Feed ``buf`` up to the earliest of ``ends`` (markers that never occur inside the
+        object); the text used goes to ``raw``, the rest stays unread. Returns "ok" when the
+        object is complete (then finished), "failed" when it is not a JSON object (or a
+        marker came first), "" when more text is needed."""
+        before, marker = buf.scan(ends)
+        used = self.feed(before)
+        raw.append(before[:used])
+        buf.text = before[used:] + buf.text
+        if self.state == _DONE:
+            self.finish()
+            return "ok"
+        if self.state == _FAILED or marker is not None:
+            return "failed"
+        return ""
+
 
 class JsonCallReader:
     """One call object (``{"name", "arguments"}``), read incrementally.
@@ -253,6 +270,12 @@ class JsonCallReader:
             elif len(acc) >= PREFIX_LIMIT or self.scanner.done:
                 self._undecided = False
         return n
+
+    def read(self, buf: TextBuffer, raw: list[str]) -> str:
+        """Feed ``buf`` up to the end of the object, the text used also to ``raw``; then
+        :meth:`close`'s outcome, "" while the object is incomplete."""
+        raw.append(buf.take(self.feed(buf.text)))
+        return self.close() if self.scanner.done else ""
 
     def close(self) -> str:
         """At the end of the object: "whole" (parse :attr:`text`), "ok" or "failed"."""

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 _IN_STRING = re.compile(r'["\\\\]')
 _OUTSIDE = re.compile(r'["{}\[\]]')
+_QUOTE_OR_GT = re.compile(r"[\"'>]")
 
 
 def hold_len(buf: str, markers: Sequence[str]) -> int:
@@ -38,6 +39,21 @@ def find_first(buf: str, markers: Sequence[str], start: int = 0) -> tuple[int, s
         if i >= 0 and (best < 0 or i < best or (i == best and len(marker) > len(found or ""))):
             best, found = i, marker
     return best, found
+
+
+def quoted_end(text: str, start: int, limit: int) -> int:
+    """Index of the first ``>`` outside quotes in ``text[start:limit]``; -1 if none yet."""
+    quote = ""
+    for m in _QUOTE_OR_GT.finditer(text, start, limit):
+        ch = m.group()
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch == ">":
+            return m.start()
+        else:
+            quote = ch
+    return -1
 
 
 class TextBuffer:

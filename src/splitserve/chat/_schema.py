@@ -132,6 +132,22 @@ def allowed_types(schema: Schema | None) -> set[str] | None:
     return types
 
 
+def declared_names(schema: Schema | None) -> frozenset[str] | None:
+    """The parameter names a tool's schema declares; None where it does not enumerate them
+    (no schema, no properties, or typed or allowed additional properties)."""
+    if schema is None:
+        return None
+    names: set[str] = set()
+    for node in _alternatives(schema):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            names.update(k for k in props if isinstance(k, str))
+        extra = node.get("additionalProperties")
+        if extra is True or isinstance(extra, dict):
+            return None
+    return frozenset(names) or None
+
+
 def json_type(value: Any) -> str:
     """The JSON Schema type name of a decoded JSON value (booleans are not integers)."""
     if value is None:

@@ -39,23 +39,25 @@ Every rule looks only at the text up to a bounded distance past the marker (a he
 whitespace and the next marker), so streamed output parses as the whole output does.
 
 :class:`WrappedCallParser` is the part every XML format shares (``minimax-m3`` too): the
-wrapper and invoke bookkeeping, one call per invoke, and what the end of output resolves.
+wrapper and invoke bookkeeping, one call per invoke, and what the end of output resolves;
+:class:`TaggedCallParser` adds the steps of the formats whose tags are told by their
+prefixes (these dialects, DSML).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._args import ArgsWriter
 from ._format import IdFactory, ToolParser
-from ._schema import Schema, ToolSet, _alternatives, coerce_text
+from ._scan import quoted_end
+from ._schema import Schema, ToolSet, coerce_text, declared_names
 
 # the states of an XML tool-call parser: in content, in a wrapper, in an invoke, in a value
 TEXT, WRAP, INVOKE, PARAM = range(4)
 _HEADER_LIMIT = 512
-_QUOTE_OR_GT = re.compile(r"[\"'>]")
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class WrappedCallParser(ToolParser):
         self._garbage: list[str] = []
         self._call: ArgsWriter | None = None
         self._call_raw: list[str] = []
+        self._value: list[str] = []  # the open parameter's text, where it does not stream
 
     def _coerce(self, raw: Any, schema: Schema | None) -> Any:
         raise NotImplementedError
@@ -139,6 +142,48 @@ class WrappedCallParser(ToolParser):
         self._call_raw = []
         self._state = WRAP
 
+    def _piece(self, text: str) -> None:
+        """More of the open parameter's value: streamed, or kept until it closes."""
+        if not text:
+            return
+        assert self._call is not None
+        self._call_raw.append(text)
+        if self._call.mode == "stream":
+            self._call.stream(text)
+        else:
+            self._value.append(text)
+
+    def _step_closer(self, closer: str, follows: tuple[str, ...]) -> bool:
+        """A value up to its ``closer``, which ends it only when what follows (after
+        whitespace) starts with one of ``follows`` or is the end of output; else it is data."""
+        before, marker = self.buf.scan((closer,))
+        self._piece(before)
+        if marker is None:
+            return False
+        rest = self.buf.text[len(marker):].lstrip()
+        if not rest:
+            if not self.buf.eof:
+                return False
+        elif not rest.startswith(follows):
+            if not self.buf.eof and any(f.startswith(rest) for f in follows):
+                return False
+            self._piece(self.buf.take(len(marker)))  # a closer inside the value: data
+            return True
+        self._call_raw.append(self.buf.take(len(marker)))
+        self._close_param()
+        return True
+
+    def _param_raw(self) -> Any:
+        """The open parameter's raw value, as :meth:`_coerce` reads it."""
+        return "".join(self._value)
+
+    def _close_param(self) -> None:
+        """The open parameter's value is complete (back in the invoke)."""
+        assert self._call is not None
+        self._call.close(self._param_raw())
+        self._value = []
+        self._state = INVOKE
+
     def _at_eof(self) -> None:
         if self._state in (INVOKE, PARAM) and self._call is not None:
             self.drop_call(self._call.index, "".join(self._call_raw))
@@ -153,49 +198,167 @@ class WrappedCallParser(ToolParser):
             self._state = TEXT
 
 
-def _quoted_end(text: str, start: int, limit: int) -> int:
-    """Index of the first ``>`` outside quotes in ``text[start:limit]``; -1 if none yet."""
-    quote = ""
-    for m in _QUOTE_OR_GT.finditer(text, start, limit):
-        ch = m.group()
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch == ">":
-            return m.start()
-        else:
-            quote = ch
-    return -1
+class Tags(NamedTuple):
+    """The tags of a :class:`TaggedCallParser` and the marker sets its steps scan for."""
+
+    wrap_closes: tuple[str, ...]
+    invoke_prefix: str
+    invoke_close: str
+    param_prefix: str
+    param_close: str
+    text_marks: tuple[str, ...]  # what opens a block in content
+    wrap_marks: tuple[str, ...]  # what ends a wrapper's text
+    follows: tuple[str, ...]  # what ends an invoke's text, and may follow a parameter's closer
+
+    @classmethod
+    def of(cls, wrap_opens: tuple[str, ...], wrap_closes: tuple[str, ...], invoke_prefix: str,
+           invoke_close: str, param_prefix: str, param_close: str) -> Tags:
+        return cls(wrap_closes, invoke_prefix, invoke_close, param_prefix, param_close,
+                   (*wrap_opens, invoke_prefix), (invoke_prefix, *wrap_closes),
+                   (param_prefix, invoke_close, *wrap_closes, invoke_prefix))
 
 
-def declared_names(schema: Schema | None) -> frozenset[str] | None:
-    """The parameter names a tool's schema declares; None where it does not enumerate them
-    (no schema, no properties, or typed or allowed additional properties)."""
-    if schema is None:
-        return None
-    names: set[str] = set()
-    for node in _alternatives(schema):
-        props = node.get("properties")
-        if isinstance(props, dict):
-            names.update(k for k in props if isinstance(k, str))
-        extra = node.get("additionalProperties")
-        if extra is True or isinstance(extra, dict):
-            return None
-    return frozenset(names) or None
+class TaggedCallParser(WrappedCallParser):
+    """Wrapper, invoke and parameter tags told by their prefixes: the steps the flat XML
+    dialects and DSML share (the module rules on wrappers, invokes and closers).
+
+    A subclass gives its :class:`Tags` (several wrappers may be accepted: DSML's), reads an
+    invoke's header (:meth:`_invoke_header`) and a parameter's (:meth:`_param_header`), and
+    opens the parameter (:meth:`_open_param`).
+    """
+
+    def __init__(self, tools: ToolSet, id_factory: IdFactory, tags: Tags) -> None:
+        super().__init__(tools, id_factory)
+        # one attribute, not eight: past about 30 attributes CPython reads an instance's
+        # attributes more slowly (its shared-key limit), and FlatXmlParser holds many
+        self._tags = tags
+
+    def _invoke_header(self, start: int) -> tuple[str, int, str]:
+        """The invoke header at ``start`` in the buffer: ("need"|"no"|"ok", length, name)."""
+        raise NotImplementedError
+
+    def _param_header(self) -> tuple[str, int, Any]:
+        """The parameter header at the buffer's start: ("need"|"no"|"ok", length, what
+        :meth:`_open_param` is given)."""
+        raise NotImplementedError
+
+    def _open_param(self, head: Any) -> None:
+        raise NotImplementedError
+
+    def _step(self) -> bool:
+        if self._state == TEXT:
+            return self._step_text()
+        if self._state == WRAP:
+            return self._step_implied() if self._implicit else self._step_wrap()
+        if self._state == INVOKE:
+            return self._step_invoke()
+        return self._step_param()
+
+    def _step_param(self) -> bool:
+        return self._step_closer(self._tags.param_close, self._tags.follows)
+
+    def _step_text(self) -> bool:
+        before, marker = self.buf.scan(self._tags.text_marks)
+        self.content(before)
+        if marker is None:
+            return False
+        if marker != self._tags.invoke_prefix:
+            self.buf.take(len(marker))
+            self._open_wrap(marker, implicit=False)
+            return True
+        status, length, name = self._invoke_header(0)
+        if status == "need":
+            return False
+        if status == "no":
+            self.content(self.buf.take(len(marker)))
+            return True
+        self._open_wrap("", implicit=True)
+        self._start(name, self.buf.take(length))
+        return True
+
+    def _step_wrap(self) -> bool:
+        t = self._tags
+        before, marker = self.buf.scan(t.wrap_marks)
+        self._wrap_raw.append(before)
+        self._garbage.append(before)
+        if marker is None:
+            return False
+        if marker != t.invoke_prefix:
+            self.buf.take(len(marker))
+            self._close_wrap(marker)
+            return True
+        status, length, name = self._invoke_header(0)
+        if status == "need":
+            return False
+        if status == "no":
+            junk = self.buf.take(len(marker))
+            self._wrap_raw.append(junk)
+            self._garbage.append(junk)
+            return True
+        self._start(name, self.buf.take(length))
+        return True
+
+    def _step_implied(self) -> bool:
+        """After a call of an implied wrapper: whitespace, then another invoke or a
+        wrapper's closer continue the block; anything else ends it (and is content)."""
+        t = self._tags
+        text = self.buf.text
+        rest = text.lstrip()
+        ws = len(text) - len(rest)
+        closer = next((c for c in t.wrap_closes if rest.startswith(c)), None)
+        if closer is not None:
+            self._close_wrap(self.buf.take(ws + len(closer)))
+            return True
+        if rest.startswith(t.invoke_prefix):
+            status, length, name = self._invoke_header(ws)
+            if status == "need":
+                return False
+            if status == "ok":
+                self._wrap_raw.append(self.buf.take(ws))
+                self._start(name, self.buf.take(length))
+                return True
+        elif not self.buf.eof and any(m.startswith(rest) for m in t.wrap_marks):
+            return False  # only whitespace, or the start of a marker, so far
+        self._close_wrap("")  # the whitespace and what follows are content
+        return True
+
+    def _step_invoke(self) -> bool:
+        t = self._tags
+        before, marker = self.buf.scan(t.follows)
+        self._call_raw.append(before)
+        self._garbage.append(before)  # whitespace too: chunking must not matter
+        if marker is None:
+            return False
+        if marker == t.param_prefix:
+            status, length, head = self._param_header()
+            if status == "need":
+                return False
+            if status == "no":
+                junk = self.buf.take(len(marker))
+                self._call_raw.append(junk)
+                self._garbage.append(junk)
+                return True
+            self._call_raw.append(self.buf.take(length))
+            self._open_param(head)
+            return True
+        if marker == t.invoke_close:
+            self.buf.take(len(marker))
+        self._end_call()  # its closer, a wrapper's closer or a new invoke ends the invoke
+        return True
 
 
-class FlatXmlParser(WrappedCallParser):
+class FlatXmlParser(TaggedCallParser):
     """The incremental parser for one :class:`Dialect`."""
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory, dialect: Dialect) -> None:
-        super().__init__(tools, id_factory)
+        d = dialect
+        super().__init__(tools, id_factory, Tags.of((d.wrap_open,), (d.wrap_close,),
+                                                    d.invoke_prefix, d.invoke_close,
+                                                    d.param_prefix, d.param_close))
         self.d = dialect
         self.bool_words = dialect.bool_words
-        self._value: list[str] = []
         self._value_started = False
         self._trail_nl = False
-        d = dialect
-        self._follows = (d.param_prefix, d.invoke_close, d.wrap_close, d.invoke_prefix)
         self._value_markers = ((d.param_close, d.param_prefix, d.invoke_close, d.wrap_close,
                                 d.invoke_prefix, d.wrap_open) if d.lenient_values
                                else (d.param_close,))
@@ -221,7 +384,7 @@ class FlatXmlParser(WrappedCallParser):
             return "no", 0, ""
         m = pattern.fullmatch(text, start, end + 1)
         if m is None and self.d.quoted_attrs:  # a ">" inside a quoted attribute value
-            end = _quoted_end(text, start, limit)
+            end = quoted_end(text, start, limit)
             if end < 0:
                 if not self.buf.eof and len(text) < limit:
                     return "need", 0, ""
@@ -234,6 +397,12 @@ class FlatXmlParser(WrappedCallParser):
             return "no", 0, ""
         return "ok", end + 1 - start, name
 
+    def _invoke_header(self, start: int) -> tuple[str, int, str]:
+        return self._header(self.d.invoke_header, start)
+
+    def _param_header(self) -> tuple[str, int, str]:
+        return self._header(self.d.param_header)
+
     def _coerce(self, raw: Any, schema: Schema | None) -> Any:
         return coerce_text(raw, schema, self.bool_words)
 
@@ -245,108 +414,7 @@ class FlatXmlParser(WrappedCallParser):
             self._names = declared_names(self.schema(self._call.name))
         return self._names
 
-    # -- the state machine -------------------------------------------------------------
-    def _step(self) -> bool:
-        if self._state == TEXT:
-            return self._step_text()
-        if self._state == WRAP:
-            return self._step_implied() if self._implicit else self._step_wrap()
-        if self._state == INVOKE:
-            return self._step_invoke()
-        if self.d.lenient_values:
-            return self._step_value()
-        return self._step_param()
-
-    def _step_text(self) -> bool:
-        d = self.d
-        before, marker = self.buf.scan((d.wrap_open, d.invoke_prefix))
-        self.content(before)
-        if marker is None:
-            return False
-        if marker == d.wrap_open:
-            self.buf.take(len(marker))
-            self._open_wrap(marker, implicit=False)
-            return True
-        status, length, name = self._header(d.invoke_header)
-        if status == "need":
-            return False
-        if status == "no":
-            self.content(self.buf.take(len(marker)))
-            return True
-        self._open_wrap("", implicit=True)
-        self._start(name, self.buf.take(length))
-        return True
-
-    def _step_wrap(self) -> bool:
-        d = self.d
-        before, marker = self.buf.scan((d.invoke_prefix, d.wrap_close))
-        self._wrap_raw.append(before)
-        self._garbage.append(before)
-        if marker is None:
-            return False
-        if marker == d.wrap_close:
-            self.buf.take(len(marker))
-            self._close_wrap(marker)
-            return True
-        status, length, name = self._header(d.invoke_header)
-        if status == "need":
-            return False
-        if status == "no":
-            junk = self.buf.take(len(marker))
-            self._wrap_raw.append(junk)
-            self._garbage.append(junk)
-            return True
-        self._start(name, self.buf.take(length))
-        return True
-
-    def _step_implied(self) -> bool:
-        """After a call of an implied wrapper: whitespace, then another invoke or the
-        wrapper's closer continue the block; anything else ends it (and is content)."""
-        d = self.d
-        text = self.buf.text
-        rest = text.lstrip()
-        ws = len(text) - len(rest)
-        if rest.startswith(d.wrap_close):
-            self._close_wrap(self.buf.take(ws + len(d.wrap_close)))
-            return True
-        if rest.startswith(d.invoke_prefix):
-            status, length, name = self._header(d.invoke_header, ws)
-            if status == "need":
-                return False
-            if status == "ok":
-                self._wrap_raw.append(self.buf.take(ws))
-                self._start(name, self.buf.take(length))
-                return True
-        elif not self.buf.eof and (d.wrap_close.startswith(rest) or
-                                   d.invoke_prefix.startswith(rest)):
-            return False  # only whitespace, or the start of a marker, so far
-        self._close_wrap("")  # the whitespace and what follows are content
-        return True
-
-    def _step_invoke(self) -> bool:
-        d = self.d
-        before, marker = self.buf.scan(self._follows)
-        self._call_raw.append(before)
-        self._garbage.append(before)  # whitespace too: chunking must not matter
-        if marker is None:
-            return False
-        if marker == d.param_prefix:
-            status, length, key = self._header(d.param_header)
-            if status == "need":
-                return False
-            if status == "no":
-                junk = self.buf.take(len(marker))
-                self._call_raw.append(junk)
-                self._garbage.append(junk)
-                return True
-            self._call_raw.append(self.buf.take(length))
-            self._open_param(key)
-            return True
-        if marker == d.invoke_close:
-            self.buf.take(len(marker))
-        self._end_call()  # its closer, the wrapper's closer or a new invoke ends the invoke
-        return True
-
+    # -- values ------------------------------------------------------------------------
     def _open_param(self, key: str) -> None:
         assert self._call is not None
         self._call.open(key)
@@ -377,24 +445,9 @@ class FlatXmlParser(WrappedCallParser):
         self._call.stream(text)
 
     def _step_param(self) -> bool:
-        d = self.d
-        before, marker = self.buf.scan((d.param_close,))
-        self._piece(before)
-        if marker is None:
-            return False
-        rest = self.buf.text[len(marker):].lstrip()
-        follows = self._follows
-        if not rest:
-            if not self.buf.eof:
-                return False
-        elif not any(rest.startswith(f) for f in follows):
-            if not self.buf.eof and any(f.startswith(rest) for f in follows):
-                return False
-            self._piece(self.buf.take(len(marker)))  # a closer inside the value: data
-            return True
-        self._call_raw.append(self.buf.take(len(marker)))
-        self._close_param()
-        return True
+        if self.d.lenient_values:
+            return self._step_value()
+        return self._step_closer(self._tags.param_close, self._tags.follows)
 
     # -- values, read leniently (Dialect.lenient_values) -----------------------------
     def _scan_value(self) -> tuple[str, str | None]:
@@ -517,7 +570,7 @@ class FlatXmlParser(WrappedCallParser):
             return status == "ok" and name in names
         if rest.startswith((d.invoke_close, d.wrap_close, d.invoke_prefix)):
             return True
-        if not self.buf.eof and any(f.startswith(rest) for f in self._follows):
+        if not self.buf.eof and any(f.startswith(rest) for f in self._tags.follows):
             return None
         return False
 
@@ -533,11 +586,8 @@ class FlatXmlParser(WrappedCallParser):
             return None
         return False
 
-    def _close_param(self) -> None:
-        assert self._call is not None
+    def _param_raw(self) -> str:
         value = "".join(self._value)
         if self.d.strip_newlines and value.endswith("\n"):
             value = value[:-1]
-        self._call.close(value)
-        self._value = []
-        self._state = INVOKE
+        return value
