@@ -34,8 +34,17 @@ def make_console(stderr: bool = False) -> Console:
 err_console = make_console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"splitserve {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     # Keeps Typer in group mode when the lazy registry imports a module with a single
     # command (otherwise `splitserve fetch REPO` would parse REPO as a stray argument).
     pass
@@ -64,6 +73,7 @@ COMMAND_MODULES: dict[str, str] = {
     "keys": "_gateway",
     "doctor": "_gateway",
     "eval": "_eval",
+    "tune": "_tune",
 }
 
 
@@ -88,7 +98,8 @@ def _one_line_usage_errors() -> None:
             shown(self, file)  # type: ignore[arg-type]
             return
         where = self.ctx.command_path if self.ctx is not None else "splitserve"
-        err_console.print(f"splitserve: error: {where}: {self.format_message()} (see `{where} --help`)",
+        at = "" if where == "splitserve" else f"{where}: "  # the prefix already names it
+        err_console.print(f"splitserve: error: {at}{self.format_message()} (see `{where} --help`)",
                           markup=False)
 
     UsageError.show = show  # type: ignore[method-assign]
