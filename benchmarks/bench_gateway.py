@@ -170,16 +170,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--ttft-pairs", type=int, default=40)
+    ap.add_argument("--fake-rate", type=float,
+                    help="use benchmarks/fake_sse_engine.py at this many tokens/s per request "
+                         "instead of llama-server (the gateway's own cost, isolated)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/gateway.json")
     args = ap.parse_args()
 
-    if args.server:
+    if args.fake_rate:
+        server = model_path = Path(__file__).with_name("fake_sse_engine.py")
+    elif args.server:
         server = Path(args.server)
     else:
         from splitserve.engine import BuildOptions, build_engine
 
         server = Path(build_engine(BuildOptions(backend="cpu"))[0].server)
-    if args.model:
+    if args.fake_rate:
+        pass
+    elif args.model:
         model_path = Path(args.model)
     else:
         from splitserve._assets import smollm2_path
@@ -188,9 +195,12 @@ def main() -> None:
     eport, gport = free_port(), free_port()
     direct, gateway = f"http://127.0.0.1:{eport}", f"http://127.0.0.1:{gport}"
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    procs = [spawn([str(server), "-m", str(model_path), "--host", "127.0.0.1",
+    engine_argv = ([sys.executable, str(server), "--port", str(eport), "--rate", str(args.fake_rate)]
+                   if args.fake_rate else
+                   [str(server), "-m", str(model_path), "--host", "127.0.0.1",
                     "--port", str(eport), "-c", str(args.ctx), "-t", str(args.threads),
-                    "--parallel", str(args.parallel), *args.server_arg], "llama-server", env=env)]
+                    "--parallel", str(args.parallel), *args.server_arg])
+    procs = [spawn(engine_argv, "llama-server", env=env)]
     try:
         wait_ready(direct, procs[0])
         procs.append(spawn(

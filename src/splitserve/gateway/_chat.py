@@ -94,7 +94,12 @@ def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
 async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Timing
                  ) -> AsyncIterator[list[Delta]]:
     """Engine events -> lists of deltas; the final event lands in ``outcome``."""
+    # The stream is read to its end, past the ``stop`` event (llama-server ends the body right
+    # after it): a response closed unread closes its connection, and the next request would
+    # pay for a new one (a name lookup in a worker thread and a TCP handshake).
     async for data in sse_events(resp):
+        if outcome.final:
+            continue
         text = data.get("content")
         if text:
             if not timing.first_engine_token:
@@ -104,7 +109,6 @@ async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Tim
                 yield deltas
         if data.get("stop"):
             outcome.final = data
-            break
     deltas = turn.finish()
     if deltas:
         yield deltas

@@ -120,24 +120,55 @@ class Upstream:
 
 
 async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of an engine's server-sent events; an ``error`` event raises."""
+    """The JSON objects of an engine's server-sent events; an ``error`` event raises.
+
+    Read from the body's bytes and split on line ends here, one JSON parse per ``data:`` line:
+    this runs once per generated token, and httpx's own line iterator adds two generator
+    layers and a text decode to each (llama-server's events are UTF-8 JSON on one line)."""
+    pending = b""
     try:
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: "):
+        async for chunk in resp.aiter_bytes():
+            pending += chunk
+            if b"\n" not in chunk:
                 continue
-            payload = line[6:]
-            if payload == "[DONE]":
-                return
-            data = json.loads(payload)
-            if "error" in data and "content" not in data:
-                err = data["error"]
-                raise APIError(502, f"the engine failed mid-stream: "
-                               f"{err.get('message', err) if isinstance(err, dict) else err}",
-                               type_="server_error")
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                data = _event(line)
+                if data is _DONE:
+                    return
+                if data is not None:
+                    yield data
+        data = _event(pending)
+        if data is not None and data is not _DONE:
             yield data
     except httpx.HTTPError as exc:
         raise APIError(502, f"the engine connection broke mid-stream: {type(exc).__name__}",
                        type_="server_error") from None
+
+
+_DONE: dict[str, Any] = {}
+
+
+def _event(line: bytes) -> dict[str, Any] | None:
+    """One SSE line -> its JSON object, :data:`_DONE` for ``[DONE]``, None for anything else."""
+    if not line.startswith(b"data: "):
+        return None
+    payload = line[6:].rstrip(b"\r")
+    if payload == b"[DONE]":
+        return _DONE
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        raise APIError(502, f"the engine sent an event that is not JSON: {payload[:120]!r}",
+                       type_="server_error") from None
+    if not isinstance(data, dict):
+        return None
+    if "error" in data and "content" not in data:
+        err = data["error"]
+        raise APIError(502, f"the engine failed mid-stream: "
+                       f"{err.get('message', err) if isinstance(err, dict) else err}",
+                       type_="server_error")
+    return data
 
 
 __all__ = ["Upstream", "error_from_status", "sse_events"]
