@@ -11,8 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._describe import build_text, engine_version, machine_text, model_text
 from ._records import BenchRun
 from ._tables import (
+    TTFT_AT,
     agent_turn_rows,
     context_rows,
     engine_rows,
@@ -66,16 +68,17 @@ def _header(run: BenchRun) -> str:
         f"- started {run.created_at}, finished {run.finished_at or '–'}",
         f"- target: {run.target.get('url', '–')}"
         + (f", model `{run.target.get('model')}`" if run.target.get("model") else ""),
+        f"- model: {model_text(run)}; machine: {machine_text(run)}",
     ]
     if s:
         lines.append(f"- server: n_ctx {s.get('n_ctx', '–')}, slots {s.get('total_slots', '–')}, "
-                     f"build {s.get('build_info', '–')}")
+                     f"build {build_text(s.get('build_info')) or 'not reported'}")
     if run.target.get("rpc"):
         lines.append(f"- RPC workers: {', '.join(run.target['rpc'])}")
     if e:
-        lines.append(f"- engine: {e.get('key', e.get('build_info', '–'))}"
+        lines.append(f"- engine: {e.get('key', 'not recorded')}"
                      + (f", backend {e['backend']}" if e.get("backend") else "")
-                     + (f", version {e['version']}" if e.get("version") else ""))
+                     + f", version {engine_version(run)}")
     lines.append(f"- machine (client): {m.get('label') or m.get('hostname', '?')}, {m.get('cpu', '?')}, "
                  f"{m.get('cpu_cores', '?')} cores, {m.get('memory_gib', '?')} GiB, GPUs: {gpus}")
     if run.calibration:
@@ -247,7 +250,6 @@ HEADLINE_LABELS = {
     "prefill_tps_server": "prefill t/s (server, lowest concurrency)",
     "decode_tps_server": "decode t/s (server, lowest concurrency)",
     "decode_tps_client": "decode t/s (client, lowest concurrency)",
-    "ttf_token_ms_p50": "time to first token ms (p50)",
     "max_throughput_tps": "best aggregate throughput t/s",
     "prefill_tps_server_longest": "prefill t/s at the longest length (server)",
     "retrieval_found_fraction": "needles found (fraction of graded cells)",
@@ -261,6 +263,24 @@ HEADLINE_LABELS = {
 }
 
 
+def headline_label(key: str) -> str:
+    """The words for a headline key; the time to first token names its prompt size."""
+    if key.startswith(TTFT_AT):
+        return f"time to first token ms (p50, {key.removeprefix(TTFT_AT)}-token prompt, lowest concurrency)"
+    return HEADLINE_LABELS.get(key, key)
+
+
+def headline_value(key: str, value: float | None) -> str:
+    if value is not None and key.endswith(("_acceptance", "_agreement", "_fraction", "_turn2plus")):
+        return pct(value)
+    return fmt(value, 2 if value is not None and value < 10 else 1)
+
+
+def headline_items(run: BenchRun) -> list[tuple[str, str]]:
+    """(label, value) of the run's headline figures it measured, in the headline's order."""
+    return [(headline_label(k), headline_value(k, v)) for k, v in headline(run).items() if v is not None]
+
+
 def run_section(run: BenchRun, decode_bound: float | None = None) -> str:
     if decode_bound is None:
         planned = (run.target.get("cluster") or {}).get("decode_tps_upper_bound")
@@ -271,11 +291,8 @@ def run_section(run: BenchRun, decode_bound: float | None = None) -> str:
         "sweep": lambda: sweep_section(run),
         "engine": lambda: engine_section(run),
     }[run.kind]()
-    heads = {k: v for k, v in headline(run).items() if v is not None}
-    top = ""
-    if heads:
-        top = "Headline: " + "; ".join(f"{HEADLINE_LABELS.get(k, k)} **{fmt(v, 2 if v < 10 else 1)}**"
-                                       for k, v in heads.items()) + "\n\n"
+    heads = headline_items(run)
+    top = "Headline: " + "; ".join(f"{k} **{v}**" for k, v in heads) + "\n\n" if heads else ""
     return f"## {run.kind}: {run.name}\n\n{_header(run)}\n\n{top}{body}\n"
 
 
@@ -306,10 +323,10 @@ def _compare(runs: Sequence[BenchRun], title: str, keyed: Callable[[BenchRun], d
 def comparison_section(runs: Sequence[BenchRun]) -> str:
     out = ["## Comparison\n"]
     heads = [headline(r) for r in runs]
-    names = sorted({k for h in heads for k in h})
+    names = list(dict.fromkeys(k for h in heads for k in h))
     out.append(table(["headline"] + [r.name for r in runs] + [f"{r.name} / {runs[0].name}" for r in runs[1:]],
-                     [[HEADLINE_LABELS.get(n, n)] + [fmt(h.get(n), 2) for h in heads] + [_ratio(heads[0].get(n), h.get(n))
-                                                                for h in heads[1:]] for n in names]) + "\n")
+                     [[headline_label(n)] + [fmt(h.get(n), 2) for h in heads]
+                      + [_ratio(heads[0].get(n), h.get(n)) for h in heads[1:]] for n in names]) + "\n")
     kinds = {r.kind for r in runs}
     if kinds == {"speed"} and any(workload_rows(r.records) for r in runs):
         out.append(_compare(runs, "workloads (workload, concurrency)",

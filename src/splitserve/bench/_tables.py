@@ -198,6 +198,17 @@ def engine_rows(run: BenchRun) -> list[dict[str, Any]]:
     return rows
 
 
+TTFT_AT = "ttf_token_ms_p50_at_"
+"""Headline key prefix of the time to first token at one prompt size (``..._at_512``)."""
+
+
+def ttft_by_prompt(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Time to first token per prompt size: it grows with the prompt, so cells of different
+    sizes are never pooled."""
+    return {f"{TTFT_AT}{r['prompt_target']}": r["ttf_token_ms_p50"]
+            for r in sorted(rows, key=lambda r: r["prompt_target"] or 0)}
+
+
 def headline(run: BenchRun) -> dict[str, float | None]:
     """The few numbers a comparison leads with, for any run kind."""
     if run.kind == "speed":
@@ -209,7 +220,7 @@ def headline(run: BenchRun) -> dict[str, float | None]:
                 "prefill_tps_server": median(r["prefill_tps_server"] for r in ones),
                 "decode_tps_server": median(r["decode_tps_server"] for r in ones),
                 "decode_tps_client": median(r["decode_tps_client"] for r in ones),
-                "ttf_token_ms_p50": median(r["ttf_token_ms_p50"] for r in ones),
+                **ttft_by_prompt(ones),
                 "max_throughput_tps": max((r["throughput_tps"] or 0 for r in rows), default=None) or None,
             }
         wrows = [r for r in workload_rows(run.records) if r["workload"] != "chat"]

@@ -131,9 +131,32 @@ def workload_options(opts: Any, workload: str, files: list[Path] | None, recordi
     return plan_for(opts)
 
 
-def finish(path: Path, report: bool, notes: list[str]) -> None:
-    for note in notes:
+def summary_renderables(run: Any) -> list[Any]:
+    """What a bench command prints when it ends: which run, model and machine, the headline
+    and the cells, as rich renderables (the tables of :mod:`splitserve.bench._summary`)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..bench._describe import caption
+    from ..bench._summary import summary_tables
+
+    out: list[Any] = [Text(caption([run]), style="bold")]
+    for title, head, rows in summary_tables(run):
+        table = Table(title=title, title_justify="left", title_style="bold")
+        for i, h in enumerate(head):
+            table.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        out.append(table)
+    return out
+
+
+def finish(run: Any, path: Path, report: bool) -> None:
+    """Notes to stderr; the summary tables, then the files written, to stdout."""
+    for note in run.notes:
         err.print(f"note: {note}", markup=False)
+    for item in summary_renderables(run):
+        console.print(item)
     console.print(f"run written to {path}", markup=False)
     if report:
         from ..bench import load_run
@@ -194,7 +217,7 @@ def speed_cmd(
         path = out_path(out, "speed")
         with progress_bar(opts.total_requests(plan) + PROBES, "bench speed") as step:
             run, path = run_speed(target, opts, path, label, step, engine or None, facts, plan=plan)
-        finish(path, report, run.notes)
+        finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
     except SplitserveError as exc:
@@ -229,7 +252,7 @@ def context_cmd(
         path = out_path(out, "context")
         with progress_bar(len(opts.cells()) + PROBES, "bench context") as step:
             run, path = run_context(target, opts, path, label, step, engine or None, facts)
-        finish(path, report, run.notes)
+        finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
     except SplitserveError as exc:
@@ -287,7 +310,7 @@ def sweep_cmd(
             run, path = run_sweep(restarter, points, opts, path, label, step,
                                   on_point=lambda v: err.print(f"sweep point {v}: restarting", markup=False),
                                   engine=engine_provenance(spec), plan=plan)
-        finish(path, report, run.notes)
+        finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
     except SplitserveError as exc:
@@ -359,7 +382,7 @@ def engine_cmd(
                 eng = get_engine(engine)
                 run, path = run_engine_bench(eng.bench, model, [r for r in (rpc or "").split(",") if r],
                                              opts, path, label, eng.provenance, on_row)
-        finish(path, report, run.notes)
+        finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
     except SplitserveError as exc:

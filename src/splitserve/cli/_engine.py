@@ -103,7 +103,7 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
     table = Table("key", "backend", "cpu", "version", "rpc protocol", "built")
     for e in engines:
         p = e.provenance
-        table.add_row(e.key, e.backend, str(p.get("cpu_build", "?")), str(p.get("version")),
+        table.add_row(e.key, e.backend, str(p.get("cpu_build", "?")), e.version_text,
                       str(p.get("rpc_protocol")), str(p.get("built_at")))
     console.print(table)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._client import EngineClient, EngineHTTPError, EngineUnavailable
 from ._build import BuildOptions, BuildPlan, build_engine, cmake_arguments, plan_build
-from ._engine import Engine, get_engine, list_engines, load_engine
+from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._source import DEFAULT_SOURCE, SourceTree, resolve_source
 
 __all__ = [
@@ -23,4 +23,5 @@ __all__ = [
     "load_engine",
     "plan_build",
     "resolve_source",
+    "version_text",
 ]

