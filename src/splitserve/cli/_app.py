@@ -74,6 +74,7 @@ COMMAND_MODULES: dict[str, str] = {
     "doctor": "_gateway",
     "eval": "_eval",
     "tune": "_tune",
+    "ui": "_ui",
 }
 
 
