@@ -52,7 +52,7 @@ def running_gateway(config: GatewayConfig) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def engine_url(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
     # one thread: on a shared, oversubscribed CI box two spinning threads are several times slower
-    with bare_server(engine, smollm2, "--parallel", "2", "-t", "1", ctx=4096) as url:
+    with bare_server(engine, smollm2, "--parallel", "2", "-t", "1", "--metrics", ctx=4096) as url:
         yield url
 
 
@@ -361,3 +361,7 @@ def test_metrics_count_requests_and_tokens(plain: str) -> None:
     assert 'splitserve_tokens_total{kind="completion"}' in text
     assert "splitserve_time_to_first_token_seconds_bucket" in text
     assert "splitserve_queue_depth" in text and "splitserve_parse_warnings_total" in text
+    # a normally finished answer is no disconnect; the engine's own metrics are relayed
+    assert "splitserve_client_disconnects_total 0.0" in text
+    assert "llamacpp:prompt_tokens_total" in text and "splitserve_engine_metrics_up 1.0" in text
+    assert 'splitserve_request_success_total{finished_reason="length",model_name=' in text

@@ -63,6 +63,9 @@ def serve_cmd(
         help="uvicorn's HTTP implementation: auto (httptools when installed), httptools or h11; "
              "the header limits hold for both")] = "auto",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
+    access_log: Annotated[bool, typer.Option(
+        help="one line per request on stderr: id, key name, request, status, tokens, queue, "
+             "TTFT, duration (logger splitserve.access, whatever --log-level)")] = True,
 ) -> None:
     """Serve an OpenAI-compatible API in front of a llama-server (chat template and tool calls in Python).
 
@@ -109,7 +112,7 @@ def serve_cmd(
         require_auth_off_loopback(host, keys)
         console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
                       f"{' (auth on)' if keys.enabled else ''}", markup=False)
-        serve(config, log_level=log_level, http=http)
+        serve(config, log_level=log_level, http=http, access_log=access_log)
     except SplitserveError as exc:
         raise fail(exc) from None
 

@@ -117,8 +117,7 @@ def _flag_value(value: object) -> str:
 
 def speculation_argv(s: ServerSpec) -> list[str]:
     """``--spec-type`` and the parameters of the types it enables (a parameter of a type that is
-    not enabled is left out, so one spec serves every point of a ``speculation=`` sweep), plus
-    ``--metrics`` so `status` can read llama-server's ``spec_decode_*`` counters."""
+    not enabled is left out, so one spec serves every point of a ``speculation=`` sweep)."""
     if not s.speculation:
         return []
     argv = ["--spec-type", ",".join(s.speculation)]
@@ -129,7 +128,7 @@ def speculation_argv(s: ServerSpec) -> list[str]:
         if value is None or (types is not None and not set(types) & set(s.speculation)):
             continue
         argv += [flag, _flag_value(value)]
-    return argv + ["--metrics"]
+    return argv
 
 
 def kv_unified_asked(s: ServerSpec) -> bool:
@@ -178,6 +177,8 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
         "--parallel", str(s.parallel),
         # Per-device model / KV / compute buffer sizes in the log (read by `status`).
         "--verbosity", "4",
+        # Prometheus metrics at /metrics: relayed by the gateway, read by `status` (spec_decode_*).
+        "--metrics",
     ]
     if s.batch:
         argv += ["--batch-size", str(s.batch)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ._access import ACCESS_LOG, RequestRecord
 from ._auth import KeyRing
 from ._chat import Timing, collect_chat, stream_chat
 from ._errors import APIError
@@ -34,6 +36,7 @@ from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body,
 from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
 from ._turn import Turn
+from ._ui import ui_routes
 from ._upstream import Upstream
 
 T = TypeVar("T")
@@ -91,10 +94,12 @@ class EngineStream(Response):
         self.media_type = None if "content-type" in given else media_type
         self.background = None
         self._on_disconnect = on_disconnect
+        self.on_done: Callable[[bool], None] | None = None
+        """Called once when the response is over, with whether the client left first."""
         self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no"} | given)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        gone = False
+        gone = sent = False
         gen = self.body_iterator
         try:
             async with anyio.create_task_group() as tg:
@@ -103,7 +108,9 @@ class EngineStream(Response):
                     while True:
                         message = await receive()
                         if message["type"] == "http.disconnect":
-                            gone = True
+                            # After the whole body, a server's receive() says "disconnect"
+                            # too: only a client that left before the end is gone.
+                            gone = not sent
                             tg.cancel_scope.cancel()
                             return
 
@@ -114,15 +121,18 @@ class EngineStream(Response):
                     async for chunk in gen:
                         await send({"type": "http.response.body", "body": chunk,
                                     "more_body": True})
+                    sent = True
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except OSError:
-                    gone = True
+                    gone = not sent
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await gen.aclose()  # type: ignore[attr-defined]
             if gone:
                 self._on_disconnect()
+            if self.on_done is not None:
+                self.on_done(gone)
 
 
 def _error(exc: APIError) -> JSONResponse:
@@ -202,6 +212,7 @@ class Gateway:
         if name is None:
             raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
                            code="invalid_api_key")
+        _record(request).key = name
         return name
 
     async def read_body(self, request: Request) -> bytes:
@@ -232,8 +243,12 @@ class Gateway:
         """Wait for a slot of ``key``'s limit (on ``stack``), then ``open_`` the engine request;
         None when the client leaves first: its queue place is freed and nothing reaches the
         engine (or the half-open engine request is closed). The caller closes ``stack``."""
+        rec = _record(request)
+
         async def go() -> httpx.Response:
+            waited = time.perf_counter()
             await stack.enter_async_context(self.limiter.slot(key))
+            rec.queue_s = time.perf_counter() - waited
             return await open_()
 
         try:
@@ -256,6 +271,8 @@ class Gateway:
         req: ChatRequest = parse_body(ChatRequest, raw)
         check_history(req)
         model = await self.check_model(req.model)
+        rec = _record(request)
+        rec.model = model.id
         restore = ((lambda messages: self.memory.restore(key, messages))
                    if self.config.restore_reasoning else None)
         plan = plan_chat(req, model, test_hooks=self.config.test_hooks, restore=restore)
@@ -274,11 +291,11 @@ class Gateway:
         if resp is None:
             return Response(status_code=499)
         if req.stream:
-            body = stream_chat(resp, plan, model, turn, timing, self.metrics, stack.aclose)
+            body = stream_chat(resp, plan, model, turn, timing, self.metrics, stack.aclose, rec)
             return EngineStream(body, self.metrics.disconnects.inc)
         try:
             result = await _unless_disconnected(
-                request, collect_chat(resp, plan, model, turn, timing, self.metrics))
+                request, collect_chat(resp, plan, model, turn, timing, self.metrics, rec))
         finally:
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
@@ -293,6 +310,8 @@ class Gateway:
         raw = await self.read_body(request)
         req: CompletionRequest = parse_body(CompletionRequest, raw)
         model = await self.check_model(req.model)
+        rec = _record(request)
+        rec.model = model.id
         body = safe_json_loads(raw)  # NaN, Infinity, 1e999, lone surrogates: 400 naming the field
         # A whole answer is still asked for streamed: llama-server notices a closed connection
         # only when it writes (see "whole answers asked streamed" below).
@@ -305,10 +324,10 @@ class Gateway:
         if resp is None:
             return Response(status_code=499)
         if req.stream:
-            return EngineStream(_relay_events(resp, stack, model.id), self.metrics.disconnects.inc)
+            return EngineStream(_relay_events(resp, stack, model.id, rec), self.metrics.disconnects.inc)
         try:
             data = await _unless_disconnected(
-                request, _openai_whole(resp) if by_stream else resp.aread())
+                request, _openai_whole(resp, rec) if by_stream else resp.aread())
         finally:
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
@@ -329,6 +348,8 @@ class Gateway:
         if path == "/slots/{slot}":
             path, query = _slot_action(request)
         raw = await self.read_body(request) if request.method in ("POST", "PUT") else b""
+        if request.method == "POST" and path in _NATIVE_GENERATING:
+            await self._name_model(request)
         stack = contextlib.AsyncExitStack()
         whole = _native_whole_body(path, request.method, raw)
         if whole is not None:
@@ -346,8 +367,17 @@ class Gateway:
             return Response(status_code=499)
         headers = {k: v for k, v in resp.headers.items()
                    if k.lower() in ("content-type", "retry-after", "cache-control")}
-        return EngineStream(_relay(resp, stack), self.metrics.disconnects.inc, status_code=resp.status_code,
+        generating = request.method == "POST" and path in _NATIVE_GENERATING and resp.status_code == 200
+        return EngineStream(_relay(resp, stack, _record(request) if generating else None),
+                            self.metrics.disconnects.inc, status_code=resp.status_code,
                             headers=headers)
+
+    async def _name_model(self, request: Request) -> None:
+        """The served model's id on the request's record (for its metrics), when it loads."""
+        try:
+            _record(request).model = (await self.model()).id
+        except APIError:
+            pass
 
     async def _native_by_stream(self, request: Request, key: str, path: str, body: dict[str, Any],
                                 stack: contextlib.AsyncExitStack) -> Response:
@@ -363,7 +393,7 @@ class Gateway:
                 status = resp.status_code
                 ctype = resp.headers.get("content-type", "application/json")
             else:
-                data = await _unless_disconnected(request, _native_whole(resp, body))
+                data = await _unless_disconnected(request, _native_whole(resp, body, _record(request)))
                 status, ctype = 200, "application/json; charset=utf-8"
         finally:
             with anyio.CancelScope(shield=True):
@@ -422,15 +452,23 @@ class Gateway:
 
     async def prometheus(self, request: Request) -> Response:
         self.authenticate(request)
-        data, ctype = self.metrics.render()
+        data, ctype = self.metrics.render(await self.upstream.metrics_text())
         return Response(data, media_type=ctype.split(";")[0],
                         headers={"Content-Type": ctype})
 
 
-async def _relay(resp: httpx.Response, stack: contextlib.AsyncExitStack) -> AsyncIterator[bytes]:
-    """The engine's bytes as they come; closes the engine response and frees the slot at the end."""
+async def _relay(resp: httpx.Response, stack: contextlib.AsyncExitStack,
+                 rec: RequestRecord | None = None) -> AsyncIterator[bytes]:
+    """The engine's bytes as they come; closes the engine response and frees the slot at the end.
+    With ``rec`` (a streamed native generation) its events are read too, for the first token and
+    the last event's usage."""
+    pending = b""
     try:
         async for chunk in resp.aiter_raw():
+            if rec is not None:
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    _native_line(rec, line)
             yield chunk
     finally:
         with anyio.CancelScope(shield=True):
@@ -480,7 +518,7 @@ async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
                 yield data
 
 
-async def _native_whole(resp: httpx.Response, body: dict[str, Any]) -> bytes:
+async def _native_whole(resp: httpx.Response, body: dict[str, Any], rec: RequestRecord) -> bytes:
     """llama-server's non-streamed ``/completion`` answer from its stream: the last event with
     ``content``, ``completion_probabilities`` (and, if asked, ``tokens``) gathered."""
     content: list[str] = []
@@ -490,11 +528,14 @@ async def _native_whole(resp: httpx.Response, body: dict[str, Any]) -> bytes:
     async for data in _sse(resp):
         if "error" in data and "content" not in data:
             raise _midstream(data)
+        if rec.ttft_s is None and data.get("content"):
+            rec.ttft_s = time.perf_counter() - rec.arrived
         content.append(str(data.get("content") or ""))
         probs.extend(data.get("completion_probabilities") or [])
         tokens.extend(data.get("tokens") or [])
         if data.get("stop"):
             final = data
+    _take_native(rec, final)
     final = {**final, "content": "".join(content),
              "tokens": tokens if body.get("return_tokens") else []}
     if probs or body.get("n_probs"):
@@ -502,7 +543,7 @@ async def _native_whole(resp: httpx.Response, body: dict[str, Any]) -> bytes:
     return json.dumps(final, ensure_ascii=False).encode()
 
 
-async def _openai_whole(resp: httpx.Response) -> bytes:
+async def _openai_whole(resp: httpx.Response, rec: RequestRecord) -> bytes:
     """An OpenAI ``text_completion`` from the engine's stream of one choice."""
     text: list[str] = []
     out: dict[str, Any] = {}
@@ -511,6 +552,8 @@ async def _openai_whole(resp: httpx.Response) -> bytes:
         if "error" in data and "choices" not in data:
             raise _midstream(data)
         for choice in data.get("choices") or []:
+            if rec.ttft_s is None and choice.get("text"):
+                rec.ttft_s = time.perf_counter() - rec.arrived
             text.append(str(choice.get("text") or ""))
             finish = choice.get("finish_reason") or finish
         for k, v in data.items():
@@ -518,6 +561,7 @@ async def _openai_whole(resp: httpx.Response) -> bytes:
                 out[k] = v
     out["choices"] = [{"text": "".join(text), "index": 0, "logprobs": None,
                        "finish_reason": finish}]
+    _take_openai(rec, out)
     return json.dumps(out, ensure_ascii=False).encode()
 
 
@@ -534,16 +578,59 @@ def _own_model(data: bytes, model_id: str) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
 
 
-async def _relay_events(resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str
-                        ) -> AsyncIterator[bytes]:
-    """:func:`_relay` for server-sent events, one event per write, each ``model`` the gateway's id."""
+def _take_openai(rec: RequestRecord, obj: dict[str, Any]) -> None:
+    """Usage, finish reason and timings of an OpenAI completion object (or its last chunks)."""
+    choices = obj.get("choices") or []
+    finish = next((c.get("finish_reason") for c in choices
+                   if isinstance(c, dict) and c.get("finish_reason")), None)
+    if isinstance(obj.get("usage"), dict):
+        rec.usage(obj["usage"], finish or rec.finish_reason)
+    elif finish:
+        rec.finish_reason = finish
+    if isinstance(obj.get("timings"), dict):
+        rec.timings(obj["timings"])
+
+
+def _native_line(rec: RequestRecord, line: bytes) -> None:
+    if not line.startswith(b"data: {"):
+        return
+    try:
+        data = json.loads(line[6:])
+    except ValueError:
+        return
+    if not isinstance(data, dict):
+        return
+    if rec.ttft_s is None and data.get("content"):
+        rec.ttft_s = time.perf_counter() - rec.arrived
+    if data.get("stop"):
+        _take_native(rec, data)
+
+
+def _take_native(rec: RequestRecord, final: dict[str, Any]) -> None:
+    """Usage and stop of llama-server's last ``/completion`` event."""
+    if not final:
+        return
+    timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
+    stop = final.get("stop_type")
+    rec.usage({"prompt_tokens": final.get("tokens_evaluated"),
+               "completion_tokens": final.get("tokens_predicted"),
+               "prompt_tokens_details": {"cached_tokens": timings.get("cache_n")}},
+              "length" if stop == "limit" else "stop" if stop in ("eos", "word") else stop)
+    rec.timings(timings)
+
+
+async def _relay_events(resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str,
+                        rec: RequestRecord) -> AsyncIterator[bytes]:
+    """:func:`_relay` for server-sent events, one event per write, each ``model`` the gateway's
+    id; the usage and finish reason they carry go to ``rec``."""
     try:
         event: list[bytes] = []
         async for line in resp.aiter_lines():
             if line:
                 data = line.encode()
-                event.append(b"data: " + _own_model(data[6:], model_id)
-                             if data.startswith(b"data: {") else data)
+                if data.startswith(b"data: {"):
+                    data = b"data: " + _own_event(data[6:], model_id, rec)
+                event.append(data)
                 continue
             if event:
                 yield b"\n".join(event) + b"\n\n"
@@ -556,6 +643,22 @@ async def _relay_events(resp: httpx.Response, stack: contextlib.AsyncExitStack, 
         with anyio.CancelScope(shield=True):
             await resp.aclose()
             await stack.aclose()
+
+
+def _own_event(data: bytes, model_id: str, rec: RequestRecord) -> bytes:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return data
+    if not isinstance(obj, dict):
+        return data
+    if rec.ttft_s is None and any(isinstance(c, dict) and c.get("text") for c in obj.get("choices") or []):
+        rec.ttft_s = time.perf_counter() - rec.arrived
+    _take_openai(rec, obj)
+    if "model" not in obj:
+        return data
+    obj["model"] = model_id
+    return json.dumps(obj, ensure_ascii=False).encode()
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -605,9 +708,20 @@ def _slot_action(request: Request) -> tuple[str, str]:
     return f"/slots/{int(slot)}", f"action={action}"
 
 
+def _record(request: Request) -> RequestRecord:
+    """The request's :class:`RequestRecord` (one is made for a request outside :func:`_wrap`)."""
+    rec = getattr(request.state, "record", None)
+    if rec is None:
+        rec = request.state.record = RequestRecord("-", request.method, request.url.path,
+                                                    time.perf_counter())
+    return rec
+
+
 def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Response]]
           ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
+        rec = request.state.record = RequestRecord(name, request.method, request.url.path,
+                                                   time.perf_counter())
         try:
             response = await handler(request)
         except APIError as exc:
@@ -616,9 +730,24 @@ def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Respons
             response = _error(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
                                        type_="server_error"))
         gw.metrics.requests.labels(name, str(response.status_code)).inc()
+        rec.status = response.status_code
+        rec.disconnected = response.status_code == 499
+        if isinstance(response, EngineStream):
+            response.on_done = lambda gone: _finish(gw, rec, gone)
+        else:
+            _finish(gw, rec, rec.disconnected)
         return response
 
     return endpoint
+
+
+def _finish(gw: Gateway, rec: RequestRecord, gone: bool) -> None:
+    """The end of a request: its metrics and its access log line."""
+    rec.disconnected = gone
+    rec.close()
+    gw.metrics.on_request(rec)
+    if ACCESS_LOG.isEnabledFor(logging.INFO):
+        ACCESS_LOG.info(rec.line())
 
 
 NATIVE_ENDPOINTS = (
@@ -648,6 +777,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/health", _wrap(gw, "health", gw.health), methods=["GET"]),
         Route("/metrics", _wrap(gw, "metrics", gw.prometheus), methods=["GET"]),
     ]
+    routes += ui_routes(gw)  # the dashboard: /ui, /ui/state
     for path in NATIVE_ENDPOINTS:
         handler = functools.partial(gw.native, path=path)
         routes.append(Route(path, _wrap(gw, "native", handler), methods=["GET", "POST"]))

@@ -17,11 +17,12 @@ from typing import Any
 import anyio
 import httpx
 
+from ._access import RequestRecord
 from ._errors import APIError
 from ._metrics import Metrics
 from ._translate import Plan, ServedModel, dumps
 from ._turn import CALL_ARGS, CALL_START, CONTENT, REASONING, Delta, Turn
-from ._upstream import sse_events
+from ._upstream import sse_batches
 
 
 @dataclass
@@ -72,18 +73,21 @@ def completion_id() -> str:
 
 
 def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
-           warnings: list[str]) -> None:
-    usage = outcome.usage()
-    metrics.tokens.labels("prompt").inc(usage["prompt_tokens"])
-    metrics.tokens.labels("cached").inc(usage["prompt_tokens_details"]["cached_tokens"])
-    metrics.tokens.labels("completion").inc(usage["completion_tokens"])
+           warnings: list[str], rec: RequestRecord | None) -> None:
+    """Count one finished chat answer; the request metrics and the access log line come from
+    ``rec`` when the request ends (see _access)."""
     timings = outcome.final.get("timings") or {}
+    usage = outcome.usage()
+    if rec is not None:
+        rec.usage(usage, turn.finish_reason(outcome.stop_type))
+        rec.timings(timings)
+        first = timing.first_sent or timing.first_engine_token
+        if first:
+            rec.ttft_s = first - timing.arrived
     tps = timings.get("predicted_per_second")
     if isinstance(tps, (int, float)) and tps > 0 and usage["completion_tokens"] > 1:
         metrics.tps.observe(float(tps))
     metrics.on_timings(timings)
-    if timing.first_sent:
-        metrics.ttft.observe(timing.first_sent - timing.arrived)
     added = timing.added()
     if added is not None:
         metrics.added.observe(added)
@@ -93,22 +97,25 @@ def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
 
 async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Timing
                  ) -> AsyncIterator[list[Delta]]:
-    """Engine events -> lists of deltas; the final event lands in ``outcome``."""
+    """Engine events -> lists of deltas, one list per read of the engine's stream; the final
+    event lands in ``outcome``."""
     # The stream is read to its end, past the ``stop`` event (llama-server ends the body right
     # after it): a response closed unread closes its connection, and the next request would
     # pay for a new one (a name lookup in a worker thread and a TCP handshake).
-    async for data in sse_events(resp):
-        if outcome.final:
-            continue
-        text = data.get("content")
-        if text:
-            if not timing.first_engine_token:
-                timing.first_engine_token = time.perf_counter()
-            deltas = turn.feed(text)
-            if deltas:
-                yield deltas
-        if data.get("stop"):
-            outcome.final = data
+    async for batch in sse_batches(resp):
+        out: list[Delta] = []
+        for data in batch:
+            if outcome.final:
+                continue
+            text = data.get("content")
+            if text:
+                if not timing.first_engine_token:
+                    timing.first_engine_token = time.perf_counter()
+                out += turn.feed(text)
+            if data.get("stop"):
+                outcome.final = data
+        if out:
+            yield out
     deltas = turn.finish()
     if deltas:
         yield deltas
@@ -129,7 +136,8 @@ def _wire_delta(d: Delta) -> dict[str, Any] | None:
 
 async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn: Turn,
                       timing: Timing, metrics: Metrics,
-                      release: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+                      release: Callable[[], Awaitable[None]],
+                      rec: RequestRecord | None = None) -> AsyncIterator[bytes]:
     """The SSE body of a streamed chat completion; closes the engine stream however it ends."""
     cid = completion_id()
     created = int(time.time())
@@ -175,8 +183,8 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
                                               "choices": [], "usage": outcome.usage()}).encode()
                           + b"\n\n")
         chunks.append(b"data: [DONE]\n\n")
+        record(metrics, outcome, timing, turn, warnings, rec)
         yield b"".join(chunks)
-        record(metrics, outcome, timing, turn, warnings)
     finally:
         with anyio.CancelScope(shield=True):
             await resp.aclose()
@@ -184,7 +192,8 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
 
 
 async def collect_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn: Turn,
-                       timing: Timing, metrics: Metrics) -> dict[str, Any]:
+                       timing: Timing, metrics: Metrics,
+                       rec: RequestRecord | None = None) -> dict[str, Any]:
     """The whole ``chat.completion`` object (the caller closes ``resp``)."""
     outcome = Outcome()
     async for _ in _drive(resp, turn, outcome, timing):
@@ -203,7 +212,7 @@ async def collect_chat(resp: httpx.Response, plan: Plan, model: ServedModel, tur
     if outcome.timings:
         body["timings"] = outcome.timings
     timing.first_sent = 0.0  # a whole answer has no first token on the wire
-    record(metrics, outcome, timing, turn, warnings)
+    record(metrics, outcome, timing, turn, warnings, rec)
     return body
 
 

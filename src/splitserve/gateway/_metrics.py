@@ -1,4 +1,18 @@
-"""Prometheus metrics of one gateway (its own registry, so several can live in one process)."""
+"""Prometheus metrics of one gateway (its own registry, so several can live in one process).
+
+Request metrics follow vLLM's set and Prometheus naming (seconds, ``_total``), prefixed
+``splitserve_`` and labelled ``model_name``: ``e2e_request_latency_seconds``,
+``request_queue_time_seconds``, ``time_to_first_token_seconds`` (every generation, streamed
+or not), ``request_prefill_time_seconds``, ``request_decode_time_seconds``,
+``request_time_per_output_token_seconds``, ``request_prompt_tokens`` /
+``request_generation_tokens`` histograms, ``prompt_tokens_total``,
+``prompt_tokens_cached_total``, ``generation_tokens_total`` and ``request_success_total``
+by ``finished_reason``. ``tokens_total{kind}`` splits the same tokens three ways that do
+not overlap (``prompt`` = prompt tokens the engine computed, ``cached`` = prompt tokens it
+reused, ``completion``), so its sum is every token once. The engine's own metrics
+(llama-server's ``llamacpp:*``) are appended to ``/metrics`` by the gateway when the engine
+serves them (``splitserve_engine_metrics_up``).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +27,15 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ._access import RequestRecord
+
 _FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TTFT = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _TPS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+_E2E = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+_QUEUE = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_TPOT = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+_TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
 class Metrics:
@@ -25,9 +45,39 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("splitserve_requests", "HTTP requests by endpoint and status",
                                 ["endpoint", "status"], registry=r)
+        m = ["model_name"]
         self.ttft = Histogram("splitserve_time_to_first_token_seconds",
-                              "request arrival to the first generated token sent", buckets=_TTFT,
-                              registry=r)
+                              "request arrival to the first generated token (sent, when streamed; "
+                              "from the engine, for a whole answer)", m, buckets=_TTFT, registry=r)
+        self.e2e = Histogram("splitserve_e2e_request_latency_seconds",
+                             "request arrival to its last byte sent", m, buckets=_E2E, registry=r)
+        self.queue_time = Histogram("splitserve_request_queue_time_seconds",
+                                    "time waiting for a place in the key's limit", m,
+                                    buckets=_QUEUE, registry=r)
+        self.prefill = Histogram("splitserve_request_prefill_time_seconds",
+                                 "the engine's prompt processing time (timings.prompt_ms)", m,
+                                 buckets=_E2E, registry=r)
+        self.decode = Histogram("splitserve_request_decode_time_seconds",
+                                "the engine's generation time (timings.predicted_ms)", m,
+                                buckets=_E2E, registry=r)
+        self.tpot = Histogram("splitserve_request_time_per_output_token_seconds",
+                              "decode time / (completion tokens - 1), per request", m,
+                              buckets=_TPOT, registry=r)
+        self.prompt_hist = Histogram("splitserve_request_prompt_tokens",
+                                     "prompt tokens per request", m, buckets=_TOKENS, registry=r)
+        self.gen_hist = Histogram("splitserve_request_generation_tokens",
+                                  "completion tokens per request", m, buckets=_TOKENS, registry=r)
+        self.prompt_total = Counter("splitserve_prompt_tokens", "prompt tokens (cached included)",
+                                    m, registry=r)
+        self.cached_total = Counter("splitserve_prompt_tokens_cached",
+                                    "prompt tokens the engine reused from its cache", m, registry=r)
+        self.gen_total = Counter("splitserve_generation_tokens", "completion tokens", m, registry=r)
+        self.success = Counter("splitserve_request_success",
+                               "generations that ended, by finish reason", m + ["finished_reason"],
+                               registry=r)
+        self.engine_up = Gauge("splitserve_engine_metrics_up",
+                               "1 when the engine's own metrics were appended to the last scrape",
+                               registry=r)
         self.added = Histogram("splitserve_gateway_added_seconds",
                                "time the gateway itself adds before the first token: request "
                                "handling before the engine call plus first-chunk relay",
@@ -35,8 +85,9 @@ class Metrics:
         self.tps = Histogram("splitserve_decode_tokens_per_second",
                              "completion tokens per second of decode, per request", buckets=_TPS,
                              registry=r)
-        self.tokens = Counter("splitserve_tokens", "tokens by kind (prompt, cached, completion)",
-                              ["kind"], registry=r)
+        self.tokens = Counter("splitserve_tokens",
+                              "tokens by kind, not overlapping: prompt (computed), cached (prompt "
+                              "tokens reused), completion", ["kind"], registry=r)
         self.queue = Gauge("splitserve_queue_depth", "requests waiting for a per-key slot",
                            registry=r)
         self.running = Gauge("splitserve_requests_running", "requests holding a slot",
@@ -72,12 +123,45 @@ class Metrics:
         self._accepted += accepted
         self.acceptance.set(self._accepted / self._drafted)
 
+    def on_request(self, rec: RequestRecord) -> None:
+        """Observe one finished request (only generations that reached the engine)."""
+        if not rec.generation:
+            return
+        model = rec.model or "-"
+        if rec.duration_s is not None:
+            self.e2e.labels(model).observe(rec.duration_s)
+        for hist, value in ((self.queue_time, rec.queue_s), (self.ttft, rec.ttft_s),
+                            (self.prefill, rec.prefill_s), (self.decode, rec.decode_s)):
+            if value is not None:
+                hist.labels(model).observe(max(0.0, value))
+        prompt, cached, completion = rec.prompt_tokens, rec.cached_tokens or 0, rec.completion_tokens
+        if prompt is not None:
+            cached = min(cached, prompt)
+            self.prompt_hist.labels(model).observe(prompt)
+            self.prompt_total.labels(model).inc(prompt)
+            self.cached_total.labels(model).inc(cached)
+            self.tokens.labels("prompt").inc(prompt - cached)
+            self.tokens.labels("cached").inc(cached)
+        if completion is not None:
+            self.gen_hist.labels(model).observe(completion)
+            self.gen_total.labels(model).inc(completion)
+            self.tokens.labels("completion").inc(completion)
+            if rec.decode_s and completion > 1:
+                self.tpot.labels(model).observe(rec.decode_s / (completion - 1))
+        if rec.finish_reason and not rec.disconnected:
+            self.success.labels(model, rec.finish_reason).inc()
+
     def on_limits(self, running: int, queued: int) -> None:
         self.running.set(running)
         self.queue.set(queued)
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self, engine: bytes | None = None) -> tuple[bytes, str]:
+        """The exposition text, with the engine's own metrics appended when given."""
+        self.engine_up.set(1 if engine is not None else 0)
+        data = generate_latest(self.registry)
+        if engine:
+            data += engine if engine.endswith(b"\n") else engine + b"\n"
+        return data, CONTENT_TYPE_LATEST
 
 
 __all__ = ["Metrics"]

@@ -208,10 +208,13 @@ def guarded_protocol(http: str, config: GatewayConfig) -> type:
                                          "header_timeout": config.header_timeout})
 
 
-def serve(config: GatewayConfig, log_level: str = "warning", http: str = "auto") -> None:
+def serve(config: GatewayConfig, log_level: str = "warning", http: str = "auto",
+          access_log: bool = True) -> None:
     """Serve until interrupted; refuses a non-loopback host without API keys."""
     import uvicorn
 
+    if access_log:
+        enable_access_log()
     require_auth_off_loopback(config.host, config.keys)
     app = HeaderCount(create_app(config), config.max_headers)
     uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
@@ -223,4 +226,15 @@ def serve(config: GatewayConfig, log_level: str = "warning", http: str = "auto")
     uvicorn.Server(uv).run()
 
 
-__all__ = ["HeaderCount", "guarded_protocol", "serve"]
+def enable_access_log(stream: Any = None) -> None:
+    """Write the ``splitserve.access`` lines (see _access) to ``stream`` (stderr by default)."""
+    from ._access import ACCESS_LOG
+
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s access %(message)s"))
+    ACCESS_LOG.addHandler(handler)
+    ACCESS_LOG.setLevel(logging.INFO)
+    ACCESS_LOG.propagate = False
+
+
+__all__ = ["HeaderCount", "enable_access_log", "guarded_protocol", "serve"]

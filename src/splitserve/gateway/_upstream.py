@@ -114,13 +114,26 @@ class Upstream:
         except httpx.HTTPError as exc:
             raise self._down(path, exc) from None
 
+    async def metrics_text(self, timeout: float = 1.0) -> bytes | None:
+        """llama-server's Prometheus text (``llamacpp:*``; it needs ``--metrics``, which `up`
+        passes), or None when the engine does not serve it."""
+        try:
+            resp = await self._http.get("/metrics", timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200 or "text/plain" not in resp.headers.get("content-type", ""):
+            return None
+        return resp.content
+
     async def completion(self, body: dict[str, Any]) -> httpx.Response:
         """Open a streamed ``/completion``; iterate it with :func:`sse_events`."""
         return await self.open("POST", "/completion", {**body, "stream": True})
 
 
-async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of an engine's server-sent events; an ``error`` event raises.
+async def sse_batches(resp: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
+    """The JSON objects of an engine's server-sent events, as many at a time as one read
+    brought (a gateway that falls behind then writes several tokens at once instead of
+    falling further behind); an ``error`` event raises.
 
     Read from the body's bytes and split on line ends here, one JSON parse per ``data:`` line:
     this runs once per generated token, and httpx's own line iterator adds two generator
@@ -132,18 +145,30 @@ async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             if b"\n" not in chunk:
                 continue
             *lines, pending = pending.split(b"\n")
+            batch = []
             for line in lines:
                 data = _event(line)
                 if data is _DONE:
+                    if batch:
+                        yield batch
                     return
                 if data is not None:
-                    yield data
+                    batch.append(data)
+            if batch:
+                yield batch
         data = _event(pending)
         if data is not None and data is not _DONE:
-            yield data
+            yield [data]
     except httpx.HTTPError as exc:
         raise APIError(502, f"the engine connection broke mid-stream: {type(exc).__name__}",
                        type_="server_error") from None
+
+
+async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """:func:`sse_batches`, one event at a time."""
+    async for batch in sse_batches(resp):
+        for data in batch:
+            yield data
 
 
 _DONE: dict[str, Any] = {}
@@ -171,4 +196,4 @@ def _event(line: bytes) -> dict[str, Any] | None:
     return data
 
 
-__all__ = ["Upstream", "error_from_status", "sse_events"]
+__all__ = ["Upstream", "error_from_status", "sse_batches", "sse_events"]
