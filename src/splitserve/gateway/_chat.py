@@ -99,14 +99,11 @@ async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Tim
                  ) -> AsyncIterator[list[Delta]]:
     """Engine events -> lists of deltas, one list per read of the engine's stream; the final
     event lands in ``outcome``."""
-    # The stream is read to its end, past the ``stop`` event (llama-server ends the body right
-    # after it): a response closed unread closes its connection, and the next request would
-    # pay for a new one (a name lookup in a worker thread and a TCP handshake).
+    # The answer ends at the ``stop`` event: not waiting for the engine to end its body (on
+    # the H200, waiting cost 2-5 % of tokens/s; the connection is closed instead of reused).
     async for batch in sse_batches(resp):
         out: list[Delta] = []
         for data in batch:
-            if outcome.final:
-                continue
             text = data.get("content")
             if text:
                 if not timing.first_engine_token:
@@ -114,8 +111,11 @@ async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Tim
                 out += turn.feed(text)
             if data.get("stop"):
                 outcome.final = data
+                break
         if out:
             yield out
+        if outcome.final:
+            break
     deltas = turn.finish()
     if deltas:
         yield deltas
