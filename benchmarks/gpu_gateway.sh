@@ -6,7 +6,7 @@
 #   benchmarks/gpu_gateway.sh prepare WORK SOURCE.tar.gz
 #   benchmarks/gpu_gateway.sh run WORK OUT SRC_DIR[,SRC_DIR...]   # e.g. src or an older tree's src
 #
-# Environment: CUDA_ARCH=90, JOBS=16, ROUNDS=10, MAX_TOKENS=128, CONCURRENCY=1,8.
+# Environment: CUDA_ARCH=90, JOBS=16, ROUNDS=10, MAX_TOKENS=128, CONCURRENCY=1,8, SIDES="engine fake".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step=$1 WORK=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -28,7 +28,7 @@ sleep 15  # let the host settle after the build
 for tree in "${trees[@]}"; do
     tag=$(basename "$(dirname "$(cd "$tree" && pwd)")")
     export PYTHONPATH=$(cd "$tree" && pwd)${base:+:$base}
-    for side in engine fake; do
+    for side in ${SIDES:-engine fake}; do
         if [ $side = engine ]; then
             args=(--server "$SERVER" --model "$WORK/moe12.gguf" --server-arg=-ngl --server-arg=999
                   --server-arg=-fa --server-arg=on --threads 8 --parallel 8 --ctx 16384)
