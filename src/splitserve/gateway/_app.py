@@ -32,6 +32,16 @@ from ._chat import Timing, collect_chat, stream_chat
 from ._errors import APIError
 from ._limits import KeyLimiter
 from ._metrics import Metrics
+from ._relay import (
+    NATIVE_GENERATING,
+    native_whole,
+    native_whole_body,
+    openai_whole,
+    own_model,
+    relay,
+    relay_events,
+    single_prompt,
+)
 from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body, safe_json_loads
 from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
@@ -314,8 +324,8 @@ class Gateway:
         rec.model = model.id
         body = safe_json_loads(raw)  # NaN, Infinity, 1e999, lone surrogates: 400 naming the field
         # A whole answer is still asked for streamed: llama-server notices a closed connection
-        # only when it writes (see "whole answers asked streamed" below).
-        by_stream = not req.stream and _single_prompt(body) and not body.get("logprobs")
+        # only when it writes (see "whole answers asked streamed" in _relay).
+        by_stream = not req.stream and single_prompt(body) and not body.get("logprobs")
         if by_stream:
             body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         stack = contextlib.AsyncExitStack()
@@ -324,10 +334,10 @@ class Gateway:
         if resp is None:
             return Response(status_code=499)
         if req.stream:
-            return EngineStream(_relay_events(resp, stack, model.id, rec), self.metrics.disconnects.inc)
+            return EngineStream(relay_events(resp, stack, model.id, rec), self.metrics.disconnects.inc)
         try:
             data = await _unless_disconnected(
-                request, _openai_whole(resp, rec) if by_stream else resp.aread())
+                request, openai_whole(resp, rec) if by_stream else resp.aread())
         finally:
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
@@ -335,7 +345,7 @@ class Gateway:
         if data is None:
             self.metrics.disconnects.inc()
             return Response(status_code=499)
-        return Response(_own_model(data, model.id), media_type="application/json")
+        return Response(own_model(data, model.id), media_type="application/json")
 
     async def native(self, request: Request, path: str) -> Response:
         """llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``, ``/slots``, ...),
@@ -348,10 +358,10 @@ class Gateway:
         if path == "/slots/{slot}":
             path, query = _slot_action(request)
         raw = await self.read_body(request) if request.method in ("POST", "PUT") else b""
-        if request.method == "POST" and path in _NATIVE_GENERATING:
+        if request.method == "POST" and path in NATIVE_GENERATING:
             await self._name_model(request)
         stack = contextlib.AsyncExitStack()
-        whole = _native_whole_body(path, request.method, raw)
+        whole = native_whole_body(path, request.method, raw)
         if whole is not None:
             return await self._native_by_stream(request, key, path, whole, stack)
 
@@ -367,8 +377,8 @@ class Gateway:
             return Response(status_code=499)
         headers = {k: v for k, v in resp.headers.items()
                    if k.lower() in ("content-type", "retry-after", "cache-control")}
-        generating = request.method == "POST" and path in _NATIVE_GENERATING and resp.status_code == 200
-        return EngineStream(_relay(resp, stack, _record(request) if generating else None),
+        generating = request.method == "POST" and path in NATIVE_GENERATING and resp.status_code == 200
+        return EngineStream(relay(resp, stack, _record(request) if generating else None),
                             self.metrics.disconnects.inc, status_code=resp.status_code,
                             headers=headers)
 
@@ -393,7 +403,7 @@ class Gateway:
                 status = resp.status_code
                 ctype = resp.headers.get("content-type", "application/json")
             else:
-                data = await _unless_disconnected(request, _native_whole(resp, body, _record(request)))
+                data = await _unless_disconnected(request, native_whole(resp, body, _record(request)))
                 status, ctype = 200, "application/json; charset=utf-8"
         finally:
             with anyio.CancelScope(shield=True):
@@ -455,210 +465,6 @@ class Gateway:
         data, ctype = self.metrics.render(await self.upstream.metrics_text())
         return Response(data, media_type=ctype.split(";")[0],
                         headers={"Content-Type": ctype})
-
-
-async def _relay(resp: httpx.Response, stack: contextlib.AsyncExitStack,
-                 rec: RequestRecord | None = None) -> AsyncIterator[bytes]:
-    """The engine's bytes as they come; closes the engine response and frees the slot at the end.
-    With ``rec`` (a streamed native generation) its events are read too, for the first token and
-    the last event's usage."""
-    pending = b""
-    try:
-        async for chunk in resp.aiter_raw():
-            if rec is not None:
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    _native_line(rec, line)
-            yield chunk
-    finally:
-        with anyio.CancelScope(shield=True):
-            await resp.aclose()
-            await stack.aclose()
-
-
-# -- whole answers asked streamed -------------------------------------------------------------
-# llama-server checks a non-streamed request's connection only when no result of any task has
-# reached its result queue for a whole second (server_response::recv_with_timeout restarts its
-# wait on every result), so while another request streams, or anyone polls /slots, a client's
-# disconnect goes unseen and the slot generates to the end. A streamed request fails at its next
-# token write. So the gateway asks the engine for a stream and puts the whole answer together
-# itself, for single-prompt requests (a batch of prompts, or OpenAI logprobs, go as they came).
-
-_NATIVE_GENERATING = ("/completion", "/completions", "/infill")
-
-
-def _single_prompt(body: dict[str, Any]) -> bool:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and not all(isinstance(t, int) for t in prompt):
-        return len(prompt) == 1 and not isinstance(prompt[0], list)
-    return True
-
-
-def _native_whole_body(path: str, method: str, raw: bytes) -> dict[str, Any] | None:
-    """The JSON body of a non-streamed single-prompt native generation, else None."""
-    if method != "POST" or path not in _NATIVE_GENERATING:
-        return None
-    body = safe_json_loads(raw)  # hostile JSON is a 400 here, not the engine's problem
-    if not isinstance(body, dict) or body.get("stream") or not _single_prompt(body):
-        return None
-    return body
-
-
-def _midstream(data: dict[str, Any]) -> APIError:
-    err = data["error"]
-    return APIError(502, "the engine failed mid-stream: "
-                    f"{err.get('message', err) if isinstance(err, dict) else err}", type_="server_error")
-
-
-async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    async for line in resp.aiter_lines():
-        if line.startswith("data: {"):
-            data = json.loads(line[6:])
-            if isinstance(data, dict):
-                yield data
-
-
-async def _native_whole(resp: httpx.Response, body: dict[str, Any], rec: RequestRecord) -> bytes:
-    """llama-server's non-streamed ``/completion`` answer from its stream: the last event with
-    ``content``, ``completion_probabilities`` (and, if asked, ``tokens``) gathered."""
-    content: list[str] = []
-    probs: list[Any] = []
-    tokens: list[Any] = []
-    final: dict[str, Any] = {}
-    async for data in _sse(resp):
-        if "error" in data and "content" not in data:
-            raise _midstream(data)
-        if rec.ttft_s is None and data.get("content"):
-            rec.ttft_s = time.perf_counter() - rec.arrived
-        content.append(str(data.get("content") or ""))
-        probs.extend(data.get("completion_probabilities") or [])
-        tokens.extend(data.get("tokens") or [])
-        if data.get("stop"):
-            final = data
-    _take_native(rec, final)
-    final = {**final, "content": "".join(content),
-             "tokens": tokens if body.get("return_tokens") else []}
-    if probs or body.get("n_probs"):
-        final["completion_probabilities"] = probs
-    return json.dumps(final, ensure_ascii=False).encode()
-
-
-async def _openai_whole(resp: httpx.Response, rec: RequestRecord) -> bytes:
-    """An OpenAI ``text_completion`` from the engine's stream of one choice."""
-    text: list[str] = []
-    out: dict[str, Any] = {}
-    finish = None
-    async for data in _sse(resp):
-        if "error" in data and "choices" not in data:
-            raise _midstream(data)
-        for choice in data.get("choices") or []:
-            if rec.ttft_s is None and choice.get("text"):
-                rec.ttft_s = time.perf_counter() - rec.arrived
-            text.append(str(choice.get("text") or ""))
-            finish = choice.get("finish_reason") or finish
-        for k, v in data.items():
-            if k != "choices":
-                out[k] = v
-    out["choices"] = [{"text": "".join(text), "index": 0, "logprobs": None,
-                       "finish_reason": finish}]
-    _take_openai(rec, out)
-    return json.dumps(out, ensure_ascii=False).encode()
-
-
-def _own_model(data: bytes, model_id: str) -> bytes:
-    """An engine's JSON answer with ``model`` set to the gateway's id (llama-server writes its
-    model path there, whatever the request named)."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return data
-    if not isinstance(obj, dict) or "model" not in obj:
-        return data
-    obj["model"] = model_id
-    return json.dumps(obj, ensure_ascii=False).encode()
-
-
-def _take_openai(rec: RequestRecord, obj: dict[str, Any]) -> None:
-    """Usage, finish reason and timings of an OpenAI completion object (or its last chunks)."""
-    choices = obj.get("choices") or []
-    finish = next((c.get("finish_reason") for c in choices
-                   if isinstance(c, dict) and c.get("finish_reason")), None)
-    if isinstance(obj.get("usage"), dict):
-        rec.usage(obj["usage"], finish or rec.finish_reason)
-    elif finish:
-        rec.finish_reason = finish
-    if isinstance(obj.get("timings"), dict):
-        rec.timings(obj["timings"])
-
-
-def _native_line(rec: RequestRecord, line: bytes) -> None:
-    if not line.startswith(b"data: {"):
-        return
-    try:
-        data = json.loads(line[6:])
-    except ValueError:
-        return
-    if not isinstance(data, dict):
-        return
-    if rec.ttft_s is None and data.get("content"):
-        rec.ttft_s = time.perf_counter() - rec.arrived
-    if data.get("stop"):
-        _take_native(rec, data)
-
-
-def _take_native(rec: RequestRecord, final: dict[str, Any]) -> None:
-    """Usage and stop of llama-server's last ``/completion`` event."""
-    if not final:
-        return
-    timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
-    stop = final.get("stop_type")
-    rec.usage({"prompt_tokens": final.get("tokens_evaluated"),
-               "completion_tokens": final.get("tokens_predicted"),
-               "prompt_tokens_details": {"cached_tokens": timings.get("cache_n")}},
-              "length" if stop == "limit" else "stop" if stop in ("eos", "word") else stop)
-    rec.timings(timings)
-
-
-async def _relay_events(resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str,
-                        rec: RequestRecord) -> AsyncIterator[bytes]:
-    """:func:`_relay` for server-sent events, one event per write, each ``model`` the gateway's
-    id; the usage and finish reason they carry go to ``rec``."""
-    try:
-        event: list[bytes] = []
-        async for line in resp.aiter_lines():
-            if line:
-                data = line.encode()
-                if data.startswith(b"data: {"):
-                    data = b"data: " + _own_event(data[6:], model_id, rec)
-                event.append(data)
-                continue
-            if event:
-                yield b"\n".join(event) + b"\n\n"
-                event = []
-        if event:
-            yield b"\n".join(event) + b"\n\n"
-    except httpx.HTTPError:
-        return  # the engine broke off: the stream ends, as a relay's would
-    finally:
-        with anyio.CancelScope(shield=True):
-            await resp.aclose()
-            await stack.aclose()
-
-
-def _own_event(data: bytes, model_id: str, rec: RequestRecord) -> bytes:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return data
-    if not isinstance(obj, dict):
-        return data
-    if rec.ttft_s is None and any(isinstance(c, dict) and c.get("text") for c in obj.get("choices") or []):
-        rec.ttft_s = time.perf_counter() - rec.arrived
-    _take_openai(rec, obj)
-    if "model" not in obj:
-        return data
-    obj["model"] = model_id
-    return json.dumps(obj, ensure_ascii=False).encode()
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
