@@ -13,6 +13,9 @@ for tool in cmake:cmake ninja:ninja-build g++:g++ git:git ccache:ccache stdbuf:c
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
+# Headless Chromium for the dashboard's browser test (tests/integration/test_ui_browser.py drives
+# Debian's chromium through Playwright; never `playwright install`, which downloads its own).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then
@@ -24,18 +27,6 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# Headless Chromium for the dashboard's browser test (tests/integration/test_ui_browser.py drives
-# Debian's chromium through Playwright; never `playwright install`, which downloads its own).
-if [ ! -x /usr/bin/chromium ]; then
-  SUDO=""
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || { log "need root (or sudo) to install chromium"; exit 1; }
-    SUDO=sudo
-  fi
-  log "installing chromium"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-fi
 
 if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
