@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -121,3 +124,22 @@ def fail(exc: SplitserveError) -> typer.Exit:
     """Print a user error in one line and return the Exit to raise."""
     err_console.print(f"splitserve: error: {exc}", markup=False)
     return typer.Exit(exc.exit_code)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def maps_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a command (below its ``@app.command``) so a SplitserveError from its body ends it
+    as `fail` does: one line on stderr and the error's exit code. functools.wraps keeps the
+    signature that Typer reads the options from."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except SplitserveError as exc:
+            raise fail(exc) from None
+
+    return run

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .._errors import SplitserveError, UsageError
-from ._app import app, fail, make_console
+from .._errors import UsageError
+from ._app import app, make_console, maps_errors
 
 PROBES = 3  # calibration requests before the cells (splitserve.bench._speed.PROBE_WORDS)
 
@@ -172,6 +172,7 @@ def interrupted(path: Path) -> typer.Exit:
 
 
 @bench_app.command("speed")
+@maps_errors
 def speed_cmd(
     url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
     api: ApiOpt = "chat",
@@ -220,11 +221,10 @@ def speed_cmd(
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
 
 
 @bench_app.command("context")
+@maps_errors
 def context_cmd(
     url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
     api: ApiOpt = "chat",
@@ -255,11 +255,10 @@ def context_cmd(
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
 
 
 @bench_app.command("sweep")
+@maps_errors
 def sweep_cmd(
     cluster: Annotated[Path, typer.Option("-c", "--cluster", help="the cluster spec to restart per point")],
     set_: Annotated[list[str], typer.Option("--set", help="NAME=V1,V2,... (ubatch, batch, ctx, parallel, fa, "
@@ -313,11 +312,10 @@ def sweep_cmd(
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
 
 
 @bench_app.command("engine")
+@maps_errors
 def engine_cmd(
     cluster: SpecOpt = None,
     model: Annotated[Path | None, typer.Option("-m", "--model", help="GGUF (without -c)")] = None,
@@ -385,11 +383,10 @@ def engine_cmd(
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
 
 
 @bench_app.command("report")
+@maps_errors
 def report_cmd(
     runs: Annotated[list[Path], typer.Argument(help="run files; two or more are compared with ratios")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for report.md and the PNGs")] = None,
@@ -404,11 +401,8 @@ def report_cmd(
     from ..bench import load_run
     from ..bench._report import write_report
 
-    try:
-        loaded = [load_run(p) for p in runs]
-        folder = out or (runs[0].with_suffix("") if len(runs) == 1 else Path("bench-report"))
-        md, pngs = write_report(loaded, folder, decode_bound, with_plots=plots)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    loaded = [load_run(p) for p in runs]
+    folder = out or (runs[0].with_suffix("") if len(runs) == 1 else Path("bench-report"))
+    md, pngs = write_report(loaded, folder, decode_bound, with_plots=plots)
     print(md.read_text())
     err.print(f"report written to {md}" + (f" with {len(pngs)} plot(s)" if pngs else ""), markup=False)

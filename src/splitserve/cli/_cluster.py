@@ -28,7 +28,7 @@ from ..cluster import (
     transport_for,
     up,
 )
-from ._app import app, fail, make_console
+from ._app import app, make_console, maps_errors
 
 console = make_console()
 err = make_console(stderr=True)
@@ -55,6 +55,7 @@ def _root(config: Path | None, name: str | None) -> Path:
 
 
 @app.command("up")
+@maps_errors
 def up_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the commands, start nothing")] = False,
@@ -69,23 +70,20 @@ def up_cmd(
 
     Example: splitserve up -c cluster.toml
     """
-    try:
-        spec = load_spec(config)
-        if dry_run:
-            plan = launch_plan(spec, resolve_engines(spec))
-            if spec.model.is_file():  # what `up` would refuse or warn about, before the commands
-                for warning in check_serving(spec):
-                    err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-            for proc in plan.processes:
-                console.print(f"# {proc.node} ({proc.host}), log {proc.log}", markup=False)
-                console.print(proc.shell(), markup=False, soft_wrap=True)
-            return
-        if foreground:
-            _supervise(spec, not skip_preflight)
-            return
-        state = up(spec, on_event=print_event, preflight=not skip_preflight)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    spec = load_spec(config)
+    if dry_run:
+        plan = launch_plan(spec, resolve_engines(spec))
+        if spec.model.is_file():  # what `up` would refuse or warn about, before the commands
+            for warning in check_serving(spec):
+                err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        for proc in plan.processes:
+            console.print(f"# {proc.node} ({proc.host}), log {proc.log}", markup=False)
+            console.print(proc.shell(), markup=False, soft_wrap=True)
+        return
+    if foreground:
+        _supervise(spec, not skip_preflight)
+        return
+    state = up(spec, on_event=print_event, preflight=not skip_preflight)
     console.print(f"ready: {state.endpoint}  (OpenAI base URL {state.endpoint}/v1; model load "
                   f"{state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
                   markup=False)
@@ -115,6 +113,7 @@ def _supervise(spec: ClusterSpec, preflight: bool) -> None:
 
 
 @app.command("run")
+@maps_errors
 def run_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
@@ -124,13 +123,11 @@ def run_cmd(
 
     Example: splitserve run -c cluster.toml
     """
-    try:
-        _supervise(load_spec(config), not skip_preflight)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    _supervise(load_spec(config), not skip_preflight)
 
 
 @app.command("preflight")
+@maps_errors
 def preflight_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -142,10 +139,7 @@ def preflight_cmd(
     """
     from ..cluster import preflight
 
-    try:
-        rows = preflight(load_spec(config))
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    rows = preflight(load_spec(config))
     if as_json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
@@ -163,6 +157,7 @@ def preflight_cmd(
 
 
 @app.command("systemd")
+@maps_errors
 def systemd_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     out: Annotated[Path, typer.Option("-o", "--out", help="folder to write the unit files to")] = Path("systemd"),
@@ -181,9 +176,7 @@ def systemd_cmd(
         for name, text in units.items():
             (out / name).write_text(text)
     except OSError as exc:
-        raise fail(SplitserveError(f"{out}: cannot write unit files: {exc.strerror}")) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
+        raise SplitserveError(f"{out}: cannot write unit files: {exc.strerror}") from None
     for name in units:
         console.print(f"wrote {out / name}", markup=False)
     console.print(f"install on the head: sudo cp {out}/splitserve-{spec.name}.service /etc/systemd/system/ && "
@@ -191,6 +184,7 @@ def systemd_cmd(
 
 
 @app.command("down")
+@maps_errors
 def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
     """Stop exactly the processes `up` started (from the cluster's state folder). A cluster under
     `up --foreground` / `splitserve run` is stopped by its supervisor: down sends it SIGTERM and
@@ -198,11 +192,8 @@ def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
 
     Example: splitserve down -c cluster.toml
     """
-    try:
-        root = _root(config, name)
-        stopped = down(root)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    root = _root(config, name)
+    stopped = down(root)
     console.print(f"stopped: {', '.join(stopped)}" if stopped else f"{root.name}: nothing was running")
 
 
@@ -249,6 +240,7 @@ def print_status(data: dict[str, Any]) -> None:
 
 
 @app.command("status")
+@maps_errors
 def status_cmd(config: SpecOpt = None, name: NameOpt = None,
                as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Show each process (alive, pid, port, RSS), the model, per-device memory, the slots, the
@@ -260,10 +252,7 @@ def status_cmd(config: SpecOpt = None, name: NameOpt = None,
 
     Example: splitserve status -c cluster.toml --json
     """
-    try:
-        data = cluster_status(_root(config, name))
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    data = cluster_status(_root(config, name))
     if as_json:
         print(json.dumps(data, indent=2))
     else:
@@ -273,6 +262,7 @@ def status_cmd(config: SpecOpt = None, name: NameOpt = None,
 
 
 @app.command("logs")
+@maps_errors
 def logs_cmd(
     node: Annotated[str | None, typer.Argument(help="head or a worker name (default: all)")] = None,
     config: SpecOpt = None, name: NameOpt = None,
@@ -310,8 +300,6 @@ def logs_cmd(
                 for line in text.splitlines():
                     sys.stdout.write((f"{n} | " if prefix else "") + line + "\n")
             sys.stdout.flush()
-    except SplitserveError as exc:
-        raise fail(exc) from None
     except KeyboardInterrupt:
         pass
 

@@ -12,10 +12,9 @@ import typer
 from rich.table import Table
 
 from .._demo import DEFAULT_PROMPT, run_demo
-from .._errors import SplitserveError
 from ..cluster import Event
 from ..engine import BuildOptions
-from ._app import app, fail, make_console
+from ._app import app, make_console, maps_errors
 from ._cluster import print_event
 from ._engine import build_with_progress
 
@@ -23,6 +22,7 @@ console = make_console()
 
 
 @app.command("demo")
+@maps_errors
 def demo_cmd(
     keep: Annotated[bool, typer.Option("--keep", help="leave the cluster running and print its URL")] = False,
     prompt: Annotated[str, typer.Option(help="the chat message to send")] = DEFAULT_PROMPT,
@@ -35,24 +35,21 @@ def demo_cmd(
     Example: splitserve demo --keep
     """
     t0 = time.monotonic()
-    try:
-        engine, _ = build_with_progress(BuildOptions(backend="cpu"))
-        console.print(f"engine: {engine.key}")  # type: ignore[attr-defined]
-        console.print("starting 2 RPC workers, llama-server (SmolLM2-135M-Instruct, layers split 1:1) and the gateway")
+    engine, _ = build_with_progress(BuildOptions(backend="cpu"))
+    console.print(f"engine: {engine.key}")  # type: ignore[attr-defined]
+    console.print("starting 2 RPC workers, llama-server (SmolLM2-135M-Instruct, layers split 1:1) and the gateway")
 
-        def on_text(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    def on_text(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
 
-        def on_event(event: Event) -> None:
-            print_event(event)
-            if event.kind == "ready":
-                console.print(f"\nuser: {prompt}\nassistant: ", end="", markup=False)
+    def on_event(event: Event) -> None:
+        print_event(event)
+        if event.kind == "ready":
+            console.print(f"\nuser: {prompt}\nassistant: ", end="", markup=False)
 
-        result = run_demo(engine, prompt=prompt, keep=keep, port=port, on_event=on_event,  # type: ignore[arg-type]
-                          on_text=on_text)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    result = run_demo(engine, prompt=prompt, keep=keep, port=port, on_event=on_event,  # type: ignore[arg-type]
+                      on_text=on_text)
     print()
     pp = f"{result.prompt_per_second:.1f}" if result.prompt_per_second else "-"
     tg = f"{result.predicted_per_second:.1f}" if result.predicted_per_second else "-"

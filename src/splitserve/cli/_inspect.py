@@ -10,11 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .._errors import SplitserveError, UsageError
+from .._errors import UsageError
 from ..chat import NO_FORMAT_HINT
 from ..model import ModelInfo, inspect_model
 from ..plan import GIB, Node, Plan, PlanOptions, make_plan, parse_node
-from ._app import app, fail, make_console
+from ._app import app, make_console, maps_errors
 
 console = make_console()
 
@@ -31,6 +31,7 @@ def _size(n: float) -> str:
 
 
 @app.command("inspect")
+@maps_errors
 def inspect_cmd(
     model: Annotated[Path, typer.Argument(help="a GGUF file (any shard of a split model)")],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -40,10 +41,7 @@ def inspect_cmd(
 
     Example: splitserve inspect ~/models/MiniMax-M3-UD-IQ4_XS-00001-of-00006.gguf
     """
-    try:
-        info = inspect_model(model)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    info = inspect_model(model)
     if as_json:
         print(json.dumps(info.to_dict(), indent=2))
         return
@@ -135,6 +133,7 @@ def _split(value: str | None) -> tuple[float, ...] | None:
 
 
 @app.command("plan")
+@maps_errors
 def plan_cmd(
     model: Annotated[Path | None, typer.Argument(help="a GGUF file (any shard); default: the spec's model")] = None,
     node: Annotated[list[str] | None, typer.Option(
@@ -169,47 +168,44 @@ def plan_cmd(
 
     Example: splitserve plan MiniMax-M3-UD-IQ4_XS-00001-of-00006.gguf --node spark1=121,device=gb10 --node spark2=121,device=gb10 --ctx 65536 --cache-type-k q8_0 --cache-type-v q8_0
     """
-    try:
-        given: dict[str, Any] = {"ctx": ctx, "parallel": parallel, "unified": kv_unified,
-                                 "cache_type_k": _cache_type("--cache-type-k", cache_type_k),
-                                 "cache_type_v": _cache_type("--cache-type-v", cache_type_v), "ubatch": ubatch,
-                                 "flash_attn": None if flash_attn is None else _flash(flash_attn),
-                                 "tensor_split": _split(tensor_split),
-                                 "margin_bytes": None if margin is None else int(margin * GIB),
-                                 "link_gbps": link_gbps, "link_latency_us": link_latency_us}
-        overrides = {k: v for k, v in given.items() if v is not None}
-        if config is not None:
-            from ..cluster import load_spec
-            from ..plan import plan_for_spec, spec_nodes, spec_options
+    given: dict[str, Any] = {"ctx": ctx, "parallel": parallel, "unified": kv_unified,
+                             "cache_type_k": _cache_type("--cache-type-k", cache_type_k),
+                             "cache_type_v": _cache_type("--cache-type-v", cache_type_v), "ubatch": ubatch,
+                             "flash_attn": None if flash_attn is None else _flash(flash_attn),
+                             "tensor_split": _split(tensor_split),
+                             "margin_bytes": None if margin is None else int(margin * GIB),
+                             "link_gbps": link_gbps, "link_latency_us": link_latency_us}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if config is not None:
+        from ..cluster import load_spec
+        from ..plan import plan_for_spec, spec_nodes, spec_options
 
-            spec = load_spec(config)
-            nodes = [parse_node(n) for n in node] if node else spec_nodes(spec)
-            base = spec_options(spec)
-            hn = _host_index(host_node, nodes, base.host_node)
-            # flags on the command line win over the spec's [server] table
-            plan = plan_for_spec(spec, nodes=nodes, model=model, options=replace(base, host_node=hn, **overrides))
-            if measure:
-                from ..plan import measure_spec
+        spec = load_spec(config)
+        nodes = [parse_node(n) for n in node] if node else spec_nodes(spec)
+        base = spec_options(spec)
+        hn = _host_index(host_node, nodes, base.host_node)
+        # flags on the command line win over the spec's [server] table
+        plan = plan_for_spec(spec, nodes=nodes, model=model, options=replace(base, host_node=hn, **overrides))
+        if measure:
+            from ..plan import measure_spec
 
-                comparison = measure_spec(_measured_spec(spec, overrides, model), plan)
-                if as_json:
-                    print(json.dumps({"plan": plan.to_dict(), "measured": comparison}, indent=2))
-                else:
-                    _print_plan(plan)
-                    _print_measure(comparison)
-                return
-        else:
-            if model is None:
-                raise UsageError("give a MODEL (a GGUF file) or -c cluster.toml")
-            if not node:
-                raise UsageError("give at least one --node NAME=GIB (e.g. --node spark1=121,device=gb10)")
-            if measure:
-                raise UsageError("--measure needs -c cluster.toml with the workers up")
-            nodes = [parse_node(n) for n in node]
-            options = replace(PlanOptions(), host_node=_host_index(host_node, nodes, 0), **overrides)
-            plan = make_plan(inspect_model(model), nodes, options)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+            comparison = measure_spec(_measured_spec(spec, overrides, model), plan)
+            if as_json:
+                print(json.dumps({"plan": plan.to_dict(), "measured": comparison}, indent=2))
+            else:
+                _print_plan(plan)
+                _print_measure(comparison)
+            return
+    else:
+        if model is None:
+            raise UsageError("give a MODEL (a GGUF file) or -c cluster.toml")
+        if not node:
+            raise UsageError("give at least one --node NAME=GIB (e.g. --node spark1=121,device=gb10)")
+        if measure:
+            raise UsageError("--measure needs -c cluster.toml with the workers up")
+        nodes = [parse_node(n) for n in node]
+        options = replace(PlanOptions(), host_node=_host_index(host_node, nodes, 0), **overrides)
+        plan = make_plan(inspect_model(model), nodes, options)
     if as_json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

@@ -9,8 +9,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from .._errors import SplitserveError, UsageError
+from .._errors import UsageError
 from ..chat import (
     NO_FORMAT_HINT,
     check_template,
@@ -23,7 +24,7 @@ from ..chat import (
     render_chat,
     transplant,
 )
-from ._app import app, fail, make_console
+from ._app import app, make_console, maps_errors
 
 template_app = typer.Typer(
     help="Read, render, check and transplant chat templates.\n\n"
@@ -106,6 +107,7 @@ KwargsOpt = Annotated[Optional[str], typer.Option("--kwargs", help="template var
 
 
 @template_app.command("extract")
+@maps_errors
 def extract_cmd(
     model: Annotated[Path, typer.Argument(help="the .gguf model")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="write to this file")] = None,
@@ -116,15 +118,12 @@ def extract_cmd(
 
     Example: splitserve template extract model.gguf -o model.jinja
     """
-    try:
-        templates = read_chat_templates(model)
-        if list_names:
-            for key, text in templates.items():
-                console.print(f"{key}\t{len(text)} chars\t{detect_format(text) or '-'}")
-            return
-        text = _template_from(model, name)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    templates = read_chat_templates(model)
+    if list_names:
+        for key, text in templates.items():
+            console.print(f"{key}\t{len(text)} chars\t{detect_format(text) or '-'}")
+        return
+    text = _template_from(model, name)
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
@@ -133,6 +132,7 @@ def extract_cmd(
 
 
 @template_app.command("render")
+@maps_errors
 def render_cmd(
     messages: Annotated[Path, typer.Option("--messages", help="JSON list of messages, or a "
                                            "request body with messages (and tools)")],
@@ -147,20 +147,17 @@ def render_cmd(
 
     Example: splitserve template render --model model.gguf --messages chat.json --tools tools.json
     """
-    try:
-        text = _pick_template(template, model, name)
-        data = _read_json(messages, "messages file")
-        tool_list = _tools_from(tools)
-        if isinstance(data, dict):
-            if tool_list is None and isinstance(data.get("tools"), list):
-                tool_list = data["tools"]
-            data = data.get("messages")
-        if not isinstance(data, list):
-            raise UsageError(f"messages file {messages}: expected a JSON list of messages")
-        prompt = render_chat(text, data, tool_list, add_generation_prompt=generation_prompt,
-                             **_kwargs_from(kwargs))
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    text = _pick_template(template, model, name)
+    data = _read_json(messages, "messages file")
+    tool_list = _tools_from(tools)
+    if isinstance(data, dict):
+        if tool_list is None and isinstance(data.get("tools"), list):
+            tool_list = data["tools"]
+        data = data.get("messages")
+    if not isinstance(data, list):
+        raise UsageError(f"messages file {messages}: expected a JSON list of messages")
+    prompt = render_chat(text, data, tool_list, add_generation_prompt=generation_prompt,
+                         **_kwargs_from(kwargs))
     sys.stdout.write(prompt)
     if not prompt.endswith("\n"):
         sys.stdout.write("\n")
@@ -181,6 +178,7 @@ def _report(results: list[Any], fmt_name: str | None) -> bool:
 
 
 @template_app.command("check")
+@maps_errors
 def check_cmd(
     template: TemplateOpt = None,
     model: ModelOpt = None,
@@ -200,18 +198,16 @@ def check_cmd(
 
     Example: splitserve template check --template MiniMax-M3.jinja --strict
     """
-    try:
-        text = _pick_template(template, model, name)
-        fmt_name = fmt or detect_format(text)
-        results = check_template(text, get_format(fmt_name) if fmt_name else None,
-                                 _kwargs_from(kwargs))
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    text = _pick_template(template, model, name)
+    fmt_name = fmt or detect_format(text)
+    results = check_template(text, get_format(fmt_name) if fmt_name else None,
+                             _kwargs_from(kwargs))
     if not _report(results, fmt_name) or (strict and not fmt_name):
         raise typer.Exit(1)
 
 
 @template_app.command("formats")
+@maps_errors
 def formats_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """List the tool-call formats (the names `--format`, `--model-format` and the spec's
     `gateway.model_format` take), with their reasoning markers.
@@ -228,11 +224,13 @@ def formats_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON
         return
     table = Table("format", "reasoning", title="tool-call formats")
     for r in rows:
-        table.add_row(r["name"], " ... ".join(r["reasoning"]) if r["reasoning"] else "-")
+        # Text, not markup: markers such as Mistral's [THINK]...[/THINK] look like rich's tags
+        table.add_row(Text(r["name"]), Text(" ... ".join(r["reasoning"]) if r["reasoning"] else "-"))
     console.print(table)
 
 
 @template_app.command("transplant")
+@maps_errors
 def transplant_cmd(
     base: Annotated[Path, typer.Option("--base", help="the template to keep (.jinja or .gguf)")],
     donor: Annotated[Path, typer.Option("--donor", help="the template to take blocks from")],
@@ -248,15 +246,12 @@ def transplant_cmd(
 
     Example: splitserve template transplant --base MiniMax-M3.jinja --donor MiniMax-M2.jinja --recipe minimax-m3-hybrid -o MiniMax-M3-hybrid.jinja
     """
-    try:
-        r = load_recipe(recipe)
-        result = transplant(_template_from(base), _template_from(donor), r, str(base),
-                            str(donor))
-        fmt_name = r.format or detect_format(result)
-        results = check_template(result, get_format(fmt_name) if fmt_name else None) \
-            if verify else []
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    r = load_recipe(recipe)
+    result = transplant(_template_from(base), _template_from(donor), r, str(base),
+                        str(donor))
+    fmt_name = r.format or detect_format(result)
+    results = check_template(result, get_format(fmt_name) if fmt_name else None) \
+        if verify else []
     if results and not _report(results, fmt_name):
         err.print("splitserve: error: the transplanted template fails the check above; "
                   f"{output} not written", markup=False)
@@ -267,6 +262,7 @@ def transplant_cmd(
 
 
 @app.command("parse")
+@maps_errors
 def parse_cmd(
     fmt: Annotated[str, typer.Option("--format", help="tool-call format: " + ", ".join(
         f.name for f in list_formats()))],
@@ -287,11 +283,8 @@ def parse_cmd(
 
     Example: splitserve parse --format minimax-m3 --tools tools.json < output.txt
     """
-    try:
-        f = get_format(fmt)
-        tool_list = _tools_from(tools)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    f = get_format(fmt)
+    tool_list = _tools_from(tools)
     raw = sys.stdin.buffer.read().decode("utf-8", "replace")
     parsed = parse_complete(f, raw, tool_list, prefilled=prefilled)
     print(json.dumps(parsed.to_openai(), ensure_ascii=False, indent=2))

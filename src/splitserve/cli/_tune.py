@@ -7,14 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from .._errors import ClusterError, SplitserveError, UsageError
-from ._app import app, fail, make_console
+from .._errors import ClusterError, UsageError
+from ._app import app, make_console, maps_errors
 
 console = make_console()
 err = make_console(stderr=True)
 
 
 @app.command("tune")
+@maps_errors
 def tune_cmd(
     cluster: Annotated[Path | None, typer.Option("-c", "--cluster",
                                                  help="the cluster spec to tune (restarted per point)")] = None,
@@ -204,8 +205,6 @@ def tune_cmd(
     except KeyboardInterrupt:
         err.print(f"splitserve: interrupted; what was measured is kept in {path}", markup=False)
         raise typer.Exit(130) from None
-    except SplitserveError as exc:
-        raise fail(exc) from None
 
 
 def _report_only(run_path: Path, compare_with: Path | None) -> None:

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .._errors import NotRunningError, SplitserveError
-from ._app import app, fail
+from .._errors import NotRunningError
+from ._app import app, maps_errors
 
 
 def dashboard_url(config: Path | None, name: str | None) -> str:
@@ -27,6 +27,7 @@ def dashboard_url(config: Path | None, name: str | None) -> str:
 
 
 @app.command("ui")
+@maps_errors
 def ui_cmd(
     config: Annotated[Path | None, typer.Option("-c", "--config", help="cluster spec (TOML)")] = None,
     name: Annotated[str | None, typer.Option("--name", help="cluster name (instead of -c)")] = None,
@@ -38,10 +39,7 @@ def ui_cmd(
 
     Example: splitserve ui -c cluster.toml
     """
-    try:
-        url = dashboard_url(config, name)
-    except SplitserveError as exc:
-        raise fail(exc) from None
+    url = dashboard_url(config, name)
     print(url)
     if open_:
         import webbrowser

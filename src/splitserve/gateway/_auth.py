@@ -83,10 +83,13 @@ def add_key(path: Path, name: str) -> str:
     if name in existing.values():
         raise UsageError(f"{path}: a key named {name!r} exists already; pick another name")
     key = new_key()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(f"{name} {hash_key(key)}\n")
-    path.chmod(0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(f"{name} {hash_key(key)}\n")
+        path.chmod(0o600)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the keys file: {exc.strerror}") from None
     return key
 
 

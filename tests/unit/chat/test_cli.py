@@ -104,3 +104,10 @@ def test_template_commands(tmp_path: Path, tdir: Path, smollm2: Path,
                         "minimax-m3-hybrid", "-o", str(tmp_path / "x.jinja")], capsys)
     assert code == 1 and "block 'tool-call token definitions'" in err
     assert not (tmp_path / "x.jinja").exists()
+
+
+def test_template_formats_prints_markers_that_look_like_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    # Mistral's [THINK]...[/THINK] once crashed the table (rich read it as a closing tag)
+    rc, out, _ = cli(["template", "formats"], capsys)
+    assert rc == 0
+    assert "[THINK] ... [/THINK]" in out and "mistral" in out

@@ -40,3 +40,11 @@ def test_keys_add_prints_the_key_once_and_stores_its_hash(tmp_path: Path) -> Non
     assert key not in path.read_text()
     again = CliRunner().invoke(app, ["keys", "add", str(path), "--name", "alice"])
     assert again.exit_code == 2 and "exists already" in again.output
+
+
+def test_keys_add_to_an_unwritable_place_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    res = CliRunner().invoke(app, ["keys", "add", str(blocker / "keys"), "--name", "x"])
+    assert res.exit_code == 2
+    assert "cannot write the keys file" in res.output and "Traceback" not in res.output
