@@ -273,6 +273,21 @@ class Gateway:
             self.metrics.disconnects.inc()
         return resp
 
+    async def whole(self, request: Request, resp: httpx.Response,
+                    stack: contextlib.AsyncExitStack, work: Awaitable[T]) -> T | None:
+        """Run ``work`` (reading ``resp`` to a whole answer) unless the client leaves first;
+        close ``resp`` and free the slot (``stack``) either way. None, counted as a disconnect,
+        when the client left."""
+        try:
+            result = await _unless_disconnected(request, work)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await resp.aclose()
+                await stack.aclose()
+        if result is None:
+            self.metrics.disconnects.inc()
+        return result
+
     # -- routes ------------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         timing = Timing(arrived=time.perf_counter())
@@ -303,15 +318,9 @@ class Gateway:
         if req.stream:
             body = stream_chat(resp, plan, model, turn, timing, self.metrics, stack.aclose, rec)
             return EngineStream(body, self.metrics.disconnects.inc)
-        try:
-            result = await _unless_disconnected(
-                request, collect_chat(resp, plan, model, turn, timing, self.metrics, rec))
-        finally:
-            with anyio.CancelScope(shield=True):
-                await resp.aclose()
-                await stack.aclose()
+        result = await self.whole(request, resp, stack,
+                                  collect_chat(resp, plan, model, turn, timing, self.metrics, rec))
         if result is None:
-            self.metrics.disconnects.inc()
             return Response(status_code=499)
         return JSONResponse(result)
 
@@ -335,15 +344,9 @@ class Gateway:
             return Response(status_code=499)
         if req.stream:
             return EngineStream(relay_events(resp, stack, model.id, rec), self.metrics.disconnects.inc)
-        try:
-            data = await _unless_disconnected(
-                request, openai_whole(resp, rec) if by_stream else resp.aread())
-        finally:
-            with anyio.CancelScope(shield=True):
-                await resp.aclose()
-                await stack.aclose()
+        data = await self.whole(request, resp, stack,
+                                openai_whole(resp, rec) if by_stream else resp.aread())
         if data is None:
-            self.metrics.disconnects.inc()
             return Response(status_code=499)
         return Response(own_model(data, model.id), media_type="application/json")
 
@@ -397,20 +400,14 @@ class Gateway:
             "POST", path, "", json.dumps({**body, "stream": True}).encode(), "application/json"))
         if resp is None:
             return Response(status_code=499)
-        try:
-            if resp.status_code != 200:
-                data = await _unless_disconnected(request, resp.aread())
-                status = resp.status_code
-                ctype = resp.headers.get("content-type", "application/json")
-            else:
-                data = await _unless_disconnected(request, native_whole(resp, body, _record(request)))
-                status, ctype = 200, "application/json; charset=utf-8"
-        finally:
-            with anyio.CancelScope(shield=True):
-                await resp.aclose()
-                await stack.aclose()
+        if resp.status_code != 200:
+            status = resp.status_code
+            ctype = resp.headers.get("content-type", "application/json")
+            data = await self.whole(request, resp, stack, resp.aread())
+        else:
+            status, ctype = 200, "application/json; charset=utf-8"
+            data = await self.whole(request, resp, stack, native_whole(resp, body, _record(request)))
         if data is None:
-            self.metrics.disconnects.inc()
             return Response(status_code=499)
         return Response(data, status_code=status, headers={"Content-Type": ctype})
 
