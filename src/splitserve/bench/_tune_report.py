@@ -93,12 +93,11 @@ def compare(tune: BenchRun, grid: BenchRun) -> dict[str, Any]:
 # -- report ----------------------------------------------------------------------------------
 
 
-def _fmt(v: Any, digits: int = 2) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
+def _fmt(v: Any) -> str:
+    """The report's number format (:func:`._report.fmt`) at two decimals."""
+    from ._report import fmt
+
+    return fmt(v, 2)
 
 
 def tune_markdown(run: BenchRun, comparison: dict[str, Any] | None = None, plots: Sequence[Path] = (),
