@@ -29,13 +29,14 @@ from ._spec import (
     parse_spec,
 )
 from ._ssh import SshTransport
-from ._state import ClusterState, ProcessRecord, read_state
+from ._state import STATE_FILE, ClusterState, ProcessRecord, read_state
 from ._status import cluster_status, find_state_root, parse_spec_metrics
 from ._supervise import Backoff, Supervisor, read_supervisor_log, supervise
 from ._systemd import systemd_units
-from ._transport import LocalTransport, ProcessRef, Transport, transport_for
+from ._transport import LocalTransport, ProcessRef, Transport, read_tail, transport_for
 
 __all__ = [
+    "STATE_FILE",
     "Backoff",
     "CheckRow",
     "ClusterSpec",
@@ -76,6 +77,7 @@ __all__ = [
     "port_in_use",
     "preflight",
     "read_state",
+    "read_tail",
     "read_supervisor_log",
     "require_state",
     "resolve_engines",

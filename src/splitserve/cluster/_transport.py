@@ -83,14 +83,7 @@ class Transport(ABC):
 
     def read_log(self, log_path: Path, max_bytes: int = 1 << 20) -> str:
         """The end of a log file this transport writes."""
-        try:
-            with open(log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - max_bytes))
-                return fh.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return ""
+        return read_tail(log_path, max_bytes)
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -107,6 +100,18 @@ def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22)."""
     rest = _proc_stat(pid)
     return int(rest[19]) if rest and len(rest) > 19 else None
+
+
+def read_tail(path: Path, max_bytes: int = 1 << 20) -> str:
+    """The last ``max_bytes`` of a local file as text ("" when there is no such file)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            return fh.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
 
 
 class LocalTransport(Transport):

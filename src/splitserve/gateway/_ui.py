@@ -31,7 +31,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._errors import SplitserveError
-from ..cluster._state import STATE_FILE, ClusterState, read_state
+from ..cluster import STATE_FILE, ClusterState, read_state
+from ..cluster import read_tail as cluster_read_tail
 from ._errors import APIError
 from ._ui_state import History, Sample, Snapshot, assemble
 
@@ -113,12 +114,9 @@ def read_links(endpoints: set[str]) -> dict[str, dict[str, float]]:
 
 
 def read_tail(path: Path, max_bytes: int) -> str:
+    """:func:`splitserve.cluster.read_tail`, "" for any file the gateway cannot read."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            return fh.read().decode("utf-8", "replace")
+        return cluster_read_tail(path, max_bytes)
     except OSError:
         return ""
 
