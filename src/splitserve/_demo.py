@@ -51,20 +51,29 @@ def free_ports(n: int) -> list[int]:
 
 def demo_spec(port: int | None = None, ctx_size: int = 2048) -> Any:
     w1, w2, head, gw = free_ports(4)
-    return parse_spec({
-        "name": "demo",
-        "model": str(smollm2_path()),
-        "workers": [{"name": "w1", "port": w1}, {"name": "w2", "port": w2}],
-        "server": {"port": head, "ctx_size": ctx_size, "tensor_split": [1, 1]},
-        "gateway": {"port": port or gw},
-    })
+    return parse_spec(
+        {
+            "name": "demo",
+            "model": str(smollm2_path()),
+            "workers": [{"name": "w1", "port": w1}, {"name": "w2", "port": w2}],
+            "server": {"port": head, "ctx_size": ctx_size, "tensor_split": [1, 1]},
+            "gateway": {"port": port or gw},
+        }
+    )
 
 
-def stream_chat(endpoint: str, prompt: str, on_text: Callable[[str], None], max_tokens: int = 96,
-                seed: int = 42) -> dict[str, Any]:
+def stream_chat(
+    endpoint: str, prompt: str, on_text: Callable[[str], None], max_tokens: int = 96, seed: int = 42
+) -> dict[str, Any]:
     """One streamed chat completion; returns the usage and llama.cpp timings of the last chunk."""
-    body = {"messages": [{"role": "user", "content": prompt}], "stream": True, "max_tokens": max_tokens,
-            "temperature": 0.0, "seed": seed, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": seed,
+        "stream_options": {"include_usage": True},
+    }
     last: dict[str, Any] = {}
     text: list[str] = []
     with httpx.stream("POST", f"{endpoint}/v1/chat/completions", json=body, timeout=120.0) as resp:
@@ -87,9 +96,15 @@ def stream_chat(endpoint: str, prompt: str, on_text: Callable[[str], None], max_
     return last
 
 
-def run_demo(engine: Engine, *, prompt: str = DEFAULT_PROMPT, keep: bool = False, port: int | None = None,
-             on_event: Callable[[Event], None] = lambda _e: None,
-             on_text: Callable[[str], None] = lambda _t: None) -> DemoResult:
+def run_demo(
+    engine: Engine,
+    *,
+    prompt: str = DEFAULT_PROMPT,
+    keep: bool = False,
+    port: int | None = None,
+    on_event: Callable[[Event], None] = lambda _e: None,
+    on_text: Callable[[str], None] = lambda _t: None,
+) -> DemoResult:
     """Bring the demo cluster up, chat once, report, and (unless ``keep``) bring it down."""
     t0 = time.monotonic()
     spec = demo_spec(port)
@@ -106,10 +121,15 @@ def run_demo(engine: Engine, *, prompt: str = DEFAULT_PROMPT, keep: bool = False
     timings = reply.get("timings", {})
     usage = reply.get("usage", {})
     return DemoResult(
-        endpoint=state.endpoint, reply=reply["text"],
+        endpoint=state.endpoint,
+        reply=reply["text"],
         prompt_tokens=usage.get("prompt_tokens", timings.get("prompt_n")),
         completion_tokens=usage.get("completion_tokens", timings.get("predicted_n")),
         prompt_per_second=timings.get("prompt_per_second"),
         predicted_per_second=timings.get("predicted_per_second"),
-        load_seconds=state.load_seconds, up_seconds=state.up_seconds,
-        wall_seconds=round(time.monotonic() - t0, 2), memory=status["memory"], kept=keep)
+        load_seconds=state.load_seconds,
+        up_seconds=state.up_seconds,
+        wall_seconds=round(time.monotonic() - t0, 2),
+        memory=status["memory"],
+        kept=keep,
+    )

@@ -18,6 +18,7 @@ from ._workloads import WORKLOADS, agreement, build_plan, parse_workloads
 
 __all__ = [
     "CONTROL",
+    "WORKLOADS",
     "BenchClient",
     "BenchRun",
     "ContextOptions",
@@ -29,7 +30,6 @@ __all__ = [
     "StreamTimer",
     "SweepPoint",
     "Target",
-    "WORKLOADS",
     "agreement",
     "bench_test_label",
     "build_plan",

@@ -60,14 +60,17 @@ class Target:
 class BenchClient:
     """An async client for one target; use as ``async with BenchClient(t) as c``."""
 
-    def __init__(self, target: Target, transport: httpx.AsyncBaseTransport | None = None,
-                 max_connections: int = 64) -> None:
+    def __init__(
+        self, target: Target, transport: httpx.AsyncBaseTransport | None = None, max_connections: int = 64
+    ) -> None:
         self.target = target
         headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
         self._http = httpx.AsyncClient(
-            transport=transport, headers=headers,
+            transport=transport,
+            headers=headers,
             timeout=httpx.Timeout(target.timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
 
     async def __aenter__(self) -> BenchClient:
         return self
@@ -110,13 +113,22 @@ class BenchClient:
             pass
         return info
 
-    def body(self, text: str, max_tokens: int, ignore_eos: bool | None = None,
-             messages: list[dict[str, Any]] | None = None,
-             tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def body(
+        self,
+        text: str,
+        max_tokens: int,
+        ignore_eos: bool | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         t = self.target
-        body: dict[str, Any] = {"model": t.model or "default", "max_tokens": max_tokens,
-                                "stream": True, "stream_options": {"include_usage": True},
-                                "temperature": 0}
+        body: dict[str, Any] = {
+            "model": t.model or "default",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0,
+        }
         if t.seed is not None:
             body["seed"] = t.seed
         if t.api == "chat":
@@ -130,12 +142,22 @@ class BenchClient:
         body.update(t.extra_body)
         return body
 
-    async def request(self, rec_id: str, kind: str, cell: dict[str, Any], text: str,
-                      max_tokens: int, batch: int = 0, batch_t0: float | None = None,
-                      keep_text: int | None = 400, ignore_eos: bool | None = None,
-                      messages: list[dict[str, Any]] | None = None, tools: list[dict[str, Any]] | None = None,
-                      headers: dict[str, str] | None = None,
-                      body_extra: dict[str, Any] | None = None) -> RequestRecord:
+    async def request(
+        self,
+        rec_id: str,
+        kind: str,
+        cell: dict[str, Any],
+        text: str,
+        max_tokens: int,
+        batch: int = 0,
+        batch_t0: float | None = None,
+        keep_text: int | None = 400,
+        ignore_eos: bool | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+        body_extra: dict[str, Any] | None = None,
+    ) -> RequestRecord:
         """Send one streamed request and return its record (errors are recorded, not raised).
 
         ``messages`` (and ``tools``) replace the one user message made of ``text`` (chat API only);
@@ -176,19 +198,34 @@ class BenchClient:
         content = trace.content
         timings = trace.timings or {}
         return RequestRecord(
-            id=rec_id, kind=kind, cell=cell, batch=batch, started_at=started_at,
+            id=rec_id,
+            kind=kind,
+            cell=cell,
+            batch=batch,
+            started_at=started_at,
             send_offset_ms=round((t0 - batch_t0) * 1000.0, 3) if batch_t0 is not None else 0.0,
-            ttf_chunk_ms=ms(trace.first_chunk), ttf_token_ms=ms(trace.first_token),
-            ttf_content_ms=ms(trace.first_content), ttf_reasoning_ms=ms(trace.first_reasoning),
-            e2e_ms=ms(trace.end), token_times_ms=[round(t * 1000.0, 3) for t in trace.token_times],
-            n_chunks=trace.n_chunks, prompt_tokens=prompt, completion_tokens=completion,
-            cached_tokens=cached, tokens_source=source, timings=trace.timings,
+            ttf_chunk_ms=ms(trace.first_chunk),
+            ttf_token_ms=ms(trace.first_token),
+            ttf_content_ms=ms(trace.first_content),
+            ttf_reasoning_ms=ms(trace.first_reasoning),
+            e2e_ms=ms(trace.end),
+            token_times_ms=[round(t * 1000.0, 3) for t in trace.token_times],
+            n_chunks=trace.n_chunks,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            tokens_source=source,
+            timings=trace.timings,
             finish_reason=trace.finish_reason,
             text=content if keep_text is None else content[:keep_text],
-            reasoning_chars=len(trace.reasoning), tool_call_chunks=trace.tool_call_chunks,
-            reasoning=trace.reasoning if keep_text is None else "", tool_calls=trace.tool_calls,
-            draft_n=_count(timings.get("draft_n")), draft_accepted=_count(timings.get("draft_n_accepted")),
-            status=status, error=error,
+            reasoning_chars=len(trace.reasoning),
+            tool_call_chunks=trace.tool_call_chunks,
+            reasoning=trace.reasoning if keep_text is None else "",
+            tool_calls=trace.tool_calls,
+            draft_n=_count(timings.get("draft_n")),
+            draft_accepted=_count(timings.get("draft_n_accepted")),
+            status=status,
+            error=error,
             extra={"reasoning_tail": trace.reasoning[-200:]} if trace.reasoning else {},
         )
 

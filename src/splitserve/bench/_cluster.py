@@ -37,20 +37,47 @@ from ._client import Target
 
 # --set names -> ServerSpec fields.
 SET_ALIASES = {
-    "ctx": "ctx_size", "c": "ctx_size", "ctx_size": "ctx_size",
-    "ubatch": "ubatch", "ub": "ubatch", "ubatch_size": "ubatch",
-    "batch": "batch", "b": "batch", "batch_size": "batch",
-    "parallel": "parallel", "np": "parallel",
-    "fa": "flash_attn", "flash_attn": "flash_attn",
-    "ctk": "cache_type_k", "cache_type_k": "cache_type_k",
-    "ctv": "cache_type_v", "cache_type_v": "cache_type_v",
-    "threads": "threads", "t": "threads",
-    "split_mode": "split_mode", "sm": "split_mode",
-    "ngl": "n_gpu_layers", "n_gpu_layers": "n_gpu_layers",
-    "speculation": "speculation", "spec": "speculation", "spec_type": "speculation",
+    "ctx": "ctx_size",
+    "c": "ctx_size",
+    "ctx_size": "ctx_size",
+    "ubatch": "ubatch",
+    "ub": "ubatch",
+    "ubatch_size": "ubatch",
+    "batch": "batch",
+    "b": "batch",
+    "batch_size": "batch",
+    "parallel": "parallel",
+    "np": "parallel",
+    "fa": "flash_attn",
+    "flash_attn": "flash_attn",
+    "ctk": "cache_type_k",
+    "cache_type_k": "cache_type_k",
+    "ctv": "cache_type_v",
+    "cache_type_v": "cache_type_v",
+    "threads": "threads",
+    "t": "threads",
+    "split_mode": "split_mode",
+    "sm": "split_mode",
+    "ngl": "n_gpu_layers",
+    "n_gpu_layers": "n_gpu_layers",
+    "speculation": "speculation",
+    "spec": "speculation",
+    "spec_type": "speculation",
 }
-SET_SHOWN = ("ubatch", "batch", "ctx", "parallel", "fa", "ctk", "ctv", "threads", "split_mode", "ngl",
-             "speculation", "spec_*")
+SET_SHOWN = (
+    "ubatch",
+    "batch",
+    "ctx",
+    "parallel",
+    "fa",
+    "ctk",
+    "ctv",
+    "threads",
+    "split_mode",
+    "ngl",
+    "speculation",
+    "spec_*",
+)
 NOT_SWEPT = {"host", "port", "api_key", "env", "extra_args", "chat_template_file", "draft_model"}
 """ServerSpec fields a sweep does not change (they are not speed settings)."""
 
@@ -108,7 +135,7 @@ def engine_provenance(spec: ClusterSpec, key: str | None = None) -> dict[str, An
     for pick in (lambda: resolve_engines(spec)["head"], lambda: get_engine(key)):
         try:
             eng = pick()
-        except Exception:  # an engine that is gone must not stop a bench
+        except Exception:  # noqa: BLE001 - an engine that is gone must not stop a bench
             continue
         return dict(eng.provenance) | {"bin_dir": str(eng.bin_dir)}
     return {}
@@ -118,22 +145,27 @@ def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
     """What a run records of the cluster: name, model, workers, server options, and the
     planner's decode upper bound when the spec gives it what it needs (memory, bandwidth)."""
     facts: dict[str, Any] = {
-        "name": spec.name, "spec_file": str(spec.source_file) if spec.source_file else None,
-        "model": str(spec.model), "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
+        "name": spec.name,
+        "spec_file": str(spec.source_file) if spec.source_file else None,
+        "model": str(spec.model),
+        "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
         "server": spec.server.model_dump(mode="json", exclude={"api_key"}),
-        "gateway": spec.gateway.model_dump(mode="json", exclude={"api_key"})}
+        "gateway": spec.gateway.model_dump(mode="json", exclude={"api_key"}),
+    }
     try:
         from ..plan import plan_for_spec
 
         plan = plan_for_spec(spec)
         facts["decode_tps_upper_bound"] = plan.decode_tps_upper_bound
-    except Exception:  # no memory sizes or bandwidth in the spec: no bound, not an error
+    except Exception:  # noqa: BLE001 - no memory sizes or bandwidth in the spec: no bound, not an error
         pass
     return facts
 
 
-_CTX_LINE = re.compile(r"llama_context:\s+(n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified)"
-                       r"\s+=\s+(\S+)")
+_CTX_LINE = re.compile(
+    r"llama_context:\s+(n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified)"
+    r"\s+=\s+(\S+)"
+)
 
 
 def effective_settings(log_text: str) -> dict[str, Any]:
@@ -147,8 +179,13 @@ def effective_settings(log_text: str) -> dict[str, Any]:
 class ClusterRestarter:
     """Brings a cluster up once per sweep point with changed server options, via `up`."""
 
-    def __init__(self, spec: ClusterSpec, engine: Engine | None = None,
-                 on_event: Callable[[Event], None] | None = None, ignore_eos: bool | None = None) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        engine: Engine | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        ignore_eos: bool | None = None,
+    ) -> None:
         self.spec = spec
         self.ignore_eos = True if ignore_eos is None else ignore_eos
         self.engine = engine
@@ -167,8 +204,12 @@ class ClusterRestarter:
             from ..cluster import transport_for
 
             effective = effective_settings(transport_for(head[0].host).read_log(Path(head[0].log)))
-        facts = cluster_facts(point) | {"load_seconds": state.load_seconds, "engine": state.engine,
-                                        "head_argv": head[0].argv if head else [], "effective": effective}
+        facts = cluster_facts(point) | {
+            "load_seconds": state.load_seconds,
+            "engine": state.engine,
+            "head_argv": head[0].argv if head else [],
+            "effective": effective,
+        }
         return Target(url=state.endpoint, api_key=point.client_api_key, ignore_eos=self.ignore_eos), facts
 
     def stop(self) -> None:

@@ -87,8 +87,7 @@ class Haystack:
     key: str
 
 
-def build_haystack(session: Session, tag: str, length: int, depth: float | str | None,
-                   rng: random.Random) -> Haystack:
+def build_haystack(session: Session, tag: str, length: int, depth: float | str | None, rng: random.Random) -> Haystack:
     """A prompt of about ``length`` server tokens with the needle at ``depth``."""
     key = rng.choice(_KEYS)
     number = str(rng.randint(1_000_000, 9_999_999))
@@ -131,32 +130,40 @@ def grade(expected: str | None, rec: RequestRecord, reasoning_tail: str = "") ->
     return "miss", f"not found (answered {said!r})"
 
 
-async def context_cells(session: Session, opts: ContextOptions, n_ctx: int | None,
-                        extra_cell: dict[str, Any] | None = None) -> None:
+async def context_cells(
+    session: Session, opts: ContextOptions, n_ctx: int | None, extra_cell: dict[str, Any] | None = None
+) -> None:
     rng = random.Random(session.nonce)
     for length, depth in opts.cells():
         tag = session.tag()
         cell = {"kind": "context", "length": length, "depth": depth, **(extra_cell or {})}
         if n_ctx and length + opts.max_tokens > n_ctx:
-            rec = RequestRecord(id=tag, kind="context", cell=cell,
-                                error=f"skipped: {length} + {opts.max_tokens} tokens exceed the server's "
-                                      f"n_ctx {n_ctx} (raise --ctx-size)")
+            rec = RequestRecord(
+                id=tag,
+                kind="context",
+                cell=cell,
+                error=f"skipped: {length} + {opts.max_tokens} tokens exceed the server's "
+                f"n_ctx {n_ctx} (raise --ctx-size)",
+            )
             rec.extra.update(verdict="skipped", reason=rec.error)
             session.emit(rec)
             continue
         hay = build_haystack(session, tag, length, depth, rng)
         expected = hay.expected if depth is not None else None
 
-        def make(i: int, tag: str = tag, cell: dict[str, Any] = cell,
-                 text: str = hay.text) -> tuple[str, dict[str, Any], str]:
+        def make(
+            i: int, tag: str = tag, cell: dict[str, Any] = cell, text: str = hay.text
+        ) -> tuple[str, dict[str, Any], str]:
             return tag, cell, text
 
         # The emit inside batch() writes the record; grade it first so the file has the verdict.
         original = session.emit
+
         def emit_graded(rec: RequestRecord, expected: str | None = expected, original: Emit = original) -> None:
             verdict, reason = grade(expected, rec)
             rec.extra.update(expected=expected, verdict=verdict, reason=reason)
             original(rec)
+
         session.emit = emit_graded
         try:
             await session.batch(make, 1, opts.max_tokens, ignore_eos=False, keep_text=2000)

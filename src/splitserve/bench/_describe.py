@@ -54,13 +54,17 @@ def engine_version(run: BenchRun) -> str:
 def model_text(run: BenchRun) -> str:
     """The model's file name (shard suffix and ``.gguf`` dropped) and its quantization."""
     server = _server(run)
-    path = (run.target.get("model") or server.get("model_path") or run.engine.get("model_path")
-            or (server.get("models") or [None])[0])
+    path = (
+        run.target.get("model")
+        or server.get("model_path")
+        or run.engine.get("model_path")
+        or (server.get("models") or [None])[0]
+    )
     name = _SHARD.sub("", PurePath(str(path)).name.removesuffix(".gguf")) if path else "model not recorded"
     # llama-bench's model_type ("llama 8B Q4_K - Medium") ends with the quantization too
     quant = server.get("model_ftype") or next(
-        (str(r["model_type"]).split()[2] for r in run.engine_rows if len(str(r.get("model_type")).split()) > 2),
-        None)
+        (str(r["model_type"]).split()[2] for r in run.engine_rows if len(str(r.get("model_type")).split()) > 2), None
+    )
     if quant and str(quant).lower() not in name.lower():
         name += f" ({quant})"
     return name
@@ -94,10 +98,11 @@ def caption(runs: Sequence[BenchRun], limit: int = 4) -> str:
     models = {model_text(r) for r in runs}
     machines = {(machine_text(r), engine_version(r)) for r in runs}
     if len(models) == 1 and len(machines) == 1:
-        (machine, version), = machines
-        names = ", ".join(r.name for r in runs[:limit]) + (f" and {len(runs) - limit} more" if len(runs) > limit else "")
-        return (f"run{'s' if len(runs) > 1 else ''} {names} · model {models.pop()}\n"
-                f"{machine} · engine {version}")
+        ((machine, version),) = machines
+        names = ", ".join(r.name for r in runs[:limit]) + (
+            f" and {len(runs) - limit} more" if len(runs) > limit else ""
+        )
+        return f"run{'s' if len(runs) > 1 else ''} {names} · model {models.pop()}\n{machine} · engine {version}"
     lines = [f"{r.name}: {model_text(r)} · {machine_text(r)} · engine {engine_version(r)}" for r in runs[:limit]]
     if len(runs) > limit:
         lines.append(f"and {len(runs) - limit} more")

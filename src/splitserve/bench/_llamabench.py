@@ -43,8 +43,7 @@ def _csv(values: list[int]) -> str:
 
 def llama_bench_argv(bench: Path, model: Path, rpc: list[str], opts: EngineBenchOptions) -> list[str]:
     """llama-bench's command line (jsonl output on stdout)."""
-    argv = [str(bench), "-m", str(model), "-o", "jsonl", "-r", str(opts.repetitions),
-            "-ngl", str(opts.n_gpu_layers)]
+    argv = [str(bench), "-m", str(model), "-o", "jsonl", "-r", str(opts.repetitions), "-ngl", str(opts.n_gpu_layers)]
     if rpc:
         argv += ["--rpc", ",".join(rpc)]
     if opts.prompt_tokens:
@@ -83,13 +82,18 @@ def bench_test_label(row: dict[str, Any]) -> str:
     return name + (f" @ d{d}" if d else "")
 
 
-def run_llama_bench(argv: list[str], on_row: Callable[[dict[str, Any]], None],
-                    env: dict[str, str] | None = None, log: Path | None = None) -> int:
+def run_llama_bench(
+    argv: list[str],
+    on_row: Callable[[dict[str, Any]], None],
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> int:
     """Run llama-bench, calling ``on_row`` for each result line; returns the rows seen."""
     full_env = dict(os.environ)
     lib = str(Path(argv[0]).parent)
-    full_env["LD_LIBRARY_PATH"] = lib + (os.pathsep + full_env["LD_LIBRARY_PATH"]
-                                         if full_env.get("LD_LIBRARY_PATH") else "")
+    full_env["LD_LIBRARY_PATH"] = lib + (
+        os.pathsep + full_env["LD_LIBRARY_PATH"] if full_env.get("LD_LIBRARY_PATH") else ""
+    )
     full_env.update(env or {})
     errfile = open(log, "w") if log else subprocess.DEVNULL
     try:
@@ -119,6 +123,8 @@ def run_llama_bench(argv: list[str], on_row: Callable[[dict[str, Any]], None],
             errfile.close()  # type: ignore[union-attr]
     if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log and log.exists() else []
-        raise EngineError(f"llama-bench exited with code {code}: {tail[0] if tail else 'no output'}"
-                          + (f" (log: {log})" if log else ""))
+        raise EngineError(
+            f"llama-bench exited with code {code}: {tail[0] if tail else 'no output'}"
+            + (f" (log: {log})" if log else "")
+        )
     return rows

@@ -29,8 +29,12 @@ def gpus() -> list[dict[str, str]]:
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     rows = []

@@ -83,8 +83,11 @@ def _speed_series(runs: Sequence[BenchRun]) -> list[tuple[str, list[tuple[Any, A
     for run in runs:
         rows = speed_rows(run.records)
         for prompt in sorted({r["prompt_target"] for r in rows}):
-            pts = sorted((r["concurrency"], r["throughput_tps"], r["decode_tps_server"] or r["decode_tps_client"])
-                         for r in rows if r["prompt_target"] == prompt)
+            pts = sorted(
+                (r["concurrency"], r["throughput_tps"], r["decode_tps_server"] or r["decode_tps_client"])
+                for r in rows
+                if r["prompt_target"] == prompt
+            )
             label = f"{run.name} · {prompt} tok" if len(runs) > 1 else f"prompt {prompt} tok"
             series.append((label, pts))
     return series
@@ -203,7 +206,7 @@ def sweep_figure(run: BenchRun) -> Any:
     rows = [r for r in sweep_rows(run) if "error" not in r]
     if not rows or not run.points:
         return None
-    axis = list(run.points[0].values)[0]
+    axis = next(iter(run.points[0].values))
     others = [k for k in run.points[0].values if k != axis]
     fig, (ax1, ax2) = _figure([run], 2, (11, 4.6))
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -245,16 +248,28 @@ def _bar_note(row: dict[str, Any], speedup: float | None = None) -> str:
     return "\n".join(parts)
 
 
-def _grouped_bars(ax: Any, groups: list[str], series: list[tuple[str, dict[str, tuple[float | None, str]]]],
-                  hatch_first: bool = False, legend: bool = True) -> None:
+def _grouped_bars(
+    ax: Any,
+    groups: list[str],
+    series: list[tuple[str, dict[str, tuple[float | None, str]]]],
+    hatch_first: bool = False,
+    legend: bool = True,
+) -> None:
     """Bars of ``series`` (label, {group: (value, note)}) side by side per group."""
     n = max(1, len(series))
     width = 0.8 / n
     for k, (label, vals) in enumerate(series):
         xs = [i - 0.4 + width * (k + 0.5) for i in range(len(groups))]
         ys = [(vals.get(g) or (None, ""))[0] or 0.0 for g in groups]
-        bars = ax.bar(xs, ys, width * 0.92, label=label, hatch="//" if hatch_first and k == 0 else None,
-                      edgecolor="black" if hatch_first and k == 0 else None, linewidth=0.4)
+        bars = ax.bar(
+            xs,
+            ys,
+            width * 0.92,
+            label=label,
+            hatch="//" if hatch_first and k == 0 else None,
+            edgecolor="black" if hatch_first and k == 0 else None,
+            linewidth=0.4,
+        )
         ax.bar_label(bars, labels=[(vals.get(g) or (None, ""))[1] for g in groups], fontsize=7.5, padding=2)
     ax.set_xticks(range(len(groups)), groups)
     ax.grid(alpha=0.3, axis="y")
@@ -281,8 +296,10 @@ def workloads_figure(runs: Sequence[BenchRun]) -> Any:
         base, value = first.get(group(r)), r["decode_tps_server"] or r["decode_tps_client"]
         return _bar_note(r, value / base if k and base and value else None)
 
-    series = [(name, {group(r): (r["decode_tps_server"] or r["decode_tps_client"], note(r, k)) for r in rows})
-              for k, (name, rows) in enumerate(per_run)]
+    series = [
+        (name, {group(r): (r["decode_tps_server"] or r["decode_tps_client"], note(r, k)) for r in rows})
+        for k, (name, rows) in enumerate(per_run)
+    ]
     fig, ax = _figure(runs, 1, (max(6.0, 1.2 + 1.5 * len(groups) * max(1, len(series)) ** 0.5), 4.8))
     _grouped_bars(ax, groups, series)
     ax.set(title="Decode speed per workload", xlabel="workload", ylabel="decode tokens/s (server)")
@@ -308,17 +325,29 @@ def agent_turns_figure(series: Sequence[tuple[str, list[Any]]], runs: Sequence[B
     fig, (ax1, ax2) = _figure(runs, 2, (11, 4.6))
     for label, pts in lines:
         turns = [p["turn"] for p in pts]
-        ax1.plot(turns, [p["cached_fraction"] if p["cached_fraction"] is not None else float("nan") for p in pts],
-                 marker="o", label=label)
-        ax2.plot(turns, [p["ttft_ms_p50"] if p["ttft_ms_p50"] is not None else float("nan")
-                         for p in pts], marker="o", label=label)
+        ax1.plot(
+            turns,
+            [p["cached_fraction"] if p["cached_fraction"] is not None else float("nan") for p in pts],
+            marker="o",
+            label=label,
+        )
+        ax2.plot(
+            turns,
+            [p["ttft_ms_p50"] if p["ttft_ms_p50"] is not None else float("nan") for p in pts],
+            marker="o",
+            label=label,
+        )
         for p in pts:
             if p["cached_fraction"] is not None:
-                ax1.annotate(f"{p['cached_tokens']:.0f}/{p['prompt_tokens']:.0f}", (p["turn"], p["cached_fraction"]),
-                             textcoords="offset points", xytext=(0, 7 if p["cached_fraction"] < 0.2 else -12),
-                             ha="center", fontsize=6.5)
-    ax1.set(title="Prompt served from the cache, per agent turn", xlabel="turn",
-            ylabel="cached tokens / prompt tokens")
+                ax1.annotate(
+                    f"{p['cached_tokens']:.0f}/{p['prompt_tokens']:.0f}",
+                    (p["turn"], p["cached_fraction"]),
+                    textcoords="offset points",
+                    xytext=(0, 7 if p["cached_fraction"] < 0.2 else -12),
+                    ha="center",
+                    fontsize=6.5,
+                )
+    ax1.set(title="Prompt served from the cache, per agent turn", xlabel="turn", ylabel="cached tokens / prompt tokens")
     ax1.set_ylim(-0.05, 1.05)
     ax2.set(title="Time to first token per agent turn", xlabel="turn", ylabel="ms (p50)")
     _headroom(ax2, (p["ttft_ms_p50"] for _, pts in lines for p in pts))
@@ -330,8 +359,7 @@ def agent_turns_figure(series: Sequence[tuple[str, list[Any]]], runs: Sequence[B
     return fig
 
 
-def plot_agent_turns(series: Sequence[tuple[str, list[Any]]], path: Path,
-                     runs: Sequence[BenchRun] = ()) -> Path | None:
+def plot_agent_turns(series: Sequence[tuple[str, list[Any]]], path: Path, runs: Sequence[BenchRun] = ()) -> Path | None:
     return _write(agent_turns_figure(series, runs), path)
 
 
@@ -351,8 +379,10 @@ def sweep_workloads_figure(run: BenchRun) -> Any:
 
     groups = list(dict.fromkeys(group(r) for r in rows))
     points = list(dict.fromkeys(point(r) for r in rows))
-    series = [(p, {group(r): (r["decode_tps_server"], _bar_note(r, r["speedup"])) for r in rows if point(r) == p})
-              for p in points]
+    series = [
+        (p, {group(r): (r["decode_tps_server"], _bar_note(r, r["speedup"])) for r in rows if point(r) == p})
+        for p in points
+    ]
     fig, ax = _figure([run], 1, (max(6.5, 1.5 + 0.75 * len(groups) * len(points)), 5.0))
     _grouped_bars(ax, groups, series, hatch_first=any(r["baseline"] for r in rows))
     ax.set(title="Decode speed per workload and setting", xlabel="workload", ylabel="decode tokens/s (server)")
@@ -372,8 +402,9 @@ def write_plots(runs: Sequence[BenchRun], out_dir: Path) -> list[Path]:
         if any(speed_rows(r.records) for r in speed):
             made.append(plot_throughput(speed, out_dir / "throughput-vs-concurrency.png"))
         made.append(plot_workloads(speed, out_dir / "decode-per-workload.png"))
-        made.append(plot_agent_turns([(r.name, r.records) for r in speed], out_dir / "agent-cached-per-turn.png",
-                                     speed))
+        made.append(
+            plot_agent_turns([(r.name, r.records) for r in speed], out_dir / "agent-cached-per-turn.png", speed)
+        )
     if context:
         made.append(plot_prefill_vs_length(context, out_dir / "prefill-vs-length.png"))
         for r in context:
@@ -382,7 +413,11 @@ def write_plots(runs: Sequence[BenchRun], out_dir: Path) -> list[Path]:
         if r.kind == "sweep":
             made.append(plot_sweep(r, out_dir / f"sweep-{_slug(r.name)}.png"))
             made.append(plot_sweep_workloads(r, out_dir / f"sweep-workloads-{_slug(r.name)}.png"))
-            made.append(plot_agent_turns([(", ".join(f"{k}={v}" for k, v in p.values.items()), p.records)
-                                          for p in r.points if not p.error],
-                                         out_dir / f"sweep-agent-{_slug(r.name)}.png", [r]))
+            made.append(
+                plot_agent_turns(
+                    [(", ".join(f"{k}={v}" for k, v in p.values.items()), p.records) for p in r.points if not p.error],
+                    out_dir / f"sweep-agent-{_slug(r.name)}.png",
+                    [r],
+                )
+            )
     return [p for p in made if p is not None]

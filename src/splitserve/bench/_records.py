@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,11 +27,11 @@ RunKind = Literal["speed", "context", "sweep", "engine"]
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def new_run_id(kind: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{kind}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -177,4 +177,3 @@ def load_run(path: Path) -> BenchRun:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise UsageError(f"{path}: not a bench run file ({where}: {first.get('msg')})") from None
-

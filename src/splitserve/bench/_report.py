@@ -71,20 +71,28 @@ def _header(run: BenchRun) -> str:
         f"- model: {model_text(run)}; machine: {machine_text(run)}",
     ]
     if s:
-        lines.append(f"- server: n_ctx {s.get('n_ctx', '–')}, slots {s.get('total_slots', '–')}, "
-                     f"build {build_text(s.get('build_info')) or 'not reported'}")
+        lines.append(
+            f"- server: n_ctx {s.get('n_ctx', '–')}, slots {s.get('total_slots', '–')}, "
+            f"build {build_text(s.get('build_info')) or 'not reported'}"
+        )
     if run.target.get("rpc"):
         lines.append(f"- RPC workers: {', '.join(run.target['rpc'])}")
     if e:
-        lines.append(f"- engine: {e.get('key', 'not recorded')}"
-                     + (f", backend {e['backend']}" if e.get("backend") else "")
-                     + f", version {engine_version(run)}")
-    lines.append(f"- machine (client): {m.get('label') or m.get('hostname', '?')}, {m.get('cpu', '?')}, "
-                 f"{m.get('cpu_cores', '?')} cores, {m.get('memory_gib', '?')} GiB, GPUs: {gpus}")
+        lines.append(
+            f"- engine: {e.get('key', 'not recorded')}"
+            + (f", backend {e['backend']}" if e.get("backend") else "")
+            + f", version {engine_version(run)}"
+        )
+    lines.append(
+        f"- machine (client): {m.get('label') or m.get('hostname', '?')}, {m.get('cpu', '?')}, "
+        f"{m.get('cpu_cores', '?')} cores, {m.get('memory_gib', '?')} GiB, GPUs: {gpus}"
+    )
     if run.calibration:
         c = run.calibration
-        lines.append(f"- calibration: {c.get('tokens_per_word')} tokens/word, template overhead "
-                     f"{c.get('overhead_tokens')} tokens, cache allowance {c.get('cache_allowance')} tokens")
+        lines.append(
+            f"- calibration: {c.get('tokens_per_word')} tokens/word, template overhead "
+            f"{c.get('overhead_tokens')} tokens, cache allowance {c.get('cache_allowance')} tokens"
+        )
     s_ = run.settings
     shown = {k: v for k, v in s_.items() if k not in ("argv",)}
     lines.append(f"- settings: `{shown}`")
@@ -98,24 +106,62 @@ def speed_section(records: list[Any], decode_bound: float | None = None) -> str:
     workloads = workload_section(records)
     if not rows:
         return workloads or "_no speed records_"
-    head = ["prompt", "conc", "n", "cache hits", "errors", "prompt tok", "gen tok",
-            "prefill t/s (server)", "prefill t/s (client)", "decode t/s (server)", "decode t/s (client)",
-            "TTF chunk ms", "TTF token ms", "TTF content ms", "TTF reasoning ms",
-            "ITL p50 ms", "ITL p90 ms", "ITL p99 ms", "E2E p50 ms", "throughput t/s"]
-    body = [[r["prompt_target"], r["concurrency"], r["n"], r["cache_hits"], r["errors"],
-             fmt(r["prompt_tokens"], 0), fmt(r["completion_tokens"], 0),
-             fmt(r["prefill_tps_server"]), fmt(r["prefill_tps_client"]),
-             fmt(r["decode_tps_server"]), fmt(r["decode_tps_client"]),
-             fmt(r["ttf_chunk_ms_p50"]), fmt(r["ttf_token_ms_p50"]), fmt(r["ttf_content_ms_p50"]),
-             fmt(r["ttf_reasoning_ms_p50"]), fmt(r["itl_ms_p50"], 2), fmt(r["itl_ms_p90"], 2),
-             fmt(r["itl_ms_p99"], 2), fmt(r["e2e_ms_p50"], 0), fmt(r["throughput_tps"])] for r in rows]
+    head = [
+        "prompt",
+        "conc",
+        "n",
+        "cache hits",
+        "errors",
+        "prompt tok",
+        "gen tok",
+        "prefill t/s (server)",
+        "prefill t/s (client)",
+        "decode t/s (server)",
+        "decode t/s (client)",
+        "TTF chunk ms",
+        "TTF token ms",
+        "TTF content ms",
+        "TTF reasoning ms",
+        "ITL p50 ms",
+        "ITL p90 ms",
+        "ITL p99 ms",
+        "E2E p50 ms",
+        "throughput t/s",
+    ]
+    body = [
+        [
+            r["prompt_target"],
+            r["concurrency"],
+            r["n"],
+            r["cache_hits"],
+            r["errors"],
+            fmt(r["prompt_tokens"], 0),
+            fmt(r["completion_tokens"], 0),
+            fmt(r["prefill_tps_server"]),
+            fmt(r["prefill_tps_client"]),
+            fmt(r["decode_tps_server"]),
+            fmt(r["decode_tps_client"]),
+            fmt(r["ttf_chunk_ms_p50"]),
+            fmt(r["ttf_token_ms_p50"]),
+            fmt(r["ttf_content_ms_p50"]),
+            fmt(r["ttf_reasoning_ms_p50"]),
+            fmt(r["itl_ms_p50"], 2),
+            fmt(r["itl_ms_p90"], 2),
+            fmt(r["itl_ms_p99"], 2),
+            fmt(r["e2e_ms_p50"], 0),
+            fmt(r["throughput_tps"]),
+        ]
+        for r in rows
+    ]
     out = table(head, body)
     if decode_bound:
         ones = [r for r in rows if r["concurrency"] == 1 and r["decode_tps_server"]]
         if ones:
             best = max(r["decode_tps_server"] for r in ones)
-            out += (f"\n\nDecode upper bound (bandwidth / bytes per token): {decode_bound:,.1f} t/s; "
-                    f"best single-stream decode {best:,.1f} t/s = {best / decode_bound:.0%} of the bound.")
+            out += (
+                f"\n\nDecode upper bound (bandwidth / bytes per token): {decode_bound:,.1f} t/s; "
+                f"best single-stream decode {best:,.1f} t/s = {best / decode_bound:.0%} of the bound."
+            )
     return out + ("\n\n" + workloads if workloads else "")
 
 
@@ -125,40 +171,116 @@ WORKLOAD_NOTE = (
     "common prefix with the reference output (same prompt, no speculation) over the reference's length, "
     "mean over requests (– without a reference); exact: outputs equal to the reference; faithful: similarity "
     "(difflib ratio) of the answer's code block and the correct answer (the file, the edited file, the changed "
-    "JSON), 100% = exactly right.")
+    "JSON), 100% = exactly right."
+)
 
 
 def workload_section(records: list[Any]) -> str:
     rows = workload_rows(records)
     if not rows:
         return ""
-    body = [[r["workload"], r["concurrency"], fmt(r["items"]), r["n"], r["errors"], fmt(r["prompt_tokens"], 0),
-             fmt(r["completion_tokens"], 0), pct(r["cached_fraction"]), fmt(r["ttf_token_ms_p50"], 0),
-             fmt(r["decode_tps_server"]), fmt(r["decode_tps_client"]), fmt(r["draft_n"]),
-             fmt(r["draft_accepted"]), pct(r["acceptance"]), pct(r["agreement"]), exact(r), pct(r["fidelity"])]
-            for r in rows]
-    out = "### Workloads\n\n" + table(
-        ["workload", "conc", "items", "n", "errors", "prompt tok", "gen tok", "cached", "TTF token ms",
-         "decode t/s (server)", "decode t/s (client)", "drafted", "accepted", "acceptance", "agreement",
-         "exact", "faithful"], body) + "\n\n" + WORKLOAD_NOTE
+    body = [
+        [
+            r["workload"],
+            r["concurrency"],
+            fmt(r["items"]),
+            r["n"],
+            r["errors"],
+            fmt(r["prompt_tokens"], 0),
+            fmt(r["completion_tokens"], 0),
+            pct(r["cached_fraction"]),
+            fmt(r["ttf_token_ms_p50"], 0),
+            fmt(r["decode_tps_server"]),
+            fmt(r["decode_tps_client"]),
+            fmt(r["draft_n"]),
+            fmt(r["draft_accepted"]),
+            pct(r["acceptance"]),
+            pct(r["agreement"]),
+            exact(r),
+            pct(r["fidelity"]),
+        ]
+        for r in rows
+    ]
+    out = (
+        "### Workloads\n\n"
+        + table(
+            [
+                "workload",
+                "conc",
+                "items",
+                "n",
+                "errors",
+                "prompt tok",
+                "gen tok",
+                "cached",
+                "TTF token ms",
+                "decode t/s (server)",
+                "decode t/s (client)",
+                "drafted",
+                "accepted",
+                "acceptance",
+                "agreement",
+                "exact",
+                "faithful",
+            ],
+            body,
+        )
+        + "\n\n"
+        + WORKLOAD_NOTE
+    )
     turns = agent_turn_rows(records)
     if turns:
-        out += "\n\n### Agent turns\n\n" + agent_turns_table(turns) + (
-            "\n\nEach turn sends the recorded history up to that turn's assistant message; cached: prompt "
-            "tokens the server served from its prompt cache (`cached_tokens` / `timings.cache_n`); TTFT: the "
-            "first generated token (for a turn that generated none, the end of the response); medians over "
-            "the replays.")
+        out += (
+            "\n\n### Agent turns\n\n"
+            + agent_turns_table(turns)
+            + (
+                "\n\nEach turn sends the recorded history up to that turn's assistant message; cached: prompt "
+                "tokens the server served from its prompt cache (`cached_tokens` / `timings.cache_n`); TTFT: the "
+                "first generated token (for a turn that generated none, the end of the response); medians over "
+                "the replays."
+            )
+        )
     return out
 
 
 def agent_turns_table(turns: list[dict[str, Any]]) -> str:
-    return table(["conc", "turn", "n", "prompt tok", "cached tok", "cached", "new tok", "TTFT ms",
-                  "prefill ms (server)", "prefill t/s (server)", "gen tok", "decode t/s (server)", "acceptance",
-                  "agreement"],
-                 [[t["concurrency"], t["turn"], t["n"], fmt(t["prompt_tokens"], 0), fmt(t["cached_tokens"], 0),
-                   pct(t["cached_fraction"]), fmt(t["new_tokens"], 0), fmt(t["ttft_ms_p50"], 0),
-                   fmt(t["prompt_ms_server_p50"], 0), fmt(t["prefill_tps_server"]), fmt(t["completion_tokens"], 0),
-                   fmt(t["decode_tps_server"]), pct(t["acceptance"]), pct(t["agreement"])] for t in turns])
+    return table(
+        [
+            "conc",
+            "turn",
+            "n",
+            "prompt tok",
+            "cached tok",
+            "cached",
+            "new tok",
+            "TTFT ms",
+            "prefill ms (server)",
+            "prefill t/s (server)",
+            "gen tok",
+            "decode t/s (server)",
+            "acceptance",
+            "agreement",
+        ],
+        [
+            [
+                t["concurrency"],
+                t["turn"],
+                t["n"],
+                fmt(t["prompt_tokens"], 0),
+                fmt(t["cached_tokens"], 0),
+                pct(t["cached_fraction"]),
+                fmt(t["new_tokens"], 0),
+                fmt(t["ttft_ms_p50"], 0),
+                fmt(t["prompt_ms_server_p50"], 0),
+                fmt(t["prefill_tps_server"]),
+                fmt(t["completion_tokens"], 0),
+                fmt(t["decode_tps_server"]),
+                pct(t["acceptance"]),
+                pct(t["agreement"]),
+            ]
+            for t in turns
+        ],
+    )
 
 
 def sweep_workload_section(run: BenchRun) -> str:
@@ -166,42 +288,116 @@ def sweep_workload_section(run: BenchRun) -> str:
     if not rows:
         return ""
     names = list(run.points[0].values) if run.points else []
-    body = [[*(str(r["values"].get(n)) for n in names), r["workload"], r["concurrency"], r["n"], r["errors"],
-             fmt(r["decode_tps_server"]), "baseline" if r["baseline"] else fmt(r["baseline_decode_tps_server"]),
-             f"{r['speedup']:.2f}×" if r["speedup"] else "–", fmt(r["draft_n"]), fmt(r["draft_accepted"]),
-             pct(r["acceptance"]), "reference" if r["baseline"] else pct(r["agreement"]),
-             "–" if r["baseline"] else exact(r), pct(r["fidelity"]), fmt(r["ttf_token_ms_p50"], 0)] for r in rows]
-    return "### Decode per workload and setting\n\n" + table(
-        [*names, "workload", "conc", "n", "errors", "decode t/s (server)", "baseline t/s", "speedup", "drafted",
-         "accepted", "acceptance", "agreement", "exact", "faithful", "TTF token ms"], body) + (
-        "\n\nbaseline: the `speculation=none` point with the same other settings, run first; its outputs are "
-        "the reference of the others' agreement. " + WORKLOAD_NOTE.split("; ", 1)[1])
+    body = [
+        [
+            *(str(r["values"].get(n)) for n in names),
+            r["workload"],
+            r["concurrency"],
+            r["n"],
+            r["errors"],
+            fmt(r["decode_tps_server"]),
+            "baseline" if r["baseline"] else fmt(r["baseline_decode_tps_server"]),
+            f"{r['speedup']:.2f}×" if r["speedup"] else "–",
+            fmt(r["draft_n"]),
+            fmt(r["draft_accepted"]),
+            pct(r["acceptance"]),
+            "reference" if r["baseline"] else pct(r["agreement"]),
+            "–" if r["baseline"] else exact(r),
+            pct(r["fidelity"]),
+            fmt(r["ttf_token_ms_p50"], 0),
+        ]
+        for r in rows
+    ]
+    return (
+        "### Decode per workload and setting\n\n"
+        + table(
+            [
+                *names,
+                "workload",
+                "conc",
+                "n",
+                "errors",
+                "decode t/s (server)",
+                "baseline t/s",
+                "speedup",
+                "drafted",
+                "accepted",
+                "acceptance",
+                "agreement",
+                "exact",
+                "faithful",
+                "TTF token ms",
+            ],
+            body,
+        )
+        + (
+            "\n\nbaseline: the `speculation=none` point with the same other settings, run first; its outputs are "
+            "the reference of the others' agreement. " + WORKLOAD_NOTE.split("; ", 1)[1]
+        )
+    )
 
 
 def context_section(records: list[Any]) -> str:
     pre = prefill_by_length(records)
     parts = []
     if pre:
-        parts.append(table(
-            ["length", "n", "prompt tok", "prefill t/s (server)", "prefill t/s (client)",
-             "decode t/s (server)", "TTF token ms", "cache hits"],
-            [[r["length"], r["n"], fmt(r["prompt_tokens"], 0), fmt(r["prefill_tps_server"]),
-              fmt(r["prefill_tps_client"]), fmt(r["decode_tps_server"]), fmt(r["ttf_token_ms_p50"], 0),
-              r["cache_hits"]] for r in pre]))
+        parts.append(
+            table(
+                [
+                    "length",
+                    "n",
+                    "prompt tok",
+                    "prefill t/s (server)",
+                    "prefill t/s (client)",
+                    "decode t/s (server)",
+                    "TTF token ms",
+                    "cache hits",
+                ],
+                [
+                    [
+                        r["length"],
+                        r["n"],
+                        fmt(r["prompt_tokens"], 0),
+                        fmt(r["prefill_tps_server"]),
+                        fmt(r["prefill_tps_client"]),
+                        fmt(r["decode_tps_server"]),
+                        fmt(r["ttf_token_ms_p50"], 0),
+                        r["cache_hits"],
+                    ]
+                    for r in pre
+                ],
+            )
+        )
     cells = context_rows(records)
     graded = [c for c in cells if c["depth"] is not None]
     if graded:
-        parts.append("Retrieval (needle, graded by string match):\n\n" + table(
-            ["length", "depth", "verdict", "reason", "prompt tok", "TTF token ms"],
-            [[c["length"], c["depth"], c["verdict"], c["reason"] or "", fmt(c["prompt_tokens"], 0),
-              fmt(c["ttf_token_ms_p50"], 0)] for c in graded]))
+        parts.append(
+            "Retrieval (needle, graded by string match):\n\n"
+            + table(
+                ["length", "depth", "verdict", "reason", "prompt tok", "TTF token ms"],
+                [
+                    [
+                        c["length"],
+                        c["depth"],
+                        c["verdict"],
+                        c["reason"] or "",
+                        fmt(c["prompt_tokens"], 0),
+                        fmt(c["ttf_token_ms_p50"], 0),
+                    ]
+                    for c in graded
+                ],
+            )
+        )
         lengths = sorted({c["length"] for c in graded})
         depths = sorted({c["depth"] for c in graded}, key=lambda d: (isinstance(d, str), d))
         mark = {"found": "found", "miss": "MISS", "skipped": "skipped"}
         grid = {(c["length"], c["depth"]): mark.get(c["verdict"], c["verdict"]) for c in graded}
-        parts.append("Grid (rows: length, columns: depth):\n\n" + table(
-            ["length"] + [str(d) for d in depths],
-            [[n] + [grid.get((n, d), "–") for d in depths] for n in lengths]))
+        parts.append(
+            "Grid (rows: length, columns: depth):\n\n"
+            + table(
+                ["length"] + [str(d) for d in depths], [[n] + [grid.get((n, d), "–") for d in depths] for n in lengths]
+            )
+        )
     return "\n\n".join(parts) if parts else "_no context records_"
 
 
@@ -220,8 +416,20 @@ def sweep_section(run: BenchRun) -> str:
 
 def _sweep_table(run: BenchRun, rows: list[dict[str, Any]]) -> str:
     names = list(run.points[0].values) if run.points else []
-    head = names + ["prompt", "conc", "n_ctx", "slots", "n_ubatch", "n_batch", "prefill t/s (server)", "decode t/s (server)",
-                    "TTF token ms", "throughput t/s", "cache hits", "errors"]
+    head = names + [
+        "prompt",
+        "conc",
+        "n_ctx",
+        "slots",
+        "n_ubatch",
+        "n_batch",
+        "prefill t/s (server)",
+        "decode t/s (server)",
+        "TTF token ms",
+        "throughput t/s",
+        "cache hits",
+        "errors",
+    ]
     body = []
     for r in rows:
         vals = [r["values"].get(n) for n in names]
@@ -229,11 +437,23 @@ def _sweep_table(run: BenchRun, rows: list[dict[str, Any]]) -> str:
             body.append(vals + ["–"] * 10 + [f"start failed: {r['error']}"] + ["–"])
             continue
         s = r["server"]
-        body.append(vals + [r["prompt_target"], r["concurrency"], fmt(s.get("n_ctx")), fmt(s.get("total_slots")),
-                            fmt(s.get("n_ubatch")), fmt(s.get("n_batch")),
-                            fmt(r["prefill_tps_server"]), fmt(r["decode_tps_server"]),
-                            fmt(r["ttf_token_ms_p50"], 0), fmt(r["throughput_tps"]), r["cache_hits"],
-                            r["errors"]])
+        body.append(
+            vals
+            + [
+                r["prompt_target"],
+                r["concurrency"],
+                fmt(s.get("n_ctx")),
+                fmt(s.get("total_slots")),
+                fmt(s.get("n_ubatch")),
+                fmt(s.get("n_batch")),
+                fmt(r["prefill_tps_server"]),
+                fmt(r["decode_tps_server"]),
+                fmt(r["ttf_token_ms_p50"], 0),
+                fmt(r["throughput_tps"]),
+                r["cache_hits"],
+                r["errors"],
+            ]
+        )
     return table(head, body)
 
 
@@ -241,9 +461,22 @@ def engine_section(run: BenchRun) -> str:
     rows = engine_rows(run)
     if not rows:
         return "_no llama-bench rows_"
-    return table(["test", "ubatch", "batch", "t/s", "± sd", "model", "backends", "ngl"],
-                 [[r["test"], r["n_ubatch"], r["n_batch"], fmt(r["avg_ts"], 2), fmt(r["stddev_ts"], 2),
-                   r["model_type"], r["backends"], r["n_gpu_layers"]] for r in rows])
+    return table(
+        ["test", "ubatch", "batch", "t/s", "± sd", "model", "backends", "ngl"],
+        [
+            [
+                r["test"],
+                r["n_ubatch"],
+                r["n_batch"],
+                fmt(r["avg_ts"], 2),
+                fmt(r["stddev_ts"], 2),
+                r["model_type"],
+                r["backends"],
+                r["n_gpu_layers"],
+            ]
+            for r in rows
+        ],
+    )
 
 
 HEADLINE_LABELS = {
@@ -253,8 +486,10 @@ HEADLINE_LABELS = {
     "max_throughput_tps": "best aggregate throughput t/s",
     "prefill_tps_server_longest": "prefill t/s at the longest length (server)",
     "retrieval_found_fraction": "needles found (fraction of graded cells)",
-    "pp_tps": "llama-bench pp t/s", "tg_tps": "llama-bench tg t/s",
-    "best_prefill_tps_server": "best prefill t/s (server)", "best_decode_tps_server": "best decode t/s (server)",
+    "pp_tps": "llama-bench pp t/s",
+    "tg_tps": "llama-bench tg t/s",
+    "best_prefill_tps_server": "best prefill t/s (server)",
+    "best_decode_tps_server": "best decode t/s (server)",
     "best_speculation_speedup": "best decode speedup over no speculation",
     "agent_cached_fraction_turn2plus": "agent: cached fraction of the prompt from turn 2 on (median)",
     **{f"{w}_decode_tps_server": f"{w}: decode t/s (server)" for w in ("copy", "edit", "json", "agent")},
@@ -302,8 +537,12 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{b / a:.2f}×"
 
 
-def _compare(runs: Sequence[BenchRun], title: str, keyed: Callable[[BenchRun], dict[Any, dict[str, Any]]],
-             metrics: Sequence[tuple[str, str]]) -> str:
+def _compare(
+    runs: Sequence[BenchRun],
+    title: str,
+    keyed: Callable[[BenchRun], dict[Any, dict[str, Any]]],
+    metrics: Sequence[tuple[str, str]],
+) -> str:
     tables = [keyed(r) for r in runs]
     keys = [k for k in tables[0] if all(k in t for t in tables[1:])]
     if not keys:
@@ -324,43 +563,90 @@ def comparison_section(runs: Sequence[BenchRun]) -> str:
     out = ["## Comparison\n"]
     heads = [headline(r) for r in runs]
     names = list(dict.fromkeys(k for h in heads for k in h))
-    out.append(table(["headline"] + [r.name for r in runs] + [f"{r.name} / {runs[0].name}" for r in runs[1:]],
-                     [[headline_label(n)] + [fmt(h.get(n), 2) for h in heads]
-                      + [_ratio(heads[0].get(n), h.get(n)) for h in heads[1:]] for n in names]) + "\n")
+    out.append(
+        table(
+            ["headline"] + [r.name for r in runs] + [f"{r.name} / {runs[0].name}" for r in runs[1:]],
+            [
+                [headline_label(n)]
+                + [fmt(h.get(n), 2) for h in heads]
+                + [_ratio(heads[0].get(n), h.get(n)) for h in heads[1:]]
+                for n in names
+            ],
+        )
+        + "\n"
+    )
     kinds = {r.kind for r in runs}
     if kinds == {"speed"} and any(workload_rows(r.records) for r in runs):
-        out.append(_compare(runs, "workloads (workload, concurrency)",
-                            lambda r: {(x["workload"], x["concurrency"]): x for x in workload_rows(r.records)},
-                            [("decode_tps_server", "decode t/s (server)"), ("acceptance", "draft acceptance"),
-                             ("agreement", "agreement with the reference"),
-                             ("ttf_token_ms_p50", "time to first token, ms (p50)")]))
+        out.append(
+            _compare(
+                runs,
+                "workloads (workload, concurrency)",
+                lambda r: {(x["workload"], x["concurrency"]): x for x in workload_rows(r.records)},
+                [
+                    ("decode_tps_server", "decode t/s (server)"),
+                    ("acceptance", "draft acceptance"),
+                    ("agreement", "agreement with the reference"),
+                    ("ttf_token_ms_p50", "time to first token, ms (p50)"),
+                ],
+            )
+        )
         if any(agent_turn_rows(r.records) for r in runs):
-            out.append(_compare(runs, "agent turns (concurrency, turn)",
-                                lambda r: {(x["concurrency"], x["turn"]): x for x in agent_turn_rows(r.records)},
-                                [("cached_fraction", "cached fraction of the prompt"),
-                                 ("ttft_ms_p50", "time to first token, ms (p50)")]))
+            out.append(
+                _compare(
+                    runs,
+                    "agent turns (concurrency, turn)",
+                    lambda r: {(x["concurrency"], x["turn"]): x for x in agent_turn_rows(r.records)},
+                    [
+                        ("cached_fraction", "cached fraction of the prompt"),
+                        ("ttft_ms_p50", "time to first token, ms (p50)"),
+                    ],
+                )
+            )
     if kinds == {"speed"} and any(speed_rows(r.records) for r in runs):
-        out.append(_compare(runs, "speed cells (prompt, concurrency)",
-                            lambda r: {(x["prompt_target"], x["concurrency"]): x for x in speed_rows(r.records)},
-                            [("prefill_tps_server", "prefill t/s (server)"),
-                             ("decode_tps_server", "decode t/s (server)"),
-                             ("ttf_token_ms_p50", "time to first token, ms (p50)"),
-                             ("throughput_tps", "aggregate throughput t/s")]))
+        out.append(
+            _compare(
+                runs,
+                "speed cells (prompt, concurrency)",
+                lambda r: {(x["prompt_target"], x["concurrency"]): x for x in speed_rows(r.records)},
+                [
+                    ("prefill_tps_server", "prefill t/s (server)"),
+                    ("decode_tps_server", "decode t/s (server)"),
+                    ("ttf_token_ms_p50", "time to first token, ms (p50)"),
+                    ("throughput_tps", "aggregate throughput t/s"),
+                ],
+            )
+        )
     elif kinds == {"context"}:
-        out.append(_compare(runs, "context lengths",
-                            lambda r: {x["length"]: x for x in prefill_by_length(r.records)},
-                            [("prefill_tps_server", "prefill t/s (server)"),
-                             ("ttf_token_ms_p50", "time to first token, ms (p50)")]))
+        out.append(
+            _compare(
+                runs,
+                "context lengths",
+                lambda r: {x["length"]: x for x in prefill_by_length(r.records)},
+                [("prefill_tps_server", "prefill t/s (server)"), ("ttf_token_ms_p50", "time to first token, ms (p50)")],
+            )
+        )
     elif kinds == {"engine"}:
-        out.append(_compare(runs, "llama-bench tests",
-                            lambda r: {(x["test"], x["n_ubatch"]): x for x in engine_rows(r)},
-                            [("avg_ts", "t/s")]))
+        out.append(
+            _compare(
+                runs,
+                "llama-bench tests",
+                lambda r: {(x["test"], x["n_ubatch"]): x for x in engine_rows(r)},
+                [("avg_ts", "t/s")],
+            )
+        )
     elif kinds == {"sweep"}:
-        out.append(_compare(
-            runs, "sweep points",
-            lambda r: {(tuple(x["values"].items()), x["prompt_target"], x["concurrency"]): x
-                       for x in sweep_rows(r) if "error" not in x},
-            [("prefill_tps_server", "prefill t/s (server)"), ("decode_tps_server", "decode t/s (server)")]))
+        out.append(
+            _compare(
+                runs,
+                "sweep points",
+                lambda r: {
+                    (tuple(x["values"].items()), x["prompt_target"], x["concurrency"]): x
+                    for x in sweep_rows(r)
+                    if "error" not in x
+                },
+                [("prefill_tps_server", "prefill t/s (server)"), ("decode_tps_server", "decode t/s (server)")],
+            )
+        )
     return "\n".join(out)
 
 
@@ -374,21 +660,21 @@ def serving_cost(runs: Sequence[BenchRun]) -> str | None:
     e = headline(eng[0])
     lines = ["## Serving path cost\n"]
     tg, pp = e.get("tg_tps"), e.get("pp_tps")
-    for key, label in (("decode_tps_server", "decode, server timings"),
-                       ("decode_tps_client", "decode, client clock")):
+    for key, label in (("decode_tps_server", "decode, server timings"), ("decode_tps_client", "decode, client clock")):
         value = h.get(key)
         if value and tg:
-            lines.append(f"- HTTP {label} {value:,.1f} t/s vs llama-bench tg {tg:,.1f} t/s: "
-                         f"{value / tg:.2f}×")
+            lines.append(f"- HTTP {label} {value:,.1f} t/s vs llama-bench tg {tg:,.1f} t/s: {value / tg:.2f}×")
     prefill = h.get("prefill_tps_server")
     if prefill and pp:
-        lines.append(f"- HTTP prefill (server timings) {prefill:,.1f} t/s vs llama-bench pp "
-                     f"{pp:,.1f} t/s: {prefill / pp:.2f}×")
+        lines.append(
+            f"- HTTP prefill (server timings) {prefill:,.1f} t/s vs llama-bench pp {pp:,.1f} t/s: {prefill / pp:.2f}×"
+        )
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(runs: Sequence[BenchRun], plots: Sequence[Path] = (), decode_bound: float | None = None,
-                    base: Path | None = None) -> str:
+def render_markdown(
+    runs: Sequence[BenchRun], plots: Sequence[Path] = (), decode_bound: float | None = None, base: Path | None = None
+) -> str:
     title = "# Bench report" + (f": {runs[0].name}" if len(runs) == 1 else f": {len(runs)} runs")
     parts = [title + "\n"]
     for run in runs:
@@ -407,8 +693,9 @@ def render_markdown(runs: Sequence[BenchRun], plots: Sequence[Path] = (), decode
     return "\n".join(parts)
 
 
-def write_report(runs: Sequence[BenchRun], out_dir: Path, decode_bound: float | None = None,
-                 with_plots: bool = True) -> tuple[Path, list[Path]]:
+def write_report(
+    runs: Sequence[BenchRun], out_dir: Path, decode_bound: float | None = None, with_plots: bool = True
+) -> tuple[Path, list[Path]]:
     """``report.md`` and the PNG plots in ``out_dir``; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plots: list[Path] = []

@@ -40,8 +40,13 @@ def _new_run(kind: str, label: str, settings: dict[str, Any], out: Path | None =
     # a file named with a run id (the CLI names them before the run starts): the run keeps that id
     stem = out.stem if out is not None and out.suffix == ".json" else ""
     run_id = stem if re.fullmatch(rf"{re.escape(kind)}-\d{{8}}T\d{{6}}Z-[0-9a-f]{{4}}", stem) else new_run_id(kind)
-    return BenchRun(kind=kind, id=run_id, label=label, settings=settings,  # type: ignore[arg-type]
-                    machine=machine_info())
+    return BenchRun(
+        kind=kind,
+        id=run_id,
+        label=label,
+        settings=settings,  # type: ignore[arg-type]
+        machine=machine_info(),
+    )
 
 
 def _out_path(run: BenchRun, out: Path | None) -> Path:
@@ -101,9 +106,15 @@ def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
     return writer.run
 
 
-def _http_run(kind: str, label: str, settings: dict[str, Any], target: Target, out: Path | None,
-              cluster: dict[str, Any] | None, progress: Progress | None
-              ) -> tuple[BenchRun, Path, RunWriter, Callable[[RequestRecord], None]]:
+def _http_run(
+    kind: str,
+    label: str,
+    settings: dict[str, Any],
+    target: Target,
+    out: Path | None,
+    cluster: dict[str, Any] | None,
+    progress: Progress | None,
+) -> tuple[BenchRun, Path, RunWriter, Callable[[RequestRecord], None]]:
     """A new run against an HTTP target: the run, its file, its writer, and the record sink."""
     run = _new_run(kind, label, settings, out)
     run.target = target.describe() | ({"cluster": cluster} if cluster else {})
@@ -120,8 +131,12 @@ def _http_run(kind: str, label: str, settings: dict[str, Any], target: Target, o
 
 def plan_for(opts: SpeedOptions) -> WorkloadPlan:
     """The workloads' items (files read, recording checked) for ``opts``."""
-    return build_plan(opts.workloads, [Path(f) for f in opts.workload_files],
-                      Path(opts.recording) if opts.recording else None, opts.drop_reasoning)
+    return build_plan(
+        opts.workloads,
+        [Path(f) for f in opts.workload_files],
+        Path(opts.recording) if opts.recording else None,
+        opts.drop_reasoning,
+    )
 
 
 def check_workload_target(target: Target, opts: SpeedOptions) -> None:
@@ -139,14 +154,22 @@ def load_reference(path: Path) -> tuple[list[RequestRecord], str]:
     if ref.kind == "sweep" and ref.points:
         base = [p for p in ref.points if is_baseline(p.values)] or ref.points[:1]
         return base[0].records, f"{ref.name} {base[0].values}"
-    raise UsageError(f"--reference {path}: a {ref.kind} run holds no outputs to compare with; give a speed "
-                     "or sweep run")
+    raise UsageError(
+        f"--reference {path}: a {ref.kind} run holds no outputs to compare with; give a speed or sweep run"
+    )
 
 
-def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label: str = "",
-              progress: Progress | None = None, engine: dict[str, Any] | None = None,
-              cluster: dict[str, Any] | None = None,
-              transport: Any = None, plan: WorkloadPlan | None = None) -> tuple[BenchRun, Path]:
+def run_speed(
+    target: Target,
+    opts: SpeedOptions,
+    out: Path | None = None,
+    label: str = "",
+    progress: Progress | None = None,
+    engine: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
+    transport: Any = None,
+    plan: WorkloadPlan | None = None,
+) -> tuple[BenchRun, Path]:
     """``bench speed`` against ``target``; returns the run and the file it is in.
 
     With ``opts.reference`` each output is compared with the reference run's output of the same
@@ -155,8 +178,9 @@ def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label
     check_workload_target(target, opts)
     plan = plan or plan_for(opts)
     reference = load_reference(Path(opts.reference)) if opts.reference else None
-    run, path, writer, emit = _http_run("speed", label, opts.as_dict() | {"workload_items": plan.describe()},
-                                        target, out, cluster, progress)
+    run, path, writer, emit = _http_run(
+        "speed", label, opts.as_dict() | {"workload_items": plan.describe()}, target, out, cluster, progress
+    )
 
     async def main() -> None:
         async with BenchClient(target, transport=transport, max_connections=max(opts.concurrency) + 2) as client:
@@ -174,17 +198,27 @@ def run_speed(target: Target, opts: SpeedOptions, out: Path | None = None, label
                 run.notes.extend(speed_notes(session, run.records, run.server, opts))
                 if reference is not None:
                     n = apply_reference(run.records, reference[0], reference[1])
-                    run.notes.append(f"agreement: {n} output(s) compared with {reference[1]}"
-                                     if n else f"agreement: no request matches one of {reference[1]} "
-                                     "(the same workloads, concurrency and repeats give the same ids)")
+                    run.notes.append(
+                        f"agreement: {n} output(s) compared with {reference[1]}"
+                        if n
+                        else f"agreement: no request matches one of {reference[1]} "
+                        "(the same workloads, concurrency and repeats give the same ids)"
+                    )
                     writer.flush()
 
     return _finish(writer, lambda: asyncio.run(main())), path
 
 
-def run_context(target: Target, opts: ContextOptions, out: Path | None = None, label: str = "",
-                progress: Progress | None = None, engine: dict[str, Any] | None = None,
-                cluster: dict[str, Any] | None = None, transport: Any = None) -> tuple[BenchRun, Path]:
+def run_context(
+    target: Target,
+    opts: ContextOptions,
+    out: Path | None = None,
+    label: str = "",
+    progress: Progress | None = None,
+    engine: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
+    transport: Any = None,
+) -> tuple[BenchRun, Path]:
     """``bench context``: prefill at each length and the needle grid."""
     run, path, writer, emit = _http_run("context", label, opts.as_dict(), target, out, cluster, progress)
 
@@ -245,11 +279,18 @@ class Restarter(Protocol):
     def finish(self) -> str: ...
 
 
-def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOptions,
-              out: Path | None = None, label: str = "", progress: Progress | None = None,
-              on_point: Callable[[dict[str, Any]], None] | None = None,
-              engine: dict[str, Any] | None = None, transport: Any = None,
-              plan: WorkloadPlan | None = None) -> tuple[BenchRun, Path]:
+def run_sweep(
+    restarter: Restarter,
+    points: list[dict[str, Any]],
+    opts: SpeedOptions,
+    out: Path | None = None,
+    label: str = "",
+    progress: Progress | None = None,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+    engine: dict[str, Any] | None = None,
+    transport: Any = None,
+    plan: WorkloadPlan | None = None,
+) -> tuple[BenchRun, Path]:
     """``bench sweep``: for each point restart, then the speed bench; one run file for all.
 
     Every point sends the same prompts (one nonce for the whole sweep; the server restarts in
@@ -274,7 +315,7 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
                 run.points.append(point)
                 try:
                     target, facts = restarter.start(values)
-                except Exception as exc:  # one point failing to start is a result, not the end
+                except Exception as exc:  # noqa: BLE001 - one point failing to start is a result, not the end
                     point.error = str(exc)
                     writer.flush()
                     continue
@@ -286,10 +327,15 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
                     if progress:
                         progress(rec)
 
-                async def main(target: Target = target, point: SweepPoint = point,
-                               facts: dict[str, Any] = facts, values: dict[str, Any] = values) -> None:
-                    async with BenchClient(target, transport=transport,
-                                           max_connections=max(opts.concurrency) + 2) as client:
+                async def main(
+                    target: Target = target,
+                    point: SweepPoint = point,
+                    facts: dict[str, Any] = facts,
+                    values: dict[str, Any] = values,
+                ) -> None:
+                    async with BenchClient(
+                        target, transport=transport, max_connections=max(opts.concurrency) + 2
+                    ) as client:
                         point.server = (await client.probe()) | {"cluster": facts}
                         writer.flush()
                         session = Session(client, emit, nonce=nonce)
@@ -297,8 +343,10 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
                         try:
                             await workload_cells(session, opts, plan, extra_cell=dict(values))
                         finally:
-                            run.notes.extend(f"{values}: {n}" for n in
-                                             speed_notes(session, point.records, point.server, opts))
+                            run.notes.extend(
+                                f"{values}: {n}" for n in speed_notes(session, point.records, point.server, opts)
+                            )
+
                 asyncio.run(main())
                 apply_baselines(run)
                 writer.flush()
@@ -309,10 +357,17 @@ def run_sweep(restarter: Restarter, points: list[dict[str, Any]], opts: SpeedOpt
     return _finish(writer, body), path
 
 
-def run_engine_bench(bench: Path, model: Path, rpc: list[str], opts: EngineBenchOptions,
-                     out: Path | None = None, label: str = "", engine: dict[str, Any] | None = None,
-                     on_row: Callable[[dict[str, Any]], None] | None = None,
-                     cluster: dict[str, Any] | None = None) -> tuple[BenchRun, Path]:
+def run_engine_bench(
+    bench: Path,
+    model: Path,
+    rpc: list[str],
+    opts: EngineBenchOptions,
+    out: Path | None = None,
+    label: str = "",
+    engine: dict[str, Any] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    cluster: dict[str, Any] | None = None,
+) -> tuple[BenchRun, Path]:
     """``bench engine``: llama-bench with the given RPC workers."""
     argv = llama_bench_argv(bench, model, rpc, opts)
     run = _new_run("engine", label, opts.as_dict() | {"argv": argv}, out)

@@ -78,8 +78,12 @@ class Calibration:
     probes: list[dict[str, Any]]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"overhead_tokens": round(self.fit.overhead, 2), "tokens_per_word": round(self.fit.per_word, 4),
-                "cache_allowance": self.cache_allowance, "probes": self.probes}
+        return {
+            "overhead_tokens": round(self.fit.overhead, 2),
+            "tokens_per_word": round(self.fit.per_word, 4),
+            "cache_allowance": self.cache_allowance,
+            "probes": self.probes,
+        }
 
 
 class Session:
@@ -130,12 +134,19 @@ class Session:
         for words in PROBE_WORDS:
             tag = self.tag()
             text = self.maker.speed_prompt(f"{tag}/{self.nonce}", words)
-            rec = await self.client.request(f"cal-{tag}", "calibration", {"words": words}, text, 1,
-                                            batch=self.next_batch(), ignore_eos=True)
+            rec = await self.client.request(
+                f"cal-{tag}", "calibration", {"words": words}, text, 1, batch=self.next_batch(), ignore_eos=True
+            )
             self.emit(rec)
             seen.append((words, rec.prompt_tokens, rec.cached_tokens))
-            probes.append({"words": words, "prompt_tokens": rec.prompt_tokens,
-                           "cached_tokens": rec.cached_tokens, "error": rec.error})
+            probes.append(
+                {
+                    "words": words,
+                    "prompt_tokens": rec.prompt_tokens,
+                    "cached_tokens": rec.cached_tokens,
+                    "error": rec.error,
+                }
+            )
         errors = [p["error"] for p in probes if p["error"]]
         if len(errors) == len(probes):
             hint = "; pass --no-ignore-eos" if "ignore_eos" in errors[0] else ""
@@ -153,16 +164,34 @@ class Session:
         self.calibration = Calibration(fit, allowance, probes)
         return self.calibration
 
-    async def batch(self, make: Callable[[int], tuple[str, dict[str, Any], str]], count: int,
-                    max_tokens: int, ignore_eos: bool | None = None,
-                    keep_text: int | None = None) -> list[RequestRecord]:
+    async def batch(
+        self,
+        make: Callable[[int], tuple[str, dict[str, Any], str]],
+        count: int,
+        max_tokens: int,
+        ignore_eos: bool | None = None,
+        keep_text: int | None = None,
+    ) -> list[RequestRecord]:
         """``count`` requests sent together; ``make(i)`` gives (tag, cell, text) for each."""
         batch = self.next_batch()
         specs = [make(i) for i in range(count)]
         t0 = time.perf_counter()
-        tasks = [asyncio.ensure_future(self.client.request(
-            tag, str(cell.get("kind", "speed")), cell, text, max_tokens, batch=batch, batch_t0=t0,
-            ignore_eos=ignore_eos, keep_text=keep_text)) for tag, cell, text in specs]
+        tasks = [
+            asyncio.ensure_future(
+                self.client.request(
+                    tag,
+                    str(cell.get("kind", "speed")),
+                    cell,
+                    text,
+                    max_tokens,
+                    batch=batch,
+                    batch_t0=t0,
+                    ignore_eos=ignore_eos,
+                    keep_text=keep_text,
+                )
+            )
+            for tag, cell, text in specs
+        ]
         done: list[RequestRecord] = []
         try:
             for fut in asyncio.as_completed(tasks):
@@ -183,22 +212,32 @@ async def speed_cells(session: Session, opts: SpeedOptions, extra_cell: dict[str
         words = fit.words_for(target_tokens)
         for conc in opts.concurrency:
             for rep in range(opts.repeat):
-                def make(i: int, conc: int = conc, rep: int = rep, target_tokens: int = target_tokens,
-                         words: int = words) -> tuple[str, dict[str, Any], str]:
+
+                def make(
+                    i: int, conc: int = conc, rep: int = rep, target_tokens: int = target_tokens, words: int = words
+                ) -> tuple[str, dict[str, Any], str]:
                     tag = session.tag()
-                    cell = {"kind": "speed", "prompt_tokens": target_tokens, "concurrency": conc,
-                            "repeat": rep, **(extra_cell or {})}
+                    cell = {
+                        "kind": "speed",
+                        "prompt_tokens": target_tokens,
+                        "concurrency": conc,
+                        "repeat": rep,
+                        **(extra_cell or {}),
+                    }
                     if opts.reuse_prompt:
                         text = reused.setdefault(
-                            target_tokens, session.maker.speed_prompt(f"fixed/{session.nonce}", words))
+                            target_tokens, session.maker.speed_prompt(f"fixed/{session.nonce}", words)
+                        )
                     else:
                         text = session.maker.speed_prompt(f"{tag}/{session.nonce}", words)
                     return tag, cell, text
+
                 await session.batch(make, conc, opts.gen_tokens)
 
 
-async def workload_cells(session: Session, opts: SpeedOptions, plan: WorkloadPlan,
-                         extra_cell: dict[str, Any] | None = None) -> None:
+async def workload_cells(
+    session: Session, opts: SpeedOptions, plan: WorkloadPlan, extra_cell: dict[str, Any] | None = None
+) -> None:
     """Every workload of ``opts`` (``chat`` through :func:`speed_cells`), each at every
     concurrency level ``repeat`` times; records go to ``session.emit``."""
     for workload in opts.workloads:
@@ -214,15 +253,42 @@ async def workload_cells(session: Session, opts: SpeedOptions, plan: WorkloadPla
                 picks = [(i, items[(rep * conc + i) % len(items)]) for i in range(conc)]
                 batch = session.next_batch()
                 t0 = time.perf_counter()
-                await asyncio.gather(*(
-                    _conversation(session, opts, plan, item, job_tag(workload, conc, rep, i), max_tokens, batch, t0,
-                                  {"kind": workload, "workload": workload, "item": item.name, "concurrency": conc,
-                                   "repeat": rep, **(extra_cell or {})})
-                    for i, item in picks))
+                await asyncio.gather(
+                    *(
+                        _conversation(
+                            session,
+                            opts,
+                            plan,
+                            item,
+                            job_tag(workload, conc, rep, i),
+                            max_tokens,
+                            batch,
+                            t0,
+                            {
+                                "kind": workload,
+                                "workload": workload,
+                                "item": item.name,
+                                "concurrency": conc,
+                                "repeat": rep,
+                                **(extra_cell or {}),
+                            },
+                        )
+                        for i, item in picks
+                    )
+                )
 
 
-async def _conversation(session: Session, opts: SpeedOptions, plan: WorkloadPlan, item: Item, tag: str,
-                        max_tokens: int, batch: int, t0: float, cell: dict[str, Any]) -> None:
+async def _conversation(
+    session: Session,
+    opts: SpeedOptions,
+    plan: WorkloadPlan,
+    item: Item,
+    tag: str,
+    max_tokens: int,
+    batch: int,
+    t0: float,
+    cell: dict[str, Any],
+) -> None:
     """One item: one request, or for ``agent`` one request per recorded turn, in order."""
     turns = item.turns(plan.drop_reasoning)
     headers = {"X-Session-Id": tag} if item.workload == "agent" else None
@@ -230,12 +296,22 @@ async def _conversation(session: Session, opts: SpeedOptions, plan: WorkloadPlan
         turn_cell = dict(cell) | ({"turn": n, "turns": len(turns)} if item.workload == "agent" else {})
         rec_id = f"{tag}-t{n}" if item.workload == "agent" else tag
         rec = await session.client.request(
-            rec_id, item.workload, turn_cell, "", max_tokens, batch=batch, batch_t0=t0,
-            keep_text=None, ignore_eos=opts.workload_ignore_eos, messages=tagged(history, tag),
-            tools=item.tools, headers=headers,
+            rec_id,
+            item.workload,
+            turn_cell,
+            "",
+            max_tokens,
+            batch=batch,
+            batch_t0=t0,
+            keep_text=None,
+            ignore_eos=opts.workload_ignore_eos,
+            messages=tagged(history, tag),
+            tools=item.tools,
+            headers=headers,
             # a fresh prefill every time: a prompt served from the cache is computed in other batches, and
             # on a small model that alone can change the greedy output a reference is compared with
-            body_extra=None if item.workload == "agent" else {"cache_prompt": False})
+            body_extra=None if item.workload == "agent" else {"cache_prompt": False},
+        )
         if n == 1:
             session.flag(rec)  # later turns are meant to be served from the prompt cache
         elif rec.cached_tokens is not None:
@@ -246,27 +322,41 @@ async def _conversation(session: Session, opts: SpeedOptions, plan: WorkloadPlan
         session.emit(rec)
 
 
-def speed_notes(session: Session, records: list[RequestRecord], server: dict[str, Any],
-                opts: SpeedOptions) -> list[str]:
+def speed_notes(
+    session: Session, records: list[RequestRecord], server: dict[str, Any], opts: SpeedOptions
+) -> list[str]:
     """Warnings a reader of the run should see."""
     notes = []
     if not session.saw_cache_counts:
         notes.append("the server reported no cached-token counts: prompt-cache hits cannot be detected")
     hits = [r.id for r in records if r.cache_hit]
     if hits:
-        notes.append(f"{len(hits)} request(s) hit the prompt cache; their prefill figures are not real: "
-                     + ", ".join(hits[:5]) + (" ..." if len(hits) > 5 else ""))
+        notes.append(
+            f"{len(hits)} request(s) hit the prompt cache; their prefill figures are not real: "
+            + ", ".join(hits[:5])
+            + (" ..." if len(hits) > 5 else "")
+        )
     slots = server.get("total_slots")
     if isinstance(slots, int) and opts.concurrency and max(opts.concurrency) > slots:
-        notes.append(f"concurrency up to {max(opts.concurrency)} but the server has {slots} slot(s) "
-                     "(--parallel); the extra requests queued")
-    short = [r.id for r in records if r.kind == "speed" and r.ok and r.completion_tokens is not None
-             and r.completion_tokens < opts.gen_tokens]
-    capped = [r.id for r in records if r.kind in ("copy", "edit", "json") and r.finish_reason == "length"
-              and not opts.workload_ignore_eos]
+        notes.append(
+            f"concurrency up to {max(opts.concurrency)} but the server has {slots} slot(s) "
+            "(--parallel); the extra requests queued"
+        )
+    short = [
+        r.id
+        for r in records
+        if r.kind == "speed" and r.ok and r.completion_tokens is not None and r.completion_tokens < opts.gen_tokens
+    ]
+    capped = [
+        r.id
+        for r in records
+        if r.kind in ("copy", "edit", "json") and r.finish_reason == "length" and not opts.workload_ignore_eos
+    ]
     if capped:
-        notes.append(f"{len(capped)} workload request(s) reached the output cap before the model ended them "
-                     "(raise --gen-tokens to compare whole answers): " + ", ".join(capped[:5]))
+        notes.append(
+            f"{len(capped)} workload request(s) reached the output cap before the model ended them "
+            "(raise --gen-tokens to compare whole answers): " + ", ".join(capped[:5])
+        )
     if short:
         notes.append(f"{len(short)} request(s) stopped before --gen-tokens (the server ignored ignore_eos?)")
     errors = [r for r in records if not r.ok]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,7 @@ def median(values: Iterable[float | None]) -> float | None:
 
 def inter_token_ms(rec: RequestRecord) -> list[float]:
     t = rec.token_times_ms
-    return [b - a for a, b in zip(t, t[1:])]
+    return [b - a for a, b in itertools.pairwise(t)]
 
 
 def tpot_ms(rec: RequestRecord) -> float | None:
@@ -43,8 +44,10 @@ def tpot_ms(rec: RequestRecord) -> float | None:
 def request_metrics(rec: RequestRecord) -> dict[str, float | None]:
     """Speeds of one request, from the server's timings and from the client's clock."""
     out: dict[str, float | None] = {
-        "prefill_tps_server": None, "decode_tps_server": None,
-        "prefill_tps_client": None, "decode_tps_client": None,
+        "prefill_tps_server": None,
+        "decode_tps_server": None,
+        "prefill_tps_client": None,
+        "decode_tps_client": None,
     }
     tm = rec.timings or {}
     if tm.get("prompt_ms") and tm.get("prompt_n") is not None and tm["prompt_ms"] > 0:
@@ -66,8 +69,9 @@ def cell_key(rec: RequestRecord, keys: Sequence[str]) -> tuple[Any, ...]:
     return tuple(rec.cell.get(k) for k in keys)
 
 
-def group_records(records: Iterable[RequestRecord], keys: Sequence[str],
-                  kind: str | None = None) -> dict[tuple[Any, ...], list[RequestRecord]]:
+def group_records(
+    records: Iterable[RequestRecord], keys: Sequence[str], kind: str | None = None
+) -> dict[tuple[Any, ...], list[RequestRecord]]:
     groups: dict[tuple[Any, ...], list[RequestRecord]] = defaultdict(list)
     for rec in records:
         if kind is not None and rec.kind != kind:

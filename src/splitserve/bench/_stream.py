@@ -101,8 +101,9 @@ class StreamTimer:
             if not isinstance(d, dict):
                 continue
             index = d.get("index", pos)
-            call = self._calls.setdefault(index if isinstance(index, int) else pos,
-                                          {"id": None, "name": "", "arguments": ""})
+            call = self._calls.setdefault(
+                index if isinstance(index, int) else pos, {"id": None, "name": "", "arguments": ""}
+            )
             if d.get("id"):
                 call["id"] = str(d["id"])
             fn = d.get("function")

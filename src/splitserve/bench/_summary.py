@@ -21,26 +21,72 @@ def _speed(run: BenchRun) -> list[Table]:
     out = []
     rows = speed_rows(run.records)
     if rows:
-        out.append(("per cell (medians)", ["prompt", "conc", "n", "errors", "prefill t/s", "decode t/s",
-                                           "TTFT ms (p50)", "throughput t/s"],
-                    [[str(r["prompt_target"]), str(r["concurrency"]), str(r["n"]), str(r["errors"]),
-                      fmt(r["prefill_tps_server"]), fmt(r["decode_tps_server"]), fmt(r["ttf_token_ms_p50"], 0),
-                      fmt(r["throughput_tps"])] for r in rows]))
+        out.append(
+            (
+                "per cell (medians)",
+                ["prompt", "conc", "n", "errors", "prefill t/s", "decode t/s", "TTFT ms (p50)", "throughput t/s"],
+                [
+                    [
+                        str(r["prompt_target"]),
+                        str(r["concurrency"]),
+                        str(r["n"]),
+                        str(r["errors"]),
+                        fmt(r["prefill_tps_server"]),
+                        fmt(r["decode_tps_server"]),
+                        fmt(r["ttf_token_ms_p50"], 0),
+                        fmt(r["throughput_tps"]),
+                    ]
+                    for r in rows
+                ],
+            )
+        )
     wrows = workload_rows(run.records)
     if wrows:
-        out.append(("per workload", ["workload", "conc", "n", "errors", "decode t/s", "TTFT ms (p50)",
-                                     "acceptance", "agreement", "exact"],
-                    [[r["workload"], str(r["concurrency"]), str(r["n"]), str(r["errors"]),
-                      fmt(r["decode_tps_server"]), fmt(r["ttf_token_ms_p50"], 0), pct(r["acceptance"]),
-                      pct(r["agreement"]), exact(r)] for r in wrows]))
+        out.append(
+            (
+                "per workload",
+                ["workload", "conc", "n", "errors", "decode t/s", "TTFT ms (p50)", "acceptance", "agreement", "exact"],
+                [
+                    [
+                        r["workload"],
+                        str(r["concurrency"]),
+                        str(r["n"]),
+                        str(r["errors"]),
+                        fmt(r["decode_tps_server"]),
+                        fmt(r["ttf_token_ms_p50"], 0),
+                        pct(r["acceptance"]),
+                        pct(r["agreement"]),
+                        exact(r),
+                    ]
+                    for r in wrows
+                ],
+            )
+        )
     return out
 
 
 def _context(run: BenchRun) -> list[Table]:
     rows = prefill_by_length(run.records)
-    return [("per length", ["length", "prompt tok", "prefill t/s", "decode t/s", "TTFT ms (p50)"],
-             [[str(r["length"]), fmt(r["prompt_tokens"], 0), fmt(r["prefill_tps_server"]),
-               fmt(r["decode_tps_server"]), fmt(r["ttf_token_ms_p50"], 0)] for r in rows])] if rows else []
+    return (
+        [
+            (
+                "per length",
+                ["length", "prompt tok", "prefill t/s", "decode t/s", "TTFT ms (p50)"],
+                [
+                    [
+                        str(r["length"]),
+                        fmt(r["prompt_tokens"], 0),
+                        fmt(r["prefill_tps_server"]),
+                        fmt(r["decode_tps_server"]),
+                        fmt(r["ttf_token_ms_p50"], 0),
+                    ]
+                    for r in rows
+                ],
+            )
+        ]
+        if rows
+        else []
+    )
 
 
 def _sweep(run: BenchRun) -> list[Table]:
@@ -51,21 +97,42 @@ def _sweep(run: BenchRun) -> list[Table]:
         if "error" in r:
             body.append(vals + ["–", "–", f"start failed: {r['error']}", "", ""])
         else:
-            body.append(vals + [str(r["prompt_target"]), str(r["concurrency"]), fmt(r["prefill_tps_server"]),
-                                fmt(r["decode_tps_server"]), fmt(r["ttf_token_ms_p50"], 0)])
-    return [("per point", names + ["prompt", "conc", "prefill t/s", "decode t/s", "TTFT ms (p50)"],
-             body)] if body else []
+            body.append(
+                vals
+                + [
+                    str(r["prompt_target"]),
+                    str(r["concurrency"]),
+                    fmt(r["prefill_tps_server"]),
+                    fmt(r["decode_tps_server"]),
+                    fmt(r["ttf_token_ms_p50"], 0),
+                ]
+            )
+    return (
+        [("per point", names + ["prompt", "conc", "prefill t/s", "decode t/s", "TTFT ms (p50)"], body)] if body else []
+    )
 
 
 def _engine(run: BenchRun) -> list[Table]:
     rows = engine_rows(run)
-    return [("llama-bench", ["test", "ubatch", "t/s", "± sd"],
-             [[str(r["test"]), fmt(r["n_ubatch"]), fmt(r["avg_ts"], 2), fmt(r["stddev_ts"], 2)]
-              for r in rows])] if rows else []
+    return (
+        [
+            (
+                "llama-bench",
+                ["test", "ubatch", "t/s", "± sd"],
+                [[str(r["test"]), fmt(r["n_ubatch"]), fmt(r["avg_ts"], 2), fmt(r["stddev_ts"], 2)] for r in rows],
+            )
+        ]
+        if rows
+        else []
+    )
 
 
 _CELLS: dict[str, Callable[[BenchRun], list[Table]]] = {
-    "speed": _speed, "context": _context, "sweep": _sweep, "engine": _engine}
+    "speed": _speed,
+    "context": _context,
+    "sweep": _sweep,
+    "engine": _engine,
+}
 
 
 def summary_tables(run: BenchRun) -> list[Table]:

@@ -29,7 +29,8 @@ def spec_figures(records: list[RequestRecord]) -> dict[str, Any]:
     n_drafted = sum(drafted) if drafted else None
     n_accepted = sum(accepted) if accepted else None
     return {
-        "draft_n": n_drafted, "draft_accepted": n_accepted,
+        "draft_n": n_drafted,
+        "draft_accepted": n_accepted,
         "acceptance": (n_accepted or 0) / n_drafted if n_drafted else None,
         "agreement": sum(r.agreement or 0.0 for r in compared) / len(compared) if compared else None,
         "agreement_min": min(r.agreement or 0.0 for r in compared) if compared else None,
@@ -52,10 +53,19 @@ def workload_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
     rows = []
     for (workload, conc), rs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1] or 0)):
         s = summarize(rs)
-        cached = [r.cached_tokens / r.prompt_tokens for r in rs if r.ok and r.prompt_tokens
-                  and r.cached_tokens is not None]
-        rows.append({"workload": workload, "concurrency": conc, "items": len({r.cell.get("item") for r in rs}),
-                     **s, "cached_fraction": median(cached), **spec_figures(rs)})
+        cached = [
+            r.cached_tokens / r.prompt_tokens for r in rs if r.ok and r.prompt_tokens and r.cached_tokens is not None
+        ]
+        rows.append(
+            {
+                "workload": workload,
+                "concurrency": conc,
+                "items": len({r.cell.get("item") for r in rs}),
+                **s,
+                "cached_fraction": median(cached),
+                **spec_figures(rs),
+            }
+        )
     return rows
 
 
@@ -68,16 +78,25 @@ def agent_turn_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
         prompt = median(r.prompt_tokens for r in ok if r.prompt_tokens is not None)
         cached = median(r.cached_tokens for r in ok if r.cached_tokens is not None)
         fractions = [r.cached_tokens / r.prompt_tokens for r in ok if r.prompt_tokens and r.cached_tokens is not None]
-        rows.append({"concurrency": conc, "turn": turn, "n": len(rs), "errors": len(rs) - len(ok),
-                     "prompt_tokens": prompt, "cached_tokens": cached, "cached_fraction": median(fractions),
-                     "new_tokens": median((r.prompt_tokens or 0) - (r.cached_tokens or 0) for r in ok),
-                     "completion_tokens": median(r.completion_tokens for r in ok if r.completion_tokens is not None),
-                     "ttf_token_ms_p50": median(r.ttf_token_ms for r in ok),
-                     "ttft_ms_p50": median(turn_ttft_ms(r) for r in ok),
-                     "prompt_ms_server_p50": median((r.timings or {}).get("prompt_ms") for r in ok),
-                     "prefill_tps_server": median(x["prefill_tps_server"] for x in m),
-                     "decode_tps_server": median(x["decode_tps_server"] for x in m),
-                     **spec_figures(rs)})
+        rows.append(
+            {
+                "concurrency": conc,
+                "turn": turn,
+                "n": len(rs),
+                "errors": len(rs) - len(ok),
+                "prompt_tokens": prompt,
+                "cached_tokens": cached,
+                "cached_fraction": median(fractions),
+                "new_tokens": median((r.prompt_tokens or 0) - (r.cached_tokens or 0) for r in ok),
+                "completion_tokens": median(r.completion_tokens for r in ok if r.completion_tokens is not None),
+                "ttf_token_ms_p50": median(r.ttf_token_ms for r in ok),
+                "ttft_ms_p50": median(turn_ttft_ms(r) for r in ok),
+                "prompt_ms_server_p50": median((r.timings or {}).get("prompt_ms") for r in ok),
+                "prefill_tps_server": median(x["prefill_tps_server"] for x in m),
+                "decode_tps_server": median(x["decode_tps_server"] for x in m),
+                **spec_figures(rs),
+            }
+        )
     return rows
 
 
@@ -114,8 +133,9 @@ def context_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
             verdict = "miss"
         else:
             verdict = f"{found}/{graded} found"
-        rows.append({"length": length, "depth": depth, "verdict": verdict,
-                     "reason": reasons[0] if reasons else "", **s})
+        rows.append(
+            {"length": length, "depth": depth, "verdict": verdict, "reason": reasons[0] if reasons else "", **s}
+        )
     return rows
 
 
@@ -127,13 +147,18 @@ def prefill_by_length(records: list[RequestRecord]) -> list[dict[str, Any]]:
         if not ok:
             continue
         m = [request_metrics(r) for r in ok]
-        rows.append({"length": length, "n": len(ok),
-                     "prompt_tokens": median(r.prompt_tokens for r in ok if r.prompt_tokens),
-                     "prefill_tps_server": median(x["prefill_tps_server"] for x in m),
-                     "prefill_tps_client": median(x["prefill_tps_client"] for x in m),
-                     "decode_tps_server": median(x["decode_tps_server"] for x in m),
-                     "ttf_token_ms_p50": median(r.ttf_token_ms for r in ok),
-                     "cache_hits": sum(1 for r in recs if r.cache_hit)})
+        rows.append(
+            {
+                "length": length,
+                "n": len(ok),
+                "prompt_tokens": median(r.prompt_tokens for r in ok if r.prompt_tokens),
+                "prefill_tps_server": median(x["prefill_tps_server"] for x in m),
+                "prefill_tps_client": median(x["prefill_tps_client"] for x in m),
+                "decode_tps_server": median(x["decode_tps_server"] for x in m),
+                "ttf_token_ms_p50": median(r.ttf_token_ms for r in ok),
+                "cache_hits": sum(1 for r in recs if r.cache_hit),
+            }
+        )
     return rows
 
 
@@ -161,10 +186,15 @@ def sweep_workload_rows(run: BenchRun) -> list[dict[str, Any]]:
         for row in _all_workload_rows(point.records):
             b = base_rows.get((row["workload"], row["concurrency"]))
             base_tps = b["decode_tps_server"] if b else None
-            rows.append({"values": point.values, "baseline": base is None and is_baseline(point.values),
-                         "baseline_decode_tps_server": base_tps,
-                         "speedup": row["decode_tps_server"] / base_tps
-                         if base_tps and row["decode_tps_server"] else None, **row})
+            rows.append(
+                {
+                    "values": point.values,
+                    "baseline": base is None and is_baseline(point.values),
+                    "baseline_decode_tps_server": base_tps,
+                    "speedup": row["decode_tps_server"] / base_tps if base_tps and row["decode_tps_server"] else None,
+                    **row,
+                }
+            )
     return rows
 
 
@@ -176,25 +206,46 @@ def _all_workload_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
     # chat alone: one row per concurrency over every prompt size
     out = []
     for (conc,), rs in group_records(records, ("concurrency",), kind="speed").items():
-        out.append({"workload": "chat", "concurrency": conc, "items": None, **summarize(rs),
-                    "cached_fraction": None, **spec_figures(rs)})
+        out.append(
+            {
+                "workload": "chat",
+                "concurrency": conc,
+                "items": None,
+                **summarize(rs),
+                "cached_fraction": None,
+                **spec_figures(rs),
+            }
+        )
     return out
 
 
 def _server_brief(server: dict[str, Any]) -> dict[str, Any]:
     cluster = server.get("cluster") or {}
     eff = cluster.get("effective") or {}
-    return {"n_ctx": server.get("n_ctx"), "total_slots": server.get("total_slots"),
-            "n_ubatch": eff.get("n_ubatch"), "n_batch": eff.get("n_batch"), "flash_attn": eff.get("flash_attn")}
+    return {
+        "n_ctx": server.get("n_ctx"),
+        "total_slots": server.get("total_slots"),
+        "n_ubatch": eff.get("n_ubatch"),
+        "n_batch": eff.get("n_batch"),
+        "flash_attn": eff.get("flash_attn"),
+    }
 
 
 def engine_rows(run: BenchRun) -> list[dict[str, Any]]:
     rows = []
     for r in run.engine_rows:
-        rows.append({"test": r.get("test"), "n_ubatch": r.get("n_ubatch"), "n_batch": r.get("n_batch"),
-                     "avg_ts": r.get("avg_ts"), "stddev_ts": r.get("stddev_ts"),
-                     "model_type": r.get("model_type"), "backends": r.get("backends"),
-                     "n_gpu_layers": r.get("n_gpu_layers")})
+        rows.append(
+            {
+                "test": r.get("test"),
+                "n_ubatch": r.get("n_ubatch"),
+                "n_batch": r.get("n_batch"),
+                "avg_ts": r.get("avg_ts"),
+                "stddev_ts": r.get("stddev_ts"),
+                "model_type": r.get("model_type"),
+                "backends": r.get("backends"),
+                "n_gpu_layers": r.get("n_gpu_layers"),
+            }
+        )
     return rows
 
 
@@ -205,8 +256,10 @@ TTFT_AT = "ttf_token_ms_p50_at_"
 def ttft_by_prompt(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """Time to first token per prompt size: it grows with the prompt, so cells of different
     sizes are never pooled."""
-    return {f"{TTFT_AT}{r['prompt_target']}": r["ttf_token_ms_p50"]
-            for r in sorted(rows, key=lambda r: r["prompt_target"] or 0)}
+    return {
+        f"{TTFT_AT}{r['prompt_target']}": r["ttf_token_ms_p50"]
+        for r in sorted(rows, key=lambda r: r["prompt_target"] or 0)
+    }
 
 
 def headline(run: BenchRun) -> dict[str, float | None]:
@@ -246,7 +299,8 @@ def headline(run: BenchRun) -> dict[str, float | None]:
         return {
             "prefill_tps_server_longest": rows[-1]["prefill_tps_server"] if rows else None,
             "retrieval_found_fraction": (sum(1 for c in graded if c["verdict"] == "found") / len(graded))
-            if graded else None,
+            if graded
+            else None,
         }
     if run.kind == "engine":
         pp = [r["avg_ts"] for r in run.engine_rows if int(r.get("n_prompt", 0)) and not int(r.get("n_gen", 0))]
@@ -254,8 +308,10 @@ def headline(run: BenchRun) -> dict[str, float | None]:
         return {"pp_tps": median(pp), "tg_tps": median(tg)}
     if run.kind == "sweep":
         rows = [r for r in sweep_rows(run) if "error" not in r]
-        out = {"best_prefill_tps_server": max((r["prefill_tps_server"] or 0 for r in rows), default=None) or None,
-               "best_decode_tps_server": max((r["decode_tps_server"] or 0 for r in rows), default=None) or None}
+        out = {
+            "best_prefill_tps_server": max((r["prefill_tps_server"] or 0 for r in rows), default=None) or None,
+            "best_decode_tps_server": max((r["decode_tps_server"] or 0 for r in rows), default=None) or None,
+        }
         speedups = [r["speedup"] for r in sweep_workload_rows(run) if r["speedup"]]
         if speedups:
             out["best_speculation_speedup"] = max(speedups)

@@ -108,17 +108,67 @@ from ._tune_spec import (
 from ._workloads import WorkloadPlan, apply_baselines
 
 __all__ = [  # every public name, as before the split
-    "Metric", "METRICS", "metric_for", "record_kind", "keyed_samples", "samples_of",
-    "exchangeable", "Measurement", "margin", "beats", "better_score", "KV", "ORDERS", "UNSET",
-    "INT_FIELDS", "DEFAULT_UBATCH", "DEFAULT_BATCH", "DEFAULT_KV", "DEFAULT_SPECULATION",
-    "LLAMA_DEFAULTS", "Axis", "axis_name", "norm_value", "server_values", "parse_axes",
-    "order_axes", "spec_value", "default_threads", "default_axes", "start_point", "grid_points",
-    "grid_size", "default_budget", "point_label", "point_key", "Step", "SearchResult",
-    "BudgetSpent", "Measure", "Feasible", "OnStep", "coordinate_search", "grid_search",
-    "first_pass_points", "PlannerCheck", "TuneOptions", "tune_out_path", "PointRunner",
-    "run_tune", "toml_value", "dump_toml", "set_key", "PATH_KEYS", "spec_changes",
-    "tuned_spec_text", "write_best_spec", "scores_of_run", "compare", "tune_markdown",
-    "plot_tune", "write_tune_report",
+    "DEFAULT_BATCH",
+    "DEFAULT_KV",
+    "DEFAULT_SPECULATION",
+    "DEFAULT_UBATCH",
+    "INT_FIELDS",
+    "KV",
+    "LLAMA_DEFAULTS",
+    "METRICS",
+    "ORDERS",
+    "PATH_KEYS",
+    "UNSET",
+    "Axis",
+    "BudgetSpent",
+    "Feasible",
+    "Measure",
+    "Measurement",
+    "Metric",
+    "OnStep",
+    "PlannerCheck",
+    "PointRunner",
+    "SearchResult",
+    "Step",
+    "TuneOptions",
+    "axis_name",
+    "beats",
+    "better_score",
+    "compare",
+    "coordinate_search",
+    "default_axes",
+    "default_budget",
+    "default_threads",
+    "dump_toml",
+    "exchangeable",
+    "first_pass_points",
+    "grid_points",
+    "grid_search",
+    "grid_size",
+    "keyed_samples",
+    "margin",
+    "metric_for",
+    "norm_value",
+    "order_axes",
+    "parse_axes",
+    "plot_tune",
+    "point_key",
+    "point_label",
+    "record_kind",
+    "run_tune",
+    "samples_of",
+    "scores_of_run",
+    "server_values",
+    "set_key",
+    "spec_changes",
+    "spec_value",
+    "start_point",
+    "toml_value",
+    "tune_markdown",
+    "tune_out_path",
+    "tuned_spec_text",
+    "write_best_spec",
+    "write_tune_report",
 ]
 
 
@@ -156,9 +206,18 @@ class PointRunner:
     """Measures one point as ``bench sweep`` does: restart through ``restarter``, probe, calibrate,
     the workload cells; the records go into ``run`` (one :class:`SweepPoint` per point)."""
 
-    def __init__(self, restarter: Any, opts: SpeedOptions, plan: WorkloadPlan, writer: RunWriter,
-                 metric: Metric, workload: str, progress: Callable[[RequestRecord], None] | None = None,
-                 on_point: Callable[[dict[str, Any]], None] | None = None, transport: Any = None) -> None:
+    def __init__(
+        self,
+        restarter: Any,
+        opts: SpeedOptions,
+        plan: WorkloadPlan,
+        writer: RunWriter,
+        metric: Metric,
+        workload: str,
+        progress: Callable[[RequestRecord], None] | None = None,
+        on_point: Callable[[dict[str, Any]], None] | None = None,
+        transport: Any = None,
+    ) -> None:
         self.restarter = restarter
         self.opts = opts
         self.plan = plan
@@ -184,7 +243,7 @@ class PointRunner:
             target, facts = self.restarter.start(values)
         except KeyboardInterrupt:
             raise
-        except Exception as exc:  # a point that does not start is a result, not the end
+        except Exception as exc:  # noqa: BLE001 - a point that does not start is a result, not the end
             sp.error = str(exc)
             self.writer.flush()
             return Measurement(error=f"did not start: {exc}")
@@ -198,8 +257,9 @@ class PointRunner:
                 self.progress(rec)
 
         async def main() -> None:
-            async with BenchClient(target, transport=self.transport,
-                                   max_connections=max(opts.concurrency) + 2) as client:
+            async with BenchClient(
+                target, transport=self.transport, max_connections=max(opts.concurrency) + 2
+            ) as client:
                 sp.server = (await client.probe()) | {"cluster": facts}
                 self.writer.flush()
                 session = Session(client, emit, nonce=self.nonce)
@@ -229,16 +289,29 @@ class PointRunner:
         if not samples:
             why = failed[0].error if failed else "no requests of the workload"
             return Measurement(error=f"no {self.metric.label} figures: {why}", extra=extra)
-        return Measurement(samples=samples, extra=extra, ids=[i for i, _ in keyed],
-                           alike=exchangeable(self.workload, self.metric))
+        return Measurement(
+            samples=samples, extra=extra, ids=[i for i, _ in keyed], alike=exchangeable(self.workload, self.metric)
+        )
 
 
-def run_tune(restarter: Any, spec: Any, axes: Sequence[Axis], start: dict[str, Any], opts: SpeedOptions,
-             topts: TuneOptions, feasible: Feasible, out: Path | None = None, label: str = "",
-             plan: WorkloadPlan | None = None, engine: dict[str, Any] | None = None,
-             progress: Callable[[RequestRecord], None] | None = None,
-             on_point: Callable[[dict[str, Any]], None] | None = None, on_step: OnStep | None = None,
-             transport: Any = None, notes: Sequence[str] = ()) -> tuple[BenchRun, Path, SearchResult]:
+def run_tune(
+    restarter: Any,
+    spec: Any,
+    axes: Sequence[Axis],
+    start: dict[str, Any],
+    opts: SpeedOptions,
+    topts: TuneOptions,
+    feasible: Feasible,
+    out: Path | None = None,
+    label: str = "",
+    plan: WorkloadPlan | None = None,
+    engine: dict[str, Any] | None = None,
+    progress: Callable[[RequestRecord], None] | None = None,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+    on_step: OnStep | None = None,
+    transport: Any = None,
+    notes: Sequence[str] = (),
+) -> tuple[BenchRun, Path, SearchResult]:
     """Search (or, with ``topts.grid``, measure the whole grid), writing the run file as it goes;
     the cluster is brought back as it was (``restarter.finish()``) however it ends."""
     from ._run import plan_for, summarize_run
@@ -247,11 +320,23 @@ def run_tune(restarter: Any, spec: Any, axes: Sequence[Axis], start: dict[str, A
     plan = plan or plan_for(opts)
     path = tune_out_path(out)
     mode = "grid" if topts.grid else "tune"
-    run = BenchRun(kind="sweep", id=_run_id(path), label=label or f"{mode} {spec.name} ({topts.workload}, "
-                   f"{metric.name})", machine=machine_info(),
-                   settings=opts.as_dict() | {"workload_items": plan.describe(), "tune": topts.as_dict() | {
-                       "mode": mode, "spec_file": str(spec.source_file) if spec.source_file else None,
-                       "axes": [{"name": a.name, "values": list(a.values)} for a in axes], "start": start}})
+    run = BenchRun(
+        kind="sweep",
+        id=_run_id(path),
+        label=label or f"{mode} {spec.name} ({topts.workload}, {metric.name})",
+        machine=machine_info(),
+        settings=opts.as_dict()
+        | {
+            "workload_items": plan.describe(),
+            "tune": topts.as_dict()
+            | {
+                "mode": mode,
+                "spec_file": str(spec.source_file) if spec.source_file else None,
+                "axes": [{"name": a.name, "values": list(a.values)} for a in axes],
+                "start": start,
+            },
+        },
+    )
     run.engine = engine or {}
     run.notes.extend(notes)
     writer = RunWriter(run, path)
@@ -262,8 +347,18 @@ def run_tune(restarter: Any, spec: Any, axes: Sequence[Axis], start: dict[str, A
         if topts.grid:
             result = grid_search(axes, start, runner, metric, feasible, topts.budget, on_step)
         else:
-            result = coordinate_search(axes, start, runner, metric, feasible, topts.budget, topts.min_gain,
-                                       topts.max_passes, on_step, topts.confirm)
+            result = coordinate_search(
+                axes,
+                start,
+                runner,
+                metric,
+                feasible,
+                topts.budget,
+                topts.min_gain,
+                topts.max_passes,
+                on_step,
+                topts.confirm,
+            )
         interrupted = result.stopped == "interrupted"
     except BaseException:
         interrupted = True

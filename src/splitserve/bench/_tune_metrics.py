@@ -131,8 +131,15 @@ class Measurement:
         return len(set(self.ids)) < len(self.ids)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"score": self.score, "spread": self.spread if self.spread_known else None, "n": len(self.samples),
-                "min": min(self.samples) if self.samples else None,
-                "max": max(self.samples) if self.samples else None,
-                "samples": [round(s, 4) for s in self.samples], "ids": self.ids, "alike": self.alike,
-                "error": self.error, **self.extra}
+        return {
+            "score": self.score,
+            "spread": self.spread if self.spread_known else None,
+            "n": len(self.samples),
+            "min": min(self.samples) if self.samples else None,
+            "max": max(self.samples) if self.samples else None,
+            "samples": [round(s, 4) for s in self.samples],
+            "ids": self.ids,
+            "alike": self.alike,
+            "error": self.error,
+            **self.extra,
+        }

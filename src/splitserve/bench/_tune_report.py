@@ -18,8 +18,7 @@ from ._tune_space import norm_value, point_key, point_label, server_values
 # -- comparison with a grid ------------------------------------------------------------------
 
 
-def scores_of_run(run: BenchRun, metric: Metric,
-                  workload: str) -> dict[tuple[tuple[str, Any], ...], Measurement]:
+def scores_of_run(run: BenchRun, metric: Metric, workload: str) -> dict[tuple[tuple[str, Any], ...], Measurement]:
     """Every measured point of a run (a tune, a grid or a ``bench sweep`` run), keyed by its server
     fields (``ub=128`` and ``ubatch=128`` are one point)."""
     from ._cluster import server_field
@@ -34,8 +33,11 @@ def scores_of_run(run: BenchRun, metric: Metric,
                 f = k
             values[f] = norm_value(f, v)
         keyed = keyed_samples(p.records, metric, workload)
-        m = Measurement(error=p.error) if p.error else Measurement(
-            [v for _, v in keyed], ids=[i for i, _ in keyed], alike=exchangeable(workload, metric))
+        m = (
+            Measurement(error=p.error)
+            if p.error
+            else Measurement([v for _, v in keyed], ids=[i for i, _ in keyed], alike=exchangeable(workload, metric))
+        )
         key = point_key(values)
         if key in out:  # a point run twice (tune's confirmation runs)
             out[key].merge(m)
@@ -52,8 +54,9 @@ def compare(tune: BenchRun, grid: BenchRun) -> dict[str, Any]:
     metric = metric_for(t.get("metric", "decode"))
     workload = (tune.settings.get("tune") or {}).get("workload", "chat")
     gscores = scores_of_run(grid, metric, workload)
-    ranked = sorted(((k, m) for k, m in gscores.items() if m.ok), key=lambda km: km[1].score or 0.0,
-                    reverse=metric.higher)
+    ranked = sorted(
+        ((k, m) for k, m in gscores.items() if m.ok), key=lambda km: km[1].score or 0.0, reverse=metric.higher
+    )
     if not ranked or not t.get("best"):
         return {"error": "no measured point to compare"}
     gbest_key, gbest = ranked[0]
@@ -73,19 +76,27 @@ def compare(tune: BenchRun, grid: BenchRun) -> dict[str, Any]:
         return m.spread if m is not None and m.spread_known else None
 
     return {
-        "metric": metric.name, "unit": metric.unit,
-        "tune_runs": t.get("runs", len(tune.points)), "grid_runs": g.get("runs", len(grid.points)),
+        "metric": metric.name,
+        "unit": metric.unit,
+        "tune_runs": t.get("runs", len(tune.points)),
+        "grid_runs": g.get("runs", len(grid.points)),
         "grid_size": g.get("grid_size") or t.get("grid_size"),
-        "tune_best": t["best"], "tune_best_score": t.get("best_score"),
-        "grid_best": named.get(gbest_key, dict(gbest_key)), "grid_best_score": gbest.score, "grid_best_spread": spread(gbest),
+        "tune_best": t["best"],
+        "tune_best_score": t.get("best_score"),
+        "grid_best": named.get(gbest_key, dict(gbest_key)),
+        "grid_best_score": gbest.score,
+        "grid_best_spread": spread(gbest),
         "tune_best_in_grid": in_grid.score if in_grid is not None else None,
         "tune_best_in_grid_spread": spread(in_grid),
         "start_in_grid": start_in_grid.score if start_in_grid is not None else None,
-        "gap": gap, "gap_fraction": gap / gbest.score if gap is not None and gbest.score else None,
-        "rank_in_grid": rank, "grid_points_measured": len(ranked),
+        "gap": gap,
+        "gap_fraction": gap / gbest.score if gap is not None and gbest.score else None,
+        "rank_in_grid": rank,
+        "grid_points_measured": len(ranked),
         "same_point": tkey == gbest_key,
-        "within_noise": (gap <= max(gbest.spread, in_grid.spread)) if known and gap is not None
-        and in_grid is not None else None,
+        "within_noise": (gap <= max(gbest.spread, in_grid.spread))
+        if known and gap is not None and in_grid is not None
+        else None,
         "grid_run": grid.id,
     }
 
@@ -100,8 +111,9 @@ def _fmt(v: Any) -> str:
     return fmt(v, 2)
 
 
-def tune_markdown(run: BenchRun, comparison: dict[str, Any] | None = None, plots: Sequence[Path] = (),
-                  best_spec: Path | None = None) -> str:
+def tune_markdown(
+    run: BenchRun, comparison: dict[str, Any] | None = None, plots: Sequence[Path] = (), best_spec: Path | None = None
+) -> str:
     from ._report import pct, run_section, table
 
     t = run.summary.get("tune") or {}
@@ -113,24 +125,42 @@ def tune_markdown(run: BenchRun, comparison: dict[str, Any] | None = None, plots
     tset = opts.get("tune") or {}
     mode = t["mode"]
     parts = [f"# Tune report: {run.name}\n"]
-    how = ("every allowed point of the grid (`--grid`)" if mode == "grid" else
-           "coordinate search: one axis at a time from the spec's settings, biggest effects first; an ordered "
-           "axis walks while each step wins; passes until one changes nothing")
+    how = (
+        "every allowed point of the grid (`--grid`)"
+        if mode == "grid"
+        else "coordinate search: one axis at a time from the spec's settings, biggest effects first; an ordered "
+        "axis walks while each step wins; passes until one changes nothing"
+    )
     parts.append(
         f"- workload **{tset.get('workload', 'chat')}**, metric **{t['metric_label']}** "
         f"({'higher' if t['higher_is_better'] else 'lower'} is better); {opts.get('repeat')} request(s) per "
-        f"point, " + (f"prompt tokens {opts.get('prompt_tokens')}, gen tokens {opts.get('gen_tokens')}"
-                      if tset.get("workload", "chat") == "chat" else
-                      f"output cap {opts.get('max_tokens') or 'the workload default'} tokens")
+        f"point, "
+        + (
+            f"prompt tokens {opts.get('prompt_tokens')}, gen tokens {opts.get('gen_tokens')}"
+            if tset.get("workload", "chat") == "chat"
+            else f"output cap {opts.get('max_tokens') or 'the workload default'} tokens"
+        )
         + f", concurrency {opts.get('concurrency')}\n- search: {how}\n"
-        + (f"- noise rule: a point wins only when better by more than the larger spread (max - min over its "
-           f"requests) of the two, the noise floor and the search's typical spread, and by at least "
-           f"{t['min_gain']:.0%}"
-           + ("; the start is measured on two restarts (their difference is the noise floor) and a point "
-              "that wins is restarted and measured again and must still win with every run's samples"
-              if tset.get("confirm", True) else "") + "\n" if mode == "tune" else "")
-        + "- axes: " + "; ".join(f"{a['name']} = {', '.join('auto' if v is None else str(v) for v in a['values'])}"
-                                 for a in t["axes"]) + "\n")
+        + (
+            f"- noise rule: a point wins only when better by more than the larger spread (max - min over its "
+            f"requests) of the two, the noise floor and the search's typical spread, and by at least "
+            f"{t['min_gain']:.0%}"
+            + (
+                "; the start is measured on two restarts (their difference is the noise floor) and a point "
+                "that wins is restarted and measured again and must still win with every run's samples"
+                if tset.get("confirm", True)
+                else ""
+            )
+            + "\n"
+            if mode == "tune"
+            else ""
+        )
+        + "- axes: "
+        + "; ".join(
+            f"{a['name']} = {', '.join('auto' if v is None else str(v) for v in a['values'])}" for a in t["axes"]
+        )
+        + "\n"
+    )
     start, best = t.get("start") or {}, t.get("best")
     lines = []
     if best:
@@ -141,12 +171,13 @@ def tune_markdown(run: BenchRun, comparison: dict[str, Any] | None = None, plots
         if t.get("best_score") and t["start_score"]:
             r = t["best_score"] / t["start_score"] if t["higher_is_better"] else t["start_score"] / t["best_score"]
             ratio = f"; the best is {r:.2f}× the start"
-        lines.append(f"- start (the spec's settings): {point_label(start)}: {_fmt(t['start_score'])} "
-                     f"{unit}{ratio}")
+        lines.append(f"- start (the spec's settings): {point_label(start)}: {_fmt(t['start_score'])} {unit}{ratio}")
     budget = f" (budget {t['budget']})" if t.get("budget") else ""
-    lines.append(f"- runs: **{t['runs']}**, grid of {t['grid_size']} points{budget}; "
-                 f"{len(t['excluded'])} point(s) ruled out before measuring; stopped: {t['stopped']}"
-                 + (f" after {t['passes']} pass(es)" if mode == "tune" else ""))
+    lines.append(
+        f"- runs: **{t['runs']}**, grid of {t['grid_size']} points{budget}; "
+        f"{len(t['excluded'])} point(s) ruled out before measuring; stopped: {t['stopped']}"
+        + (f" after {t['passes']} pass(es)" if mode == "tune" else "")
+    )
     if best_spec is not None:
         lines.append(f"- best spec: `{best_spec}`")
     for n in t.get("notes") or []:
@@ -158,45 +189,95 @@ def tune_markdown(run: BenchRun, comparison: dict[str, Any] | None = None, plots
         if c["same_point"]:
             same = "the same point"
         elif c["within_noise"] is None:
-            same = ("no noise estimate: the grid ran each point once and this workload's requests are "
-                    "different items")
+            same = "no noise estimate: the grid ran each point once and this workload's requests are different items"
         else:
-            same = ("within the grid's spread of those two points" if c["within_noise"]
-                    else "more than the grid's spread of those two points")
+            same = (
+                "within the grid's spread of those two points"
+                if c["within_noise"]
+                else "more than the grid's spread of those two points"
+            )
         parts.append(
-            f"## Against the full grid ({c['grid_run']})\n\n" + table(
+            f"## Against the full grid ({c['grid_run']})\n\n"
+            + table(
                 ["", "runs", "best point", f"best {unit} (own run)", f"{unit} in the grid"],
-                [["tune", c["tune_runs"], point_label(c["tune_best"]), _fmt(c["tune_best_score"]),
-                  _fmt(c["tune_best_in_grid"])],
-                 ["grid", c["grid_runs"], point_label(c["grid_best"]), _fmt(c["grid_best_score"]),
-                  _fmt(c["grid_best_score"])]])
+                [
+                    [
+                        "tune",
+                        c["tune_runs"],
+                        point_label(c["tune_best"]),
+                        _fmt(c["tune_best_score"]),
+                        _fmt(c["tune_best_in_grid"]),
+                    ],
+                    [
+                        "grid",
+                        c["grid_runs"],
+                        point_label(c["grid_best"]),
+                        _fmt(c["grid_best_score"]),
+                        _fmt(c["grid_best_score"]),
+                    ],
+                ],
+            )
             + f"\n\ntune used {c['tune_runs']} of the grid's {c['grid_runs']} runs"
             + (f" ({frac:.0%})" if frac is not None else "")
             + f"; its pick ranks #{_fmt(c['rank_in_grid'])} of {c['grid_points_measured']} in the grid, "
             f"gap {_fmt(c['gap'])} {unit}"
             + (f" ({c['gap_fraction']:.1%})" if c.get("gap_fraction") is not None else "")
             + f": {same}."
-            + (f" The tune's start scored {_fmt(c['start_in_grid'])} {unit} in the grid."
-               if c.get("start_in_grid") is not None else "") + "\n")
+            + (
+                f" The tune's start scored {_fmt(c['start_in_grid'])} {unit} in the grid."
+                if c.get("start_in_grid") is not None
+                else ""
+            )
+            + "\n"
+        )
     rows = []
     for s in t["steps"]:
         p = s["point"]
-        rows.append([s["run"], s["axis"] or "–"] + ["auto" if p.get(a) is None else p.get(a) for a in axes]
-                    + [_fmt(s["score"]) + (f" (all runs {_fmt(s['score_all_runs'])})"
-                                           if s.get("score_all_runs") is not None else ""),
-                       f"{_fmt(s['min'])}–{_fmt(s['max'])}", _fmt(s["spread"]), s["n"],
-                       pct(s.get("acceptance")), pct(s.get("agreement")),
-                       s["verdict"] + (f": {s['error']}" if s.get("error") else "")])
-    parts.append("## Every point measured\n\n" + table(
-        ["run", "varied", *axes, f"{t['metric']} {unit}", "min–max", "spread", "n", "acceptance", "agreement",
-         "verdict"],
-        rows) + "\n")
+        rows.append(
+            [s["run"], s["axis"] or "–"]
+            + ["auto" if p.get(a) is None else p.get(a) for a in axes]
+            + [
+                _fmt(s["score"])
+                + (f" (all runs {_fmt(s['score_all_runs'])})" if s.get("score_all_runs") is not None else ""),
+                f"{_fmt(s['min'])}–{_fmt(s['max'])}",
+                _fmt(s["spread"]),
+                s["n"],
+                pct(s.get("acceptance")),
+                pct(s.get("agreement")),
+                s["verdict"] + (f": {s['error']}" if s.get("error") else ""),
+            ]
+        )
+    parts.append(
+        "## Every point measured\n\n"
+        + table(
+            [
+                "run",
+                "varied",
+                *axes,
+                f"{t['metric']} {unit}",
+                "min–max",
+                "spread",
+                "n",
+                "acceptance",
+                "agreement",
+                "verdict",
+            ],
+            rows,
+        )
+        + "\n"
+    )
     if t["excluded"]:
         shown = t["excluded"][:60]
-        parts.append("## Ruled out before measuring\n\n" + table(
-            ["point", "why"], [[point_label(e["point"]), e["reason"]] for e in shown])
-            + (f"\n\n… and {len(t['excluded']) - len(shown)} more (all in the run file)"
-               if len(t["excluded"]) > 60 else "") + "\n")
+        parts.append(
+            "## Ruled out before measuring\n\n"
+            + table(["point", "why"], [[point_label(e["point"]), e["reason"]] for e in shown])
+            + (
+                f"\n\n… and {len(t['excluded']) - len(shown)} more (all in the run file)"
+                if len(t["excluded"]) > 60
+                else ""
+            )
+            + "\n"
+        )
     for p in plots:
         parts.append(f"![{p.stem}]({p.name})\n")
     parts.append(run_section(run))
@@ -220,10 +301,19 @@ def plot_tune(run: BenchRun, path: Path, grid: BenchRun | None = None) -> Path |
     panels = 2 if grid_run is not None else 1
     fig, axs = plt.subplots(1, panels, figsize=(6.5 * panels, 4.6), squeeze=False)
     ax = axs[0][0]
-    colors = {"start": "tab:blue", "start re-measured": "tab:blue", "incumbent re-measured": "tab:cyan",
-              "ahead: confirming": "yellowgreen",
-              "new best (confirmed)": "tab:green", "new best": "tab:green", "not confirmed": "tab:olive",
-              "within noise": "tab:orange", "worse": "tab:red", "grid": "tab:gray", "failed": "black"}
+    colors = {
+        "start": "tab:blue",
+        "start re-measured": "tab:blue",
+        "incumbent re-measured": "tab:cyan",
+        "ahead: confirming": "yellowgreen",
+        "new best (confirmed)": "tab:green",
+        "new best": "tab:green",
+        "not confirmed": "tab:olive",
+        "within noise": "tab:orange",
+        "worse": "tab:red",
+        "grid": "tab:gray",
+        "failed": "black",
+    }
     for verdict, color in colors.items():
         ss = [s for s in steps if s["verdict"] == verdict]
         if not ss:
@@ -251,31 +341,50 @@ def plot_tune(run: BenchRun, path: Path, grid: BenchRun | None = None) -> Path |
         ax.step(inc_x, inc_y, where="post", color="tab:green", alpha=0.6, label="tune's best so far")
     comp = compare(run, grid) if grid is not None else None
     if comp and "error" not in comp:
-        ax.axhline(comp["grid_best_score"], ls="--", color="tab:purple",
-                   label=f"grid best {comp['grid_best_score']:.1f} ({comp['grid_runs']} runs)")
-    ax.set(title=f"{t['mode']}: {metric.label} per run ({workload})", xlabel="run (one restart each)",
-           ylabel=_ylabel(metric))
+        ax.axhline(
+            comp["grid_best_score"],
+            ls="--",
+            color="tab:purple",
+            label=f"grid best {comp['grid_best_score']:.1f} ({comp['grid_runs']} runs)",
+        )
+    ax.set(
+        title=f"{t['mode']}: {metric.label} per run ({workload})",
+        xlabel="run (one restart each)",
+        ylabel=_ylabel(metric),
+    )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     if grid_run is not None:
         ax2 = axs[0][1]
         gscores = scores_of_run(grid_run, metric, workload)
-        ranked = sorted(((k, m) for k, m in gscores.items() if m.ok), key=lambda km: km[1].score or 0.0,
-                        reverse=metric.higher)
+        ranked = sorted(
+            ((k, m) for k, m in gscores.items() if m.ok), key=lambda km: km[1].score or 0.0, reverse=metric.higher
+        )
         tune_keys = {point_key(server_values(s["point"])) for s in t["steps"]} if t["mode"] == "tune" else set()
         pick = point_key(server_values(t["best"])) if t.get("best") else None
         xs = list(range(1, len(ranked) + 1))
         cols = ["tab:green" if k == pick else ("tab:orange" if k in tune_keys else "lightgray") for k, _ in ranked]
-        ax2.bar(xs, [m.score for _, m in ranked], color=cols,
-                yerr=[[(m.score or 0) - min(m.samples) for _, m in ranked],
-                      [max(m.samples) - (m.score or 0) for _, m in ranked]], capsize=2, ecolor="gray")
+        ax2.bar(
+            xs,
+            [m.score for _, m in ranked],
+            color=cols,
+            yerr=[
+                [(m.score or 0) - min(m.samples) for _, m in ranked],
+                [max(m.samples) - (m.score or 0) for _, m in ranked],
+            ],
+            capsize=2,
+            ecolor="gray",
+        )
         if len(ranked) <= 24:
             ax2.set_xticks(xs, [_short(dict(k)) for k, _ in ranked], rotation=70, ha="right", fontsize=6)
         title = "every grid point, best first"
         if pick is not None:
-            title += ("\n(green: tune's pick; orange: other points tune measured)" if t["mode"] == "tune"
-                      else "\n(green: the best)")
+            title += (
+                "\n(green: tune's pick; orange: other points tune measured)"
+                if t["mode"] == "tune"
+                else "\n(green: the best)"
+            )
         ax2.set(title=title, xlabel="grid point (rank)", ylabel=_ylabel(metric))
         ax2.grid(alpha=0.3, axis="y")
     return _save(plt, fig, path)
@@ -285,8 +394,15 @@ def _ylabel(metric: Metric) -> str:
     return metric.label if metric.unit in metric.label else f"{metric.label} ({metric.unit})"
 
 
-_SHORT = {"kv": "kv", "speculation": "spec", "threads": "t", "ubatch": "ub", "batch": "b", "cache_type_k": "ctk",
-          "cache_type_v": "ctv"}
+_SHORT = {
+    "kv": "kv",
+    "speculation": "spec",
+    "threads": "t",
+    "ubatch": "ub",
+    "batch": "b",
+    "cache_type_k": "ctk",
+    "cache_type_v": "ctv",
+}
 
 
 def _short(values: dict[str, Any]) -> str:
@@ -295,8 +411,9 @@ def _short(values: dict[str, Any]) -> str:
     return " ".join(f"{_SHORT.get(k, k)}={'auto' if v is None else v}" for k, v in values.items())
 
 
-def write_tune_report(run: BenchRun, folder: Path, grid: BenchRun | None = None,
-                      best_spec: Path | None = None) -> tuple[Path, list[Path]]:
+def write_tune_report(
+    run: BenchRun, folder: Path, grid: BenchRun | None = None, best_spec: Path | None = None
+) -> tuple[Path, list[Path]]:
     """``report.md`` and ``tune.png`` in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     comparison = compare(run, grid) if grid is not None else None

@@ -13,7 +13,6 @@ from ._stats import median
 from ._tune_metrics import Measurement, Metric
 from ._tune_space import Axis, grid_points, grid_size, point_key, point_label
 
-
 # -- noise-aware decisions ---------------------------------------------------------------------
 
 
@@ -44,7 +43,6 @@ def better_score(a: float | None, b: float | None, metric: Metric) -> bool:
     return a > b if metric.higher else a < b
 
 
-
 # -- the search ----------------------------------------------------------------------------------
 
 
@@ -65,8 +63,15 @@ class Step:
     """The score over every run of this point so far, when it has had more than one."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "point": self.point, "axis": self.axis, "verdict": self.verdict,
-                "best": self.best, **self.measurement.as_dict(), "score_all_runs": self.merged}
+        return {
+            "run": self.run,
+            "point": self.point,
+            "axis": self.axis,
+            "verdict": self.verdict,
+            "best": self.best,
+            **self.measurement.as_dict(),
+            "score_all_runs": self.merged,
+        }
 
 
 @dataclass
@@ -112,12 +117,22 @@ class SearchResult:
         start = self.start_measurement()
         bm = self.best_measurement
         return {
-            "mode": self.mode, "metric": self.metric.name, "metric_label": self.metric.label,
-            "unit": self.metric.unit, "higher_is_better": self.metric.higher, "min_gain": self.min_gain,
+            "mode": self.mode,
+            "metric": self.metric.name,
+            "metric_label": self.metric.label,
+            "unit": self.metric.unit,
+            "higher_is_better": self.metric.higher,
+            "min_gain": self.min_gain,
             "axes": [{"name": a.name, "values": list(a.values), "ordered": a.ordered} for a in self.axes],
-            "grid_size": self.grid_size, "runs": self.runs, "budget": self.budget, "stopped": self.stopped,
-            "passes": self.passes, "start": self.start, "start_score": start.score if start else None,
-            "best": self.best, "best_score": bm.score if bm else None,
+            "grid_size": self.grid_size,
+            "runs": self.runs,
+            "budget": self.budget,
+            "stopped": self.stopped,
+            "passes": self.passes,
+            "start": self.start,
+            "start_score": start.score if start else None,
+            "best": self.best,
+            "best_score": bm.score if bm else None,
             "best_spread": bm.spread if bm and bm.spread_known else None,
             "steps": [s.as_dict() for s in self.steps],
             "excluded": [{"point": p, "reason": r} for p, r in self.excluded],
@@ -206,9 +221,18 @@ class _Book:
             self.on_step(step)
 
 
-def coordinate_search(axes: Sequence[Axis], start: dict[str, Any], measure: Measure, metric: Metric,
-                      feasible: Feasible = lambda p: None, budget: int | None = None, min_gain: float = 0.02,
-                      max_passes: int = 4, on_step: OnStep | None = None, confirm: bool = True) -> SearchResult:
+def coordinate_search(
+    axes: Sequence[Axis],
+    start: dict[str, Any],
+    measure: Measure,
+    metric: Metric,
+    feasible: Feasible = lambda p: None,
+    budget: int | None = None,
+    min_gain: float = 0.02,
+    max_passes: int = 4,
+    on_step: OnStep | None = None,
+    confirm: bool = True,
+) -> SearchResult:
     """One axis at a time from ``start`` (see the module's doc); ``axes`` in the order to visit.
 
     ``confirm``: the start is measured twice (two restarts: how far they fall apart is the noise
@@ -222,8 +246,20 @@ def coordinate_search(axes: Sequence[Axis], start: dict[str, Any], measure: Meas
         reason = book.ruled[point_key(inc)]
         first = next((p for p in grid_points(axes) if not book.why_not(p)), None)
         if first is None:
-            return SearchResult("tune", metric, axes, start, None, None, [], book.excluded, budget, "failed",
-                                min_gain=min_gain, notes=["the planner rules out every point of the grid"])
+            return SearchResult(
+                "tune",
+                metric,
+                axes,
+                start,
+                None,
+                None,
+                [],
+                book.excluded,
+                budget,
+                "failed",
+                min_gain=min_gain,
+                notes=["the planner rules out every point of the grid"],
+            )
         notes.append(f"the start {point_label(inc)} is ruled out ({reason}); starting from {point_label(first)}")
         inc = first
     start = dict(inc)
@@ -236,9 +272,20 @@ def coordinate_search(axes: Sequence[Axis], start: dict[str, Any], measure: Meas
         book.record(inc, None, "start" if inc_m.ok else "failed", inc)
         if not inc_m.ok:
             why = inc_m.error or "no figures"
-            return SearchResult("tune", metric, axes, start, None, None, book.steps, book.excluded, budget,
-                                "failed", min_gain=min_gain,
-                                notes=notes + [f"the start {point_label(inc)} failed: {why}"])
+            return SearchResult(
+                "tune",
+                metric,
+                axes,
+                start,
+                None,
+                None,
+                book.steps,
+                book.excluded,
+                budget,
+                "failed",
+                min_gain=min_gain,
+                notes=notes + [f"the start {point_label(inc)} failed: {why}"],
+            )
         if confirm:  # the start again: how far two restarts of one point fall apart is the noise floor
             first = inc_m.score
             book.again(inc)
@@ -266,21 +313,24 @@ def coordinate_search(axes: Sequence[Axis], start: dict[str, Any], measure: Meas
             won = beats(m, inc_m, metric, min_gain, book.noise())
             pending = won and confirm and book.runs_of.get(key, 0) < 2
             if not known:
-                book.record(point, axis, "ahead: confirming" if pending else
-                            ("new best" if won else verdict_of(m, inc_m)), point if won and not pending else inc)
+                book.record(
+                    point,
+                    axis,
+                    "ahead: confirming" if pending else ("new best" if won else verdict_of(m, inc_m)),
+                    point if won and not pending else inc,
+                )
             if pending:
                 if book.runs_of.get(point_key(inc), 0) < 2:
                     book.again(inc)
                     book.record(inc, None, "incumbent re-measured", inc)
                 book.again(point)
                 won = beats(m, inc_m, metric, min_gain, book.noise())
-                book.record(point, axis, "new best (confirmed)" if won else "not confirmed",
-                            point if won else inc)
+                book.record(point, axis, "new best (confirmed)" if won else "not confirmed", point if won else inc)
             if won:
                 inc, inc_m = dict(point), m
             return won
 
-        for passes in range(1, max_passes + 1):
+        for _pass in range(1, max_passes + 1):
             before = dict(inc)
             for axis in axes:
                 if len(axis.values) < 2:
@@ -311,15 +361,35 @@ def coordinate_search(axes: Sequence[Axis], start: dict[str, Any], measure: Meas
     except BudgetSpent:
         stopped = "budget"
     except KeyboardInterrupt:
-        return SearchResult("tune", metric, axes, start, inc, inc_m, book.steps, book.excluded, budget,
-                            "interrupted", passes, min_gain, notes)
-    return SearchResult("tune", metric, axes, start, inc, inc_m, book.steps, book.excluded, budget, stopped,
-                        passes, min_gain, notes)
+        return SearchResult(
+            "tune",
+            metric,
+            axes,
+            start,
+            inc,
+            inc_m,
+            book.steps,
+            book.excluded,
+            budget,
+            "interrupted",
+            passes,
+            min_gain,
+            notes,
+        )
+    return SearchResult(
+        "tune", metric, axes, start, inc, inc_m, book.steps, book.excluded, budget, stopped, passes, min_gain, notes
+    )
 
 
-def grid_search(axes: Sequence[Axis], start: dict[str, Any], measure: Measure, metric: Metric,
-                feasible: Feasible = lambda p: None, budget: int | None = None,
-                on_step: OnStep | None = None) -> SearchResult:
+def grid_search(
+    axes: Sequence[Axis],
+    start: dict[str, Any],
+    measure: Measure,
+    metric: Metric,
+    feasible: Feasible = lambda p: None,
+    budget: int | None = None,
+    on_step: OnStep | None = None,
+) -> SearchResult:
     """Every allowed point of the grid, in order; the best is the best score (no noise rule)."""
     axes = list(axes)
     book = _Book(measure, feasible, budget, on_step)

@@ -34,8 +34,14 @@ DEFAULT_UBATCH = (128, 256, 512, 1024, 2048)
 DEFAULT_BATCH = (512, 1024, 2048, 4096)
 DEFAULT_KV = ("f16", "q8_0")
 DEFAULT_SPECULATION = ("none", "ngram-simple", "ngram-map-k", "ngram-mod")
-LLAMA_DEFAULTS = {"ubatch": 512, "batch": 2048, "cache_type_k": "f16", "cache_type_v": "f16", KV: "f16",
-                  "speculation": "none"}
+LLAMA_DEFAULTS = {
+    "ubatch": 512,
+    "batch": 2048,
+    "cache_type_k": "f16",
+    "cache_type_v": "f16",
+    KV: "f16",
+    "speculation": "none",
+}
 """llama-server's values for options a spec leaves out."""
 
 
@@ -152,8 +158,13 @@ def default_axes(server: Any, supported: Sequence[str] = (), cores: tuple[int, i
         if t in supported:
             spec_types.append(t)
     axes: list[Axis] = []
-    for name, base in (("speculation", spec_types), ("threads", list(default_threads(cores))),
-                       (KV, list(DEFAULT_KV)), ("ubatch", list(DEFAULT_UBATCH)), ("batch", list(DEFAULT_BATCH))):
+    for name, base in (
+        ("speculation", spec_types),
+        ("threads", list(default_threads(cores))),
+        (KV, list(DEFAULT_KV)),
+        ("ubatch", list(DEFAULT_UBATCH)),
+        ("batch", list(DEFAULT_BATCH)),
+    ):
         current = spec_value(server, name)
         values = list(base)
         if current is not None and current not in values:
@@ -164,8 +175,7 @@ def default_axes(server: Any, supported: Sequence[str] = (), cores: tuple[int, i
     return axes
 
 
-def start_point(server: Any, axes: Sequence[Axis],
-                cores: tuple[int, int] = (1, 1)) -> tuple[dict[str, Any], list[str]]:
+def start_point(server: Any, axes: Sequence[Axis], cores: tuple[int, int] = (1, 1)) -> tuple[dict[str, Any], list[str]]:
     """Where the search starts: the spec's own value on each axis (or, where the axis does not
     have it, its first value); notes say where it had to pick."""
     point: dict[str, Any] = {}
@@ -179,8 +189,10 @@ def start_point(server: Any, axes: Sequence[Axis],
             point[a.name] = current
         else:
             point[a.name] = a.values[0]
-            notes.append(f"{a.name}: the spec's value ({current if current is not None else 'unset'}) is not "
-                         f"on the axis; starting from {a.values[0]}")
+            notes.append(
+                f"{a.name}: the spec's value ({current if current is not None else 'unset'}) is not "
+                f"on the axis; starting from {a.values[0]}"
+            )
     return point, notes
 
 
@@ -234,8 +246,10 @@ class PlannerCheck:
             try:
                 self.nodes = spec_nodes(spec)
             except UsageError:
-                self.notes.append("the spec gives no memory sizes (memory_gib on the workers/head): the planner "
-                                  "cannot say what fits, so no point is ruled out for memory")
+                self.notes.append(
+                    "the spec gives no memory sizes (memory_gib on the workers/head): the planner "
+                    "cannot say what fits, so no point is ruled out for memory"
+                )
         self._cache: dict[tuple[tuple[str, Any], ...], str | None] = {}
 
     def supported_types(self) -> list[str]:

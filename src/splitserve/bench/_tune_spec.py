@@ -90,7 +90,7 @@ def _sections(lines: list[str]) -> list[tuple[str | None, int, int]]:
 def _value_extent(lines: list[str], i: int) -> tuple[int, str]:
     """The lines ``key = value`` at ``i`` spans (a multi-line array) and its trailing comment."""
     for j in range(i, min(len(lines), i + 200)):
-        chunk = "\n".join(lines[i:j + 1])
+        chunk = "\n".join(lines[i : j + 1])
         try:
             tomllib.loads(chunk)
         except tomllib.TOMLDecodeError:
@@ -147,8 +147,14 @@ def set_key(lines: list[str], table: str | None, key: str, value: str | None, no
 
 
 PATH_KEYS: tuple[tuple[str | None, str], ...] = (
-    (None, "model"), (None, "state_dir"), ("server", "chat_template_file"), ("server", "draft_model"),
-    ("gateway", "chat_template_file"), ("gateway", "keys_file"), ("ssh", "config"))
+    (None, "model"),
+    (None, "state_dir"),
+    ("server", "chat_template_file"),
+    ("server", "draft_model"),
+    ("gateway", "chat_template_file"),
+    ("gateway", "keys_file"),
+    ("ssh", "config"),
+)
 """Keys whose relative paths resolve against the spec's folder."""
 
 
@@ -176,8 +182,13 @@ def spec_changes(server: Any, best: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
-def tuned_spec_text(text: str, changes: dict[str, Any], header: Sequence[str] = (),
-                    spec_dir: Path | None = None, out_dir: Path | None = None) -> str:
+def tuned_spec_text(
+    text: str,
+    changes: dict[str, Any],
+    header: Sequence[str] = (),
+    spec_dir: Path | None = None,
+    out_dir: Path | None = None,
+) -> str:
     """The user's spec ``text`` with ``changes`` in [server], its other keys and comments kept.
 
     Relative paths are made absolute when the file moves to another folder.  If the text cannot
@@ -215,8 +226,9 @@ def tuned_spec_text(text: str, changes: dict[str, Any], header: Sequence[str] = 
     return "".join(f"# {h}\n" for h in header) + body
 
 
-def write_best_spec(spec: Any, result: SearchResult, path: Path, run_path: Path | None = None,
-                    workload: str = "chat") -> tuple[Path, dict[str, Any]]:
+def write_best_spec(
+    spec: Any, result: SearchResult, path: Path, run_path: Path | None = None, workload: str = "chat"
+) -> tuple[Path, dict[str, Any]]:
     """The user's spec with the best point's [server] values, next to the run; returns the file
     and the keys changed.  The file is checked to load as a valid spec."""
     from ..cluster import load_spec
@@ -229,11 +241,17 @@ def write_best_spec(spec: Any, result: SearchResult, path: Path, run_path: Path 
     head = [f"tuned by `splitserve tune` ({result.mode}, workload {workload}, metric {m.label}) from {src}"]
     if bm is not None and bm.score is not None:
         vs = f" vs {sm.score:,.2f} at the start" if sm is not None and sm.score is not None else ""
-        head.append(f"best {point_label(result.best)}: {bm.score:,.2f} {m.unit}{vs}; "
-                    f"{result.runs} run(s), grid of {result.grid_size} points")
-    head.append("changed in [server]: " + (", ".join(f"{k} = {toml_value(v) if v is not None else '(default)'}"
-                                                      for k, v in changes.items()) or "nothing (the spec's "
-                                                      "own settings were best)"))
+        head.append(
+            f"best {point_label(result.best)}: {bm.score:,.2f} {m.unit}{vs}; "
+            f"{result.runs} run(s), grid of {result.grid_size} points"
+        )
+    head.append(
+        "changed in [server]: "
+        + (
+            ", ".join(f"{k} = {toml_value(v) if v is not None else '(default)'}" for k, v in changes.items())
+            or "nothing (the spec's own settings were best)"
+        )
+    )
     if run_path is not None:
         head.append(f"every point: {run_path}")
     text = tuned_spec_text(src.read_text(), changes, head, src.parent, path.parent)

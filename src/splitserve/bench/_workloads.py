@@ -51,10 +51,29 @@ DEFAULT_MAX_TOKENS = {"copy": 1024, "edit": 1024, "json": 512, "agent": 256}
 
 MAX_SOURCE_BYTES = 64 * 1024
 
-_FENCE = {".py": "python", ".ts": "typescript", ".js": "javascript", ".go": "go", ".rs": "rust",
-          ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".java": "java", ".rb": "ruby",
-          ".sh": "bash", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json",
-          ".md": "markdown", ".sql": "sql", ".kt": "kotlin", ".swift": "swift", ".cs": "csharp"}
+_FENCE = {
+    ".py": "python",
+    ".ts": "typescript",
+    ".js": "javascript",
+    ".go": "go",
+    ".rs": "rust",
+    ".c": "c",
+    ".h": "c",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".java": "java",
+    ".rb": "ruby",
+    ".sh": "bash",
+    ".toml": "toml",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".json": "json",
+    ".md": "markdown",
+    ".sql": "sql",
+    ".kt": "kotlin",
+    ".swift": "swift",
+    ".cs": "csharp",
+}
 
 # The shipped sources' edits: (kind, old, new, instruction).
 _EDITS: dict[str, list[tuple[str, str, str, str]]] = {
@@ -73,10 +92,51 @@ _EDITS: dict[str, list[tuple[str, str, str, str]]] = {
 }
 
 _NOT_NAMES = set(keyword.kwlist) | {
-    "self", "cls", "this", "true", "false", "null", "nil", "None", "True", "False", "int", "str", "float",
-    "bool", "list", "dict", "string", "number", "return", "func", "const", "let", "var", "function",
-    "error", "err", "type", "interface", "struct", "package", "import", "export", "public", "private",
-    "static", "void", "new", "package", "fmt", "time", "json", "os", "re", "Any", "typing"}
+    "self",
+    "cls",
+    "this",
+    "true",
+    "false",
+    "null",
+    "nil",
+    "None",
+    "True",
+    "False",
+    "int",
+    "str",
+    "float",
+    "bool",
+    "list",
+    "dict",
+    "string",
+    "number",
+    "return",
+    "func",
+    "const",
+    "let",
+    "var",
+    "function",
+    "error",
+    "err",
+    "type",
+    "interface",
+    "struct",
+    "package",
+    "import",
+    "export",
+    "public",
+    "private",
+    "static",
+    "void",
+    "new",
+    "fmt",
+    "time",
+    "json",
+    "os",
+    "re",
+    "Any",
+    "typing",
+}
 
 
 @dataclass(frozen=True)
@@ -141,8 +201,9 @@ def parse_workloads(text: str) -> list[str]:
         raise UsageError("--workload: give one of " + ", ".join(WORKLOADS))
     for name in names:
         if name not in WORKLOADS:
-            raise UsageError(f"--workload {name!r}: unknown workload; use one of {', '.join(WORKLOADS)} "
-                             "(or a comma list)")
+            raise UsageError(
+                f"--workload {name!r}: unknown workload; use one of {', '.join(WORKLOADS)} (or a comma list)"
+            )
     return list(dict.fromkeys(names))
 
 
@@ -155,8 +216,10 @@ def read_source(path: Path) -> Source:
     except OSError as exc:
         raise UsageError(f"--workload-file {path}: cannot read it ({exc.strerror})") from None
     if len(data) > MAX_SOURCE_BYTES:
-        raise UsageError(f"--workload-file {path}: {len(data):,} bytes; the copy and edit workloads take "
-                         f"files up to {MAX_SOURCE_BYTES // 1024} KiB (the whole file is the answer)")
+        raise UsageError(
+            f"--workload-file {path}: {len(data):,} bytes; the copy and edit workloads take "
+            f"files up to {MAX_SOURCE_BYTES // 1024} KiB (the whole file is the answer)"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -167,15 +230,25 @@ def read_source(path: Path) -> Source:
 
 
 def shipped_sources() -> list[Source]:
-    return [Source(p.name, p.read_text(), _FENCE.get(p.suffix, "")) for p in sorted(SOURCES.iterdir())
-            if p.is_file()]
+    return [Source(p.name, p.read_text(), _FENCE.get(p.suffix, "")) for p in sorted(SOURCES.iterdir()) if p.is_file()]
 
 
 def copy_items(sources: Sequence[Source]) -> list[Item]:
-    return [Item("copy", s.name, [{"role": "user", "content":
-                 f"Here is `{s.name}`:\n\n{s.fenced()}\n\nCopy this file back exactly: the same text, with no "
-                 "changes and no commentary. Reply with the file only, in one code block."}],
-                 expected=s.text) for s in sources]
+    return [
+        Item(
+            "copy",
+            s.name,
+            [
+                {
+                    "role": "user",
+                    "content": f"Here is `{s.name}`:\n\n{s.fenced()}\n\nCopy this file back exactly: the same text, with no "
+                    "changes and no commentary. Reply with the file only, in one code block.",
+                }
+            ],
+            expected=s.text,
+        )
+        for s in sources
+    ]
 
 
 def edits_for(source: Source) -> list[tuple[str, str, str, str]]:
@@ -217,10 +290,20 @@ def edit_items(sources: Sequence[Source]) -> list[Item]:
     items = []
     for s in sources:
         for n, (kind, old, new, instruction) in enumerate(edits_for(s)):
-            items.append(Item("edit", f"{s.name}#{kind}{n}", [{"role": "user", "content":
-                              f"Here is `{s.name}`:\n\n{s.fenced()}\n\n{instruction} Change nothing else. "
-                              "Reply with the whole edited file only, in one code block."}],
-                              expected=apply_edit(s.text, kind, old, new)))
+            items.append(
+                Item(
+                    "edit",
+                    f"{s.name}#{kind}{n}",
+                    [
+                        {
+                            "role": "user",
+                            "content": f"Here is `{s.name}`:\n\n{s.fenced()}\n\n{instruction} Change nothing else. "
+                            "Reply with the whole edited file only, in one code block.",
+                        }
+                    ],
+                    expected=apply_edit(s.text, kind, old, new),
+                )
+            )
     return items
 
 
@@ -246,11 +329,22 @@ def json_items(path: Path = JSON_ITEMS) -> list[Item]:
             set_path(changed, where, value)
             lines.append(f"- set `{where}` to `{json.dumps(value)}`")
         shown = json.dumps(args, indent=2, ensure_ascii=False)
-        items.append(Item("json", spec["name"], [{"role": "user", "content":
-                          f"Here are the arguments of a call to the tool `{spec['tool']}`:\n\n```json\n{shown}\n```\n\n"
-                          "Return the same JSON with these changes and every other field unchanged:\n"
-                          + "\n".join(lines) + "\n\nReply with the JSON only, in one code block."}],
-                          expected=json.dumps(changed, indent=2, ensure_ascii=False)))
+        items.append(
+            Item(
+                "json",
+                spec["name"],
+                [
+                    {
+                        "role": "user",
+                        "content": f"Here are the arguments of a call to the tool `{spec['tool']}`:\n\n```json\n{shown}\n```\n\n"
+                        "Return the same JSON with these changes and every other field unchanged:\n"
+                        + "\n".join(lines)
+                        + "\n\nReply with the JSON only, in one code block.",
+                    }
+                ],
+                expected=json.dumps(changed, indent=2, ensure_ascii=False),
+            )
+        )
     return items
 
 
@@ -269,12 +363,13 @@ def load_recording(path: Path | None = None) -> Item:
         data = {"messages": data}
     messages = data.get("messages") if isinstance(data, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise UsageError(f"{where}: expected {{\"messages\": [{{\"role\": ..., ...}}, ...], \"tools\": [...]}}")
+        raise UsageError(f'{where}: expected {{"messages": [{{"role": ..., ...}}, ...], "tools": [...]}}')
     if not any(m["role"] == "assistant" for m in messages):
         raise UsageError(f"{where}: the recording has no assistant turn to replay")
     if messages[0]["role"] == "assistant":
-        raise UsageError(f"{where}: the first message is an assistant turn; a recording starts with the "
-                         "system or user message")
+        raise UsageError(
+            f"{where}: the first message is an assistant turn; a recording starts with the system or user message"
+        )
     tools = data.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise UsageError(f"{where}: tools must be a list of OpenAI tool definitions")
@@ -282,8 +377,9 @@ def load_recording(path: Path | None = None) -> Item:
     return Item("agent", name, messages, tools or None)
 
 
-def build_plan(workloads: Sequence[str], files: Sequence[Path] = (), recording: Path | None = None,
-               drop_reasoning: bool = False) -> WorkloadPlan:
+def build_plan(
+    workloads: Sequence[str], files: Sequence[Path] = (), recording: Path | None = None, drop_reasoning: bool = False
+) -> WorkloadPlan:
     """Read every file the workloads need (a bad one fails here, before any request)."""
     plan = WorkloadPlan(list(workloads), drop_reasoning=drop_reasoning)
     sources: list[Source] | None = None

@@ -40,6 +40,7 @@ from ._schema import Schema, ToolSet, coerce_text, coerce_value, json_type
 from ._transplant import Recipe, list_recipes, load_recipe, transplant
 
 __all__ = [
+    "NO_FORMAT_HINT",
     "ChatParser",
     "CheckResult",
     "ContentDelta",
@@ -49,7 +50,6 @@ __all__ = [
     "GrammarTool",
     "IdFactory",
     "MessageAssembler",
-    "NO_FORMAT_HINT",
     "ParseWarning",
     "ParsedMessage",
     "ReasoningDelta",

@@ -158,8 +158,7 @@ class ArgsWriter:
         elif mode == "end":
             self._held.setdefault(key, []).append(raw)
         elif mode == "drop":
-            self._p.warn(f"tool call {self.index}: parameter {key!r} given twice; "
-                         "the first value is kept")
+            self._p.warn(f"tool call {self.index}: parameter {key!r} given twice; the first value is kept")
 
     def finish(self) -> None:
         """The call ends: write held parameters and the closing brace."""

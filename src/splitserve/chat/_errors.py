@@ -1,9 +1,9 @@
 """Errors of the chat layer (all :class:`splitserve.SplitserveError`; never for model output).
 
-    SplitserveError
-    ├── TemplateError        a chat template that cannot be read, compiled or rendered
-    │   └── TransplantError  a recipe block that does not match exactly once, a bad recipe
-    └── UnknownFormatError   (in _registry) a tool-call format name that is not registered
+SplitserveError
+├── TemplateError        a chat template that cannot be read, compiled or rendered
+│   └── TransplantError  a recipe block that does not match exactly once, a bad recipe
+└── UnknownFormatError   (in _registry) a tool-call format name that is not registered
 """
 
 from __future__ import annotations

@@ -65,8 +65,7 @@ class ParseWarning:
     raw: str = ""
 
 
-Event = (ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd
-         | ParseWarning)
+Event = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd | ParseWarning
 
 
 @dataclass
@@ -86,8 +85,7 @@ class ParsedMessage:
 
     def to_openai(self) -> dict[str, Any]:
         """The ``{"content", "reasoning_content", "tool_calls"}`` object `splitserve parse` prints."""
-        return {"content": self.content, "reasoning_content": self.reasoning_content,
-                "tool_calls": self.tool_calls}
+        return {"content": self.content, "reasoning_content": self.reasoning_content, "tool_calls": self.tool_calls}
 
 
 class MessageAssembler:
@@ -109,8 +107,11 @@ class MessageAssembler:
             elif isinstance(ev, ReasoningDelta):
                 self._reasoning.append(ev.text)
             elif isinstance(ev, ToolCallStart):
-                self._calls[ev.index] = {"id": ev.id, "type": "function",
-                                         "function": {"name": ev.name, "arguments": ""}}
+                self._calls[ev.index] = {
+                    "id": ev.id,
+                    "type": "function",
+                    "function": {"name": ev.name, "arguments": ""},
+                }
                 self._args[ev.index] = []
             elif isinstance(ev, ToolCallArgsDelta):
                 self._args.setdefault(ev.index, []).append(ev.text)
@@ -143,7 +144,10 @@ class MessageAssembler:
         return ParsedMessage(
             content=content if content.strip() else None,
             reasoning_content=reasoning if reasoning.strip() else None,
-            tool_calls=calls, warnings=warnings, dropped_calls=dropped)
+            tool_calls=calls,
+            warnings=warnings,
+            dropped_calls=dropped,
+        )
 
 
 def coalesce(events: list[Event]) -> list[Event]:
@@ -155,8 +159,7 @@ def coalesce(events: list[Event]) -> list[Event]:
             out[-1] = ContentDelta(last.text + ev.text)
         elif isinstance(ev, ReasoningDelta) and isinstance(last, ReasoningDelta):
             out[-1] = ReasoningDelta(last.text + ev.text)
-        elif (isinstance(ev, ToolCallArgsDelta) and isinstance(last, ToolCallArgsDelta)
-              and last.index == ev.index):
+        elif isinstance(ev, ToolCallArgsDelta) and isinstance(last, ToolCallArgsDelta) and last.index == ev.index:
             out[-1] = ToolCallArgsDelta(ev.index, last.text + ev.text)
         elif isinstance(ev, (ContentDelta, ReasoningDelta, ToolCallArgsDelta)) and not ev.text:
             continue

@@ -42,9 +42,9 @@ from typing import Any
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import CallGrammar, GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
-from ._schema import Schema, ToolSet, allowed_types, coerce_text, coerce_value, loads_json
 from ._scan import quoted_end
-from ._xml_flat import PARAM, Tags, TaggedCallParser
+from ._schema import Schema, ToolSet, allowed_types, coerce_text, coerce_value, loads_json
+from ._xml_flat import PARAM, TaggedCallParser, Tags
 
 DSML = "｜DSML｜"
 OPEN, CLOSE = "<" + DSML, "</" + DSML
@@ -87,7 +87,7 @@ class DsmlParser(TaggedCallParser):
         attributes)."""
         text = self.buf.text
         inside = start + len(prefix)
-        after = text[inside:inside + 1]
+        after = text[inside : inside + 1]
         if after and not after.isspace():  # <｜DSML｜invokes...: not this tag
             return "no", 0, {}
         end = quoted_end(text, inside, min(len(text), start + _HEADER_LIMIT))  # bounded
@@ -193,8 +193,9 @@ def _make_grammar(wrapper: str, empty_line: bool) -> CallGrammar:
 
 
 def _writes(template: str, wrapper: str) -> bool:
-    return (DSML in template and f"{wrapper}>" in template and "invoke name=" in template
-            and "parameter name=" in template)
+    return (
+        DSML in template and f"{wrapper}>" in template and "invoke name=" in template and "parameter name=" in template
+    )
 
 
 def detects_v32(template: str) -> bool:
@@ -208,10 +209,12 @@ def detects_v4(template: str) -> bool:
 
 
 def _example(wrapper: str) -> str:
-    return (f'{OPEN}{wrapper}>\n{INVOKE_PREFIX} name="get_weather">\n'
-            f'{PARAM_PREFIX} name="location" string="true">Paris{PARAM_CLOSE}\n'
-            f'{PARAM_PREFIX} name="days" string="false">3{PARAM_CLOSE}\n'
-            f"{INVOKE_CLOSE}\n{CLOSE}{wrapper}>")
+    return (
+        f'{OPEN}{wrapper}>\n{INVOKE_PREFIX} name="get_weather">\n'
+        f'{PARAM_PREFIX} name="location" string="true">Paris{PARAM_CLOSE}\n'
+        f'{PARAM_PREFIX} name="days" string="false">3{PARAM_CLOSE}\n'
+        f"{INVOKE_CLOSE}\n{CLOSE}{wrapper}>"
+    )
 
 
 _THINK = ReasoningSpec("<think>", "</think>", prefilled_default=False)
@@ -220,7 +223,7 @@ _OPENERS = (*WRAP_OPENS, INVOKE_PREFIX + " name=")
 V32 = ToolCallFormat(
     name="deepseek-v3.2",
     description="DeepSeek V3.2: <｜DSML｜function_calls><｜DSML｜invoke name=...>"
-                "<｜DSML｜parameter name=... string=\"true|false\">, <think>",
+    '<｜DSML｜parameter name=... string="true|false">, <think>',
     make_tool_parser=_parser,
     reasoning=_THINK,
     end_markers=("<｜end▁of▁sentence｜>",),
@@ -234,7 +237,7 @@ V32 = ToolCallFormat(
 V4 = ToolCallFormat(
     name="deepseek-v4",
     description="DeepSeek V4 / V4-Flash: <｜DSML｜tool_calls><｜DSML｜invoke name=...>"
-                "<｜DSML｜parameter name=... string=\"true|false\">, <think>",
+    '<｜DSML｜parameter name=... string="true|false">, <think>',
     make_tool_parser=_parser,
     reasoning=_THINK,
     end_markers=("<｜end▁of▁sentence｜>",),

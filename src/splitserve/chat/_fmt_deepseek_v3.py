@@ -160,21 +160,20 @@ class DeepseekV3Parser(ToolParser):
         self._state = _FENCE
 
     def _fail(self) -> None:
-        self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped",
-                  "".join(self._raw))
+        self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
         self._state = _SKIP
 
     def _end_block(self) -> None:
-        self.end_block("tool-call block", self._calls, "".join(self._raw),
-                       "".join(self._junk), empty=False)
+        self.end_block("tool-call block", self._calls, "".join(self._raw), "".join(self._junk), empty=False)
         self._raw, self._junk = [], []
         self._state = _TEXT
 
     def _at_eof(self) -> None:
         if self._state in (_FENCE, _ARGS, _CLOSE, _SKIP):
             if self._state != _SKIP:
-                self.warn("a tool call was cut off by the end of the output; dropped "
-                          "(earlier calls kept)", "".join(self._raw))
+                self.warn(
+                    "a tool call was cut off by the end of the output; dropped (earlier calls kept)", "".join(self._raw)
+                )
             self._state = _CALLS
         elif self._state in (_HEAD, _NAME):
             self._junk.append("".join(self._head))
@@ -215,14 +214,12 @@ def detects(template: str) -> bool:
 
 FORMAT = ToolCallFormat(
     name="deepseek-v3",
-    description="DeepSeek V3/V3.1/R1: <｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}"
-                "<｜tool▁call▁end｜>, <think>",
+    description="DeepSeek V3/V3.1/R1: <｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}<｜tool▁call▁end｜>, <think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<｜end▁of▁sentence｜>",),
     call_grammar=_grammar,
-    example=(f"{CALLS_BEGIN}{CALL_BEGIN}get_weather{SEP}{{\"location\": \"Paris\"}}{CALL_END}"
-             f"{CALLS_END}"),
+    example=(f'{CALLS_BEGIN}{CALL_BEGIN}get_weather{SEP}{{"location": "Paris"}}{CALL_END}{CALLS_END}'),
     detect=detects,
     aliases=("deepseek_v3", "deepseek_v31"),
     call_openers=(CALLS_BEGIN, CALL_BEGIN),

@@ -188,8 +188,10 @@ def _grammar_for(sep: str) -> CallGrammar:
             opener = g.lit(f"{KEY_OPEN}{key}{KEY_CLOSE}{sep}{VALUE_OPEN}")
             return f"{opener} {value} {close}"
 
-        return g.xml_calls(tools, lambda name: f"{OPEN}{name}{sep}", param, _valid_key,
-                           CLOSE, VALUE_CLOSE, parallel, kind="call")
+        return g.xml_calls(
+            tools, lambda name: f"{OPEN}{name}{sep}", param, _valid_key, CLOSE, VALUE_CLOSE, parallel, kind="call"
+        )
+
     return grammar
 
 
@@ -199,12 +201,25 @@ def is_glm(template: str) -> bool:
 
 
 _PROBE_NAME = "probe_fn"
-_PROBE = [{"role": "user", "content": "go"},
-          {"role": "assistant", "content": "", "tool_calls": [{
-              "id": "call_1", "type": "function", "function": {
-                  "name": _PROBE_NAME, "arguments": '{"a": "x", "b": 1}'}}]}]
-_PROBE_TOOLS = [{"type": "function", "function": {"name": _PROBE_NAME, "parameters": {
-    "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}}]
+_PROBE = [
+    {"role": "user", "content": "go"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": _PROBE_NAME, "arguments": '{"a": "x", "b": 1}'}}
+        ],
+    },
+]
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": _PROBE_NAME,
+            "parameters": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}},
+        },
+    }
+]
 # the compact form in the template's text, where it cannot be rendered
 _COMPACT = re.compile(r"</arg_value>(?:\{%[^%]*%\})*</tool_call>")
 
@@ -238,19 +253,19 @@ def detects_glm45(template: str) -> bool:
 _THINK = ("<think>", "</think>")
 # GLM's turn ends, and those of the other templates that write GLM's calls: Spark 2.5
 # (DeepSeek's token), Ling 3.0, Laguna
-END_MARKERS = ("<|user|>", "<|observation|>", "<|endoftext|>", "<｜end▁of▁sentence｜>",
-               "<|role_end|>", "</assistant>")
+END_MARKERS = ("<|user|>", "<|observation|>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|role_end|>", "</assistant>")
 
 GLM45 = ToolCallFormat(
     name="glm-4.5",
-    description="GLM-4.5/4.6: <tool_call>name\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>"
-                "</tool_call>, <think>",
+    description="GLM-4.5/4.6: <tool_call>name\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value></tool_call>, <think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec(*_THINK, prefilled_default=False),
     end_markers=END_MARKERS,
     call_grammar=_grammar_for("\n"),
-    example=("<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>Paris</arg_value>\n"
-             "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"),
+    example=(
+        "<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"
+    ),
     detect=detects_glm45,
     aliases=("glm45", "glm-4.6"),
     call_openers=(OPEN,),
@@ -259,13 +274,15 @@ GLM45 = ToolCallFormat(
 GLM47 = ToolCallFormat(
     name="glm-4.7",
     description="GLM-4.7: <tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>"
-                "</tool_call>, <think> pre-filled by default",
+    "</tool_call>, <think> pre-filled by default",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec(*_THINK, prefilled_default=True),
     end_markers=END_MARKERS,
     call_grammar=_grammar_for(""),
-    example=("<tool_call>get_weather<arg_key>location</arg_key><arg_value>Paris</arg_value>"
-             "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"),
+    example=(
+        "<tool_call>get_weather<arg_key>location</arg_key><arg_value>Paris</arg_value>"
+        "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
+    ),
     detect=detects_glm47,
     aliases=("glm47",),
     call_openers=(OPEN,),

@@ -156,7 +156,7 @@ class GptOssParser(ToolParser):
             if lead.startswith(opener):
                 self._first = False
                 self._role = opener == START
-                buf.text = lead[len(START):] if self._role else lead
+                buf.text = lead[len(START) :] if self._role else lead
                 self._raw = [START] if self._role else []
                 self._head = []
                 self._state = _HEADER
@@ -194,8 +194,8 @@ class GptOssParser(ToolParser):
         channel, recipient, _ = parsed
         if recipient is None:
             self._open_body(reasoning=channel == "analysis")
-        elif recipient.startswith("functions.") and recipient[len("functions."):]:
-            self._name = recipient[len("functions."):]
+        elif recipient.startswith("functions.") and recipient[len("functions.") :]:
+            self._name = recipient[len("functions.") :]
             self._state = _PRE
         else:
             self._recipient = recipient
@@ -230,7 +230,7 @@ class GptOssParser(ToolParser):
                 self._lead = not before
             text = self._pending + before
             body = text.rstrip()
-            self._pending = text[len(body):] if marker is None else ""
+            self._pending = text[len(body) :] if marker is None else ""
             self._say(body)
         if marker is None:
             return False
@@ -245,12 +245,10 @@ class GptOssParser(ToolParser):
         if not buf.text:
             return False
         if buf.text[0] != "{":
-            self._as_content(f"a message to functions.{self._name} is not a JSON object; its "
-                             "text is kept as content")
+            self._as_content(f"a message to functions.{self._name} is not a JSON object; its text is kept as content")
             return True
         self._index = self.start_call(self._name)
-        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name,
-                                                     json_coerce))
+        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name, json_coerce))
         self._state = _ARGS
         return True
 
@@ -262,8 +260,9 @@ class GptOssParser(ToolParser):
             self._raw, self._tail = [], []
             self._state = _AFTER
         elif outcome == "failed":
-            self._as_content(f"tool call {self._index}: its arguments are not a JSON object; "
-                             "dropped, the text is kept as content")
+            self._as_content(
+                f"tool call {self._index}: its arguments are not a JSON object; dropped, the text is kept as content"
+            )
         return bool(outcome)
 
     def _step_after(self) -> bool:  # after a call's arguments: up to the message's end
@@ -297,8 +296,9 @@ class GptOssParser(ToolParser):
         return True
 
     def _drop_builtin(self) -> None:
-        self.warn(f"a message to {self._recipient!r} (not one of the request's functions) "
-                  "was dropped", "".join(self._raw))
+        self.warn(
+            f"a message to {self._recipient!r} (not one of the request's functions) was dropped", "".join(self._raw)
+        )
         self._raw = []
 
     def _at_eof(self) -> None:
@@ -307,11 +307,12 @@ class GptOssParser(ToolParser):
             if not self._role and CHANNEL not in self._raw[-1]:  # "to=..." prose, not a header
                 self._not_a_header("text that starts like a message header")
             else:
-                self.warn("a message header was cut off by the end of the output; dropped",
-                          "".join(self._raw))
+                self.warn("a message header was cut off by the end of the output; dropped", "".join(self._raw))
         elif self._state == _PRE:
-            self.warn(f"a call to {self._name} was cut off by the end of the output; "
-                      "dropped (earlier calls kept)", "".join(self._raw))
+            self.warn(
+                f"a call to {self._name} was cut off by the end of the output; dropped (earlier calls kept)",
+                "".join(self._raw),
+            )
         elif self._state == _ARGS:
             self.drop_call(self._index, "".join(self._raw))
         elif self._state == _AFTER:
@@ -337,8 +338,9 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
         <|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>commentary
         to=functions.f <|constrain|>json<|message|>{...}<|call|>
     """
-    analysis = g.rule("analysis", f"{g.lit(CHANNEL + 'analysis' + MESSAGE)} {g.text(_MARK)} "
-                                  f"{g.lit(END + START + 'assistant')}")
+    analysis = g.rule(
+        "analysis", f"{g.lit(CHANNEL + 'analysis' + MESSAGE)} {g.text(_MARK)} {g.lit(END + START + 'assistant')}"
+    )
     alts = []
     for t in tools:
         head = g.lit(f"{CHANNEL}commentary to=functions.{t.name} {CONSTRAIN}json{MESSAGE}")
@@ -350,19 +352,17 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
 def detects(template: str) -> bool:
     """gpt-oss's harmony template: channels and ``to=functions.`` recipients (not LLM-jp's
     harmony dialect, whose tokenizer writes a space after every token)."""
-    return (CHANNEL in template and "to=" in template and CALL in template
-            and "llm-jp-harmony" not in template)
+    return CHANNEL in template and "to=" in template and CALL in template and "llm-jp-harmony" not in template
 
 
 FORMAT = ToolCallFormat(
     name="gpt-oss",
     description="OpenAI gpt-oss (harmony): <|channel|>commentary to=functions.name "
-                "<|constrain|>json<|message|>{json}<|call|>; the analysis channel is reasoning",
+    "<|constrain|>json<|message|>{json}<|call|>; the analysis channel is reasoning",
     make_tool_parser=_parser,
     end_markers=(RETURN, CALL),
     call_grammar=_grammar,
-    example=(f"{CHANNEL}commentary to=functions.get_weather {CONSTRAIN}json{MESSAGE}"
-             f'{{"location": "Paris"}}{CALL}'),
+    example=(f'{CHANNEL}commentary to=functions.get_weather {CONSTRAIN}json{MESSAGE}{{"location": "Paris"}}{CALL}'),
     detect=detects,
     aliases=("harmony", "openai"),
     call_openers=(" to=functions.",),

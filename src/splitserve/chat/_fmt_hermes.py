@@ -101,8 +101,7 @@ class HermesParser(ToolParser):
     def _end_block(self) -> None:
         rawtext = "".join(self._raw)
         if self._block_calls == 0:
-            self.warn("a <tool_call> block held no valid call; its text is kept as content",
-                      rawtext)
+            self.warn("a <tool_call> block held no valid call; its text is kept as content", rawtext)
             self.content(rawtext)
         elif rawtext.strip() not in ("", CLOSE):
             self.warn("text inside a <tool_call> block that is not a call was ignored", rawtext)
@@ -111,15 +110,15 @@ class HermesParser(ToolParser):
 
     def _at_eof(self) -> None:
         if self._state == _JSON:
-            self.warn("a tool call was cut off by the end of the output; dropped "
-                      "(earlier calls kept)", "".join(self._raw))
+            self.warn(
+                "a tool call was cut off by the end of the output; dropped (earlier calls kept)", "".join(self._raw)
+            )
         elif self._state in (_BODY, _RAW) or (self._state == _AFTER and self._block_calls == 0):
             self._end_block()
         elif self._state == _AFTER:
             leftover = "".join(self._raw)
             if leftover.strip():
-                self.warn("text inside a <tool_call> block that is not a call was ignored",
-                          leftover)
+                self.warn("text inside a <tool_call> block that is not a call was ignored", leftover)
         self._state = _TEXT
 
 
@@ -147,21 +146,18 @@ def detects(template: str) -> bool:
         return False
     if "<tool_calls>" in template and not _TEMPLATE_CALL.search(template):
         return False  # <tool_call> only in instructions; the calls go in <tool_calls> (Apriel)
-    return bool(_TEMPLATE_CALL.search(template)) or ("<tool_call>" in template
-                                                     and '"arguments": ' in template)
+    return bool(_TEMPLATE_CALL.search(template)) or ("<tool_call>" in template and '"arguments": ' in template)
 
 
 FORMAT = ToolCallFormat(
     name="hermes",
-    description="Hermes 2 Pro/3, Qwen 2.5, Qwen3, QwQ: <tool_call>{\"name\", \"arguments\"}"
-                "</tool_call>, optional <think>",
+    description='Hermes 2 Pro/3, Qwen 2.5, Qwen3, QwQ: <tool_call>{"name", "arguments"}</tool_call>, optional <think>',
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     # ChatML's, Llama 3's (Hermes 3), Granite 4's and Reka's end of turn
     end_markers=("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<sep>"),
     call_grammar=_grammar,
-    example='<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
-            '</tool_call>',
+    example='<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>',
     detect=detects,
     call_openers=(OPEN,),
 )

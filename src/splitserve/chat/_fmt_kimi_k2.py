@@ -49,10 +49,10 @@ def name_from_id(call_id: str) -> str:
     names none (empty, or a bare counter such as ``0``)."""
     text = call_id.strip()
     if text.startswith("functions."):
-        text = text[len("functions."):]
+        text = text[len("functions.") :]
     m = _COUNTER.search(text)
     if m:
-        text = text[:m.start()]
+        text = text[: m.start()]
     text = text.strip()
     return "" if text.isdigit() else text
 
@@ -129,8 +129,7 @@ class KimiK2Parser(ToolParser):
                 self._tail = []
                 self._state = _CLOSE
             elif outcome == "failed":
-                self.warn(f"tool call {self._index}: its arguments are not a JSON object; "
-                          "dropped", "".join(self._raw))
+                self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
                 self._state = _SKIP
             return bool(outcome)
         if state == _CLOSE:  # after the arguments object: up to the call's end
@@ -164,8 +163,7 @@ class KimiK2Parser(ToolParser):
 
     def _end_section(self, quiet: bool = False) -> None:
         """The section ends; ``quiet``: its one call was dropped with a warning already."""
-        self.end_block("tool-call section", self._calls, "".join(self._raw),
-                       "".join(self._junk), empty=not quiet)
+        self.end_block("tool-call section", self._calls, "".join(self._raw), "".join(self._junk), empty=not quiet)
         self._raw, self._junk = [], []
         self._state = _TEXT
 
@@ -174,8 +172,9 @@ class KimiK2Parser(ToolParser):
         if self._state in (_ARGS, _CLOSE):
             self.drop_call(self._index, "".join(self._raw))
         elif self._state == _HEAD:  # cut off before its arguments: not text, not a call
-            self.warn("a tool call was cut off by the end of the output; dropped (earlier "
-                      "calls kept)", "".join(self._head))
+            self.warn(
+                "a tool call was cut off by the end of the output; dropped (earlier calls kept)", "".join(self._head)
+            )
         if self._state != _TEXT:
             self._end_section(quiet=cut_off)
 
@@ -199,8 +198,7 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     alts = []
     for t in tools:
         head = g.lit(f"{CALL_BEGIN}functions.{t.name}:")
-        body = f"{head} {counter} {g.lit(ARGS_BEGIN)} {g.json_args(t, forbid=_MARK)} " \
-               f"{g.lit(CALL_END)}"
+        body = f"{head} {counter} {g.lit(ARGS_BEGIN)} {g.json_args(t, forbid=_MARK)} {g.lit(CALL_END)}"
         alts.append(g.rule(f"{t.name}-call", body))
     calls = g.calls(g.choice(alts), parallel)
     return f"{g.lit(SECTION_BEGIN)} {calls} {g.lit(SECTION_END)}"
@@ -214,13 +212,14 @@ def detects(template: str) -> bool:
 FORMAT = ToolCallFormat(
     name="kimi-k2",
     description="Kimi K2 / K2-Thinking: <|tool_call_begin|>functions.name:0"
-                "<|tool_call_argument_begin|>{json}<|tool_call_end|>, <think>",
+    "<|tool_call_argument_begin|>{json}<|tool_call_end|>, <think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<|im_end|>",),
     call_grammar=_grammar,
-    example=(f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARGS_BEGIN}"
-             f'{{"location": "Paris"}}{CALL_END}{SECTION_END}'),
+    example=(
+        f'{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARGS_BEGIN}{{"location": "Paris"}}{CALL_END}{SECTION_END}'
+    ),
     detect=detects,
     aliases=("kimi_k2",),
     call_openers=(*_BEGINS, CALL_BEGIN),

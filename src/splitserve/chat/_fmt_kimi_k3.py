@@ -46,10 +46,16 @@ _JSON = 4  # in a json block (after the shared TEXT, WRAP, INVOKE, PARAM)
 _TAG_LIMIT = 512
 _TAG = re.compile(r"([A-Za-z_][\w.-]*)((?:\s+[\w.-]+\s*=\s*\"[^\"]*\")*)\s*")
 _ATTR = re.compile(r"([\w.-]+)\s*=\s*\"([^\"]*)\"")
-_STRUCTURE = {("open", "response"), ("close", "response"), ("close", "message"),
-              ("open", "message"), ("eom", "")}
-_VALUE_ENDS = {("close", "argument"), ("open", "argument"), ("open", "call"),
-               ("close", "call"), ("close", "tools"), ("close", "message"), ("eom", "")}
+_STRUCTURE = {("open", "response"), ("close", "response"), ("close", "message"), ("open", "message"), ("eom", "")}
+_VALUE_ENDS = {
+    ("close", "argument"),
+    ("open", "argument"),
+    ("open", "call"),
+    ("close", "call"),
+    ("close", "tools"),
+    ("close", "message"),
+    ("eom", ""),
+}
 
 Token = tuple[str, str, dict[str, str], str]  # kind, name, attributes, raw text
 
@@ -79,11 +85,10 @@ class KimiK3Parser(WrappedCallParser):
             return None
         if marker == END_OF_MSG:
             return ("eom", "", {}, self.buf.take(len(marker)))
-        after = self.buf.text[len(marker):len(marker) + _TAG_LIMIT]
+        after = self.buf.text[len(marker) : len(marker) + _TAG_LIMIT]
         end = after.find(SEP)
         if end < 0:
-            if not self.buf.eof and len(after) < _TAG_LIMIT and OPEN not in after \
-                    and CLOSE not in after:
+            if not self.buf.eof and len(after) < _TAG_LIMIT and OPEN not in after and CLOSE not in after:
                 return None
         else:
             inside = after[:end]
@@ -183,7 +188,7 @@ class KimiK3Parser(WrappedCallParser):
 
     def _on_json(self, tok: Token) -> None:
         kind, name, _, rawtext = tok
-        if kind == "close" and name == "json" or (kind, name) in _VALUE_ENDS:
+        if (kind == "close" and name == "json") or (kind, name) in _VALUE_ENDS:
             self._json_block("".join(self._json))
             self._state = INVOKE
             if kind == "close" and name == "json":
@@ -205,8 +210,7 @@ class KimiK3Parser(WrappedCallParser):
         except ValueError:
             value = None
         if not isinstance(value, dict):
-            self.warn(f"tool call {call.index}: a json block that is not a JSON object was "
-                      "ignored", text)
+            self.warn(f"tool call {call.index}: a json block that is not a JSON object was ignored", text)
             return
         for key, item in value.items():
             mode = call.open(key, lazy=True)
@@ -244,15 +248,14 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
 
 def _xtml_type(schema: Any) -> str:
     """The ``type`` attribute the grammar writes for a property (what its value will be)."""
-    if not isinstance(schema, dict) or any(k in schema for k in ("$ref", "allOf", "anyOf",
-                                                                  "oneOf", "not")):
+    if not isinstance(schema, dict) or any(k in schema for k in ("$ref", "allOf", "anyOf", "oneOf", "not")):
         return "string"
     kind = schema.get("type")
     if kind is None and isinstance(schema.get("properties"), dict):
         kind = "object"
-    return {"integer": "number", "number": "number", "boolean": "boolean",
-            "object": "object", "array": "array"}.get(kind if isinstance(kind, str) else "",
-                                                      "string")
+    return {"integer": "number", "number": "number", "boolean": "boolean", "object": "object", "array": "array"}.get(
+        kind if isinstance(kind, str) else "", "string"
+    )
 
 
 _MARK = "<|"  # every marker starts so: kept out of values
@@ -276,8 +279,7 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
             head = g.lit(f'{OPEN}argument key="{escape(key)}" type="{types[key]}"{SEP}')
             return f"{head} {value} {close_arg}"
 
-        params = g.xml_params(t, param, lambda key: bool(key) and _MARK not in key,
-                              forbid=_MARK, json_forbid=_MARK)
+        params = g.xml_params(t, param, lambda key: bool(key) and _MARK not in key, forbid=_MARK, json_forbid=_MARK)
         opener = g.lit(OPEN + 'call tool="' + escape(t.name) + '" index="')
         head = f"{opener} {index} {g.lit(chr(34) + SEP)}"
         alts.append(g.rule(f"{t.name}-call", f"{head} {params} {g.lit(CLOSE + 'call' + SEP)}"))
@@ -294,17 +296,19 @@ def detects(template: str) -> bool:
 
 FORMAT = ToolCallFormat(
     name="kimi-k3",
-    description="Kimi K3: <|open|>tools<|sep|><|open|>call tool=\"name\"<|sep|><|open|>argument "
-                "key=\"k\" type=\"t\"<|sep|>v<|close|>argument<|sep|>..., pre-filled "
-                "<|open|>think<|sep|> reasoning",
+    description='Kimi K3: <|open|>tools<|sep|><|open|>call tool="name"<|sep|><|open|>argument '
+    'key="k" type="t"<|sep|>v<|close|>argument<|sep|>..., pre-filled '
+    "<|open|>think<|sep|> reasoning",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec(THINK_OPEN, THINK_CLOSE, prefilled_default=True),
     end_markers=(MESSAGE_CLOSE, END_OF_MSG),
     call_grammar=_grammar,
-    example=(f'{OPEN}tools{SEP}{OPEN}call tool="get_weather" index="1"{SEP}{OPEN}argument '
-             f'key="location" type="string"{SEP}Paris{CLOSE}argument{SEP}{OPEN}argument '
-             f'key="days" type="number"{SEP}3{CLOSE}argument{SEP}{CLOSE}call{SEP}{CLOSE}tools'
-             f"{SEP}"),
+    example=(
+        f'{OPEN}tools{SEP}{OPEN}call tool="get_weather" index="1"{SEP}{OPEN}argument '
+        f'key="location" type="string"{SEP}Paris{CLOSE}argument{SEP}{OPEN}argument '
+        f'key="days" type="number"{SEP}3{CLOSE}argument{SEP}{CLOSE}call{SEP}{CLOSE}tools'
+        f"{SEP}"
+    ),
     detect=detects,
     # the response opener too: it ends pre-filled reasoning whose closer the model skipped
     # (llama.cpp's K3 parser accepts that); the tool parser drops it

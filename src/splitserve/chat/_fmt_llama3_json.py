@@ -32,8 +32,10 @@ PYTHON_TAG = "<|python_tag|>"
 _START, _JSON, _AFTER, _PASS = range(4)
 _OPENING = re.compile(r'\s*(?:<\|python_tag\|>)?\s*\{\s*"')
 _STRING = re.compile(r'"(?:[^"\\]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
-_PARTIAL_STRING = re.compile(r'"(?:[^"\\]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*'
-                             r'(?:\\(?:u[0-9a-fA-F]{0,3})?)?')
+_PARTIAL_STRING = re.compile(
+    r'"(?:[^"\\]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*'
+    r"(?:\\(?:u[0-9a-fA-F]{0,3})?)?"
+)
 _TOKEN = re.compile(r'[^\s,:\]}"{\[]+')
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _PARTIAL_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)?(?:\.\d*)?(?:[eE][+-]?\d*)?")
@@ -93,8 +95,9 @@ def json_prefix(text: str) -> bool:
                     return False
                 token = m.group()
                 if m.end() == n:  # the last token may be cut off
-                    return (any(lit.startswith(token) for lit in _LITERALS)
-                            or _PARTIAL_NUMBER.fullmatch(token) is not None)
+                    return (
+                        any(lit.startswith(token) for lit in _LITERALS) or _PARTIAL_NUMBER.fullmatch(token) is not None
+                    )
                 if token not in _LITERALS and _NUMBER.fullmatch(token) is None:
                     return False
                 state, i = _NEXT, m.end()
@@ -107,7 +110,7 @@ def _could_open(text: str) -> bool:
     if PYTHON_TAG.startswith(s):
         return True
     if s.startswith(PYTHON_TAG):
-        s = s[len(PYTHON_TAG):].lstrip()
+        s = s[len(PYTHON_TAG) :].lstrip()
     return s == "" or (s.startswith("{") and s[1:].strip() == "")
 
 
@@ -138,8 +141,7 @@ class Llama3JsonParser(ToolParser):
                 return True
             if not buf.eof and _could_open(buf.text):
                 return False
-            self.warn(f"the text after {PYTHON_TAG} is not a JSON tool call; kept as content",
-                      marker)
+            self.warn(f"the text after {PYTHON_TAG} is not a JSON tool call; kept as content", marker)
             self.content(buf.take(len(marker)))
             return True
         if self._state == _START:
@@ -170,8 +172,7 @@ class Llama3JsonParser(ToolParser):
             calls = self.json_calls(text, ("parameters", "arguments"))
             if calls is None:
                 if not json_prefix(text):
-                    self.warn("a JSON object that is not valid JSON was kept as content",
-                              rawtext)
+                    self.warn("a JSON object that is not valid JSON was kept as content", rawtext)
                 self.content(rawtext)
                 self._state = _PASS
                 return True
@@ -199,12 +200,10 @@ class Llama3JsonParser(ToolParser):
                 self._reader.close()  # says so
                 self.content(rawtext)
             elif not json_prefix(body):
-                self.warn("the output ended inside a JSON object that is not valid JSON; "
-                          "kept as content", rawtext)
+                self.warn("the output ended inside a JSON object that is not valid JSON; kept as content", rawtext)
                 self.content(rawtext)
             elif re.match(r'\s*\{\s*"name"', body):
-                self.warn("a tool call was cut off by the end of the output; dropped "
-                          "(earlier calls kept)", rawtext)
+                self.warn("a tool call was cut off by the end of the output; dropped (earlier calls kept)", rawtext)
             else:
                 self.content(rawtext)
         self._state = _PASS
@@ -223,20 +222,20 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     return g.calls(g.choice(alts), parallel, "; ")
 
 
-_TEMPLATE_CALL = re.compile(r"\{\"name\": \"'\s*\+\s*tool_call\.name\s*\+\s*'\", '\s*\}\}\s*"
-                            r"\{\{-?\s*'\"parameters\": '")
+_TEMPLATE_CALL = re.compile(
+    r"\{\"name\": \"'\s*\+\s*tool_call\.name\s*\+\s*'\", '\s*\}\}\s*"
+    r"\{\{-?\s*'\"parameters\": '"
+)
 
 
 def detects(template: str) -> bool:
     """Llama 3.x: its header tokens and a ``"parameters": `` object written for a call."""
-    return "<|start_header_id|>" in template and ('"parameters": ' in template
-                                                  or bool(_TEMPLATE_CALL.search(template)))
+    return "<|start_header_id|>" in template and ('"parameters": ' in template or bool(_TEMPLATE_CALL.search(template)))
 
 
 FORMAT = ToolCallFormat(
     name="llama3-json",
-    description="Llama 3.1/3.2/3.3: the reply is {\"name\", \"parameters\"} (optionally after "
-                "<|python_tag|>)",
+    description='Llama 3.1/3.2/3.3: the reply is {"name", "parameters"} (optionally after <|python_tag|>)',
     make_tool_parser=_parser,
     reasoning=None,
     end_markers=("<|eot_id|>", "<|eom_id|>"),

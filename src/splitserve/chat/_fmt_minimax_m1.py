@@ -102,15 +102,15 @@ class MinimaxM1Parser(ToolParser):
         return True
 
     def _end_block(self) -> None:
-        self.end_block("<tool_calls> block", self._calls, "".join(self._raw),
-                       "".join(self._junk))
+        self.end_block("<tool_calls> block", self._calls, "".join(self._raw), "".join(self._junk))
         self._raw, self._junk = [], []
         self._state = _TEXT
 
     def _at_eof(self) -> None:
         if self._state == _JSON:
-            self.warn("a tool call was cut off by the end of the output; dropped "
-                      "(earlier calls kept)", self._reader.text)
+            self.warn(
+                "a tool call was cut off by the end of the output; dropped (earlier calls kept)", self._reader.text
+            )
             self._state = _BLOCK
         if self._state in (_BLOCK, _JUNK):
             self._end_block()
@@ -135,8 +135,7 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
 def detects(template: str) -> bool:
     """MiniMax-M1: ``<tool_calls>`` around JSON lines with ``"arguments": `` (not Apriel's
     ``<tool_calls>[`` list)."""
-    return (OPEN in template and CLOSE in template and '"arguments": ' in template
-            and OPEN + "[" not in template)
+    return OPEN in template and CLOSE in template and '"arguments": ' in template and OPEN + "[" not in template
 
 
 FORMAT = ToolCallFormat(
@@ -145,8 +144,7 @@ FORMAT = ToolCallFormat(
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<end_of_sentence>",),
-    example='<tool_calls>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
-            "</tool_calls>",
+    example='<tool_calls>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_calls>',
     call_grammar=_grammar,
     detect=detects,
     aliases=("minimax", "minimax_m1"),

@@ -39,8 +39,10 @@ _NAME = r"""\s+name\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"""
 def _header(tag: str) -> re.Pattern[str]:
     """``<tag ...>`` with a ``name`` attribute anywhere among its attributes (the first
     group that matched is the name); also the lenient ``<tag name="x>`` of older parsers."""
-    return re.compile(rf"""<{tag}(?=(?:{_ATTR})*?{_NAME})(?:{_ATTR})*\s*>"""
-                      rf"""|<{tag}\s+name\s*=\s*["']?([^"'>]*?)["']?\s*>""")
+    return re.compile(
+        rf"""<{tag}(?=(?:{_ATTR})*?{_NAME})(?:{_ATTR})*\s*>"""
+        rf"""|<{tag}\s+name\s*=\s*["']?([^"'>]*?)["']?\s*>"""
+    )
 
 
 DIALECT = Dialect(
@@ -63,8 +65,8 @@ def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
 def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str:
     r"""Every call's invoke in one wrapper, as the template writes it::
 
-        <minimax:tool_call>\n<invoke name="f">\n<parameter name="k">v</parameter>\n
-        </invoke>\n</minimax:tool_call>
+    <minimax:tool_call>\n<invoke name="f">\n<parameter name="k">v</parameter>\n
+    </invoke>\n</minimax:tool_call>
     """
     close = g.lit(DIALECT.param_close + "\n")
 
@@ -75,26 +77,27 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(key) and key == key.strip() and not set(key) & set("\"'>")
 
-    calls = g.xml_calls(tools, lambda name: f'<invoke name="{name}">\n', param, valid,
-                        "</invoke>\n", DIALECT.param_close, parallel)
+    calls = g.xml_calls(
+        tools, lambda name: f'<invoke name="{name}">\n', param, valid, "</invoke>\n", DIALECT.param_close, parallel
+    )
     wrap_open = g.lit(DIALECT.wrap_open + "\n")
     return f"{wrap_open} {calls} {g.lit(DIALECT.wrap_close)}"
 
 
 def detects(template: str) -> bool:
     """M2's template: the ``<minimax:tool_call>`` wrapper with ``<think>`` reasoning."""
-    return ("<minimax:tool_call>" in template and "<mm:think>" not in template
-            and "]<]minimax[>[" not in template)
+    return "<minimax:tool_call>" in template and "<mm:think>" not in template and "]<]minimax[>[" not in template
 
 
 def detects_hybrid(template: str) -> bool:
     """M2's tool-call wrapper in an M3 template (the minimax-m3-hybrid recipe's output)."""
-    return "<minimax:tool_call>" in template and ("<mm:think>" in template
-                                                  or "]<]minimax[>[" in template)
+    return "<minimax:tool_call>" in template and ("<mm:think>" in template or "]<]minimax[>[" in template)
 
 
-EXAMPLE = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="location">Paris'
-           '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>')
+EXAMPLE = (
+    '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="location">Paris'
+    '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>'
+)
 
 FORMAT = ToolCallFormat(
     name="minimax-m2",

@@ -77,8 +77,7 @@ def _shape(node: _Node, schema: Schema | None) -> Any:
     else:
         as_list = all_items
     if as_list:
-        return [_shape(child, item_schema(schema, i)) for i, (_, child) in
-                enumerate(node.children)]
+        return [_shape(child, item_schema(schema, i)) for i, (_, child) in enumerate(node.children)]
     out: dict[str, Any] = {}
     for name, child in node.children:
         value = _shape(child, property_schema(schema, name))
@@ -115,7 +114,7 @@ class MinimaxM3Parser(WrappedCallParser):
             return ("text", before, "", before)
         if marker is None:
             return None
-        after = self.buf.text[len(NS):len(NS) + _TAG_LIMIT]
+        after = self.buf.text[len(NS) : len(NS) + _TAG_LIMIT]
         m = _TAG.match(after)
         if m:
             rawtext = self.buf.take(len(NS) + m.end())
@@ -268,8 +267,9 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(_KEY.fullmatch(key)) and key not in ("invoke", "tool_call")
 
-    calls = g.xml_calls(tools, lambda name: f'{NS}<invoke name="{name}">', param, valid,
-                        f"{NS}</invoke>\n", NS, parallel)
+    calls = g.xml_calls(
+        tools, lambda name: f'{NS}<invoke name="{name}">', param, valid, f"{NS}</invoke>\n", NS, parallel
+    )
     wrap_open = g.lit(f"{NS}<tool_call>\n")
     return f"{wrap_open} {calls} {g.lit(f'{NS}</tool_call>')}"
 
@@ -278,15 +278,17 @@ def detects(template: str) -> bool:
     """M3's own template: the namespace token around ``<invoke``, no M2 wrapper."""
     return "]<]minimax[>[" in template and "<invoke" in template and "<minimax:tool_call>" not in template
 
+
 FORMAT = ToolCallFormat(
     name="minimax-m3",
-    description="MiniMax-M3: ]<]minimax[>[ before every tag, <invoke>, <param>value</param>, "
-                "<mm:think>",
+    description="MiniMax-M3: ]<]minimax[>[ before every tag, <invoke>, <param>value</param>, <mm:think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<mm:think>", "</mm:think>", prefilled_default=False),
     end_markers=("[e~[",),
-    example=(f"{NS}<tool_call>\n{NS}<invoke name=\"get_weather\">{NS}<location>Paris"
-             f"{NS}</location>{NS}<days>3{NS}</days>{NS}</invoke>\n{NS}</tool_call>"),
+    example=(
+        f'{NS}<tool_call>\n{NS}<invoke name="get_weather">{NS}<location>Paris'
+        f"{NS}</location>{NS}<days>3{NS}</days>{NS}</invoke>\n{NS}</tool_call>"
+    ),
     call_grammar=_grammar,
     detect=detects,
     call_openers=(NS + "<tool_call>", NS + "<invoke"),

@@ -168,8 +168,7 @@ class MistralParser(ToolParser):
                 self._state = _TEXT
                 return True
             if self._streamer.failed:
-                self._not_a_call(f"tool call {self._index}: its arguments are not a JSON "
-                                 "object; dropped")
+                self._not_a_call(f"tool call {self._index}: its arguments are not a JSON object; dropped")
                 return True
             return False
         if state in (_LIST, _SEP):  # in the JSON list: an object (or "]"), then "," or "]"
@@ -221,8 +220,7 @@ class MistralParser(ToolParser):
 
     def _start(self) -> None:
         self._index = self.start_call(self._name)
-        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name,
-                                                     json_coerce))
+        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name, json_coerce))
         self._state = _ARGS
 
     def _end_list(self) -> None:
@@ -239,8 +237,7 @@ class MistralParser(ToolParser):
             if self._reader.index >= 0:
                 self.drop_call(self._reader.index, rawtext)
             else:
-                self.warn("a tool call was cut off by the end of the output; dropped "
-                          "(earlier calls kept)", rawtext)
+                self.warn("a tool call was cut off by the end of the output; dropped (earlier calls kept)", rawtext)
         elif self._state in (_LIST, _ITEM, _SEP) and rawtext.strip():
             if self._list_calls == 0:
                 self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
@@ -258,12 +255,11 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     """Either form, as the templates write them: ``[TOOL_CALLS]f[ARGS]{...}`` per call (an
     optional nine-character ``[CALL_ID]`` before ``[ARGS]``, as Small 3.2 writes), or one
     ``[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]`` list (Nemo)."""
-    call_id = g.rule("mistral-call-id", f'({g.lit(CALL_ID)} [a-zA-Z0-9]{{9}})?')
+    call_id = g.rule("mistral-call-id", f"({g.lit(CALL_ID)} [a-zA-Z0-9]{{9}})?")
     named, objects = [], []
     for t in tools:
         args = g.json_args(t)
-        named.append(g.rule(f"{t.name}-call",
-                            f"{g.lit(TOOL_CALLS + t.name)} {call_id} {g.lit(ARGS)} {args}"))
+        named.append(g.rule(f"{t.name}-call", f"{g.lit(TOOL_CALLS + t.name)} {call_id} {g.lit(ARGS)} {args}"))
         head = g.lit(f'{{"name": {json.dumps(t.name)}, "arguments": ')
         objects.append(g.rule(f"{t.name}-object", f'{head} {args} "}}"'))
     name_form = g.calls(g.choice(named), parallel)
@@ -287,8 +283,8 @@ def mistral_call_id(index: int) -> str:
 FORMAT = ToolCallFormat(
     name="mistral",
     description="Mistral Small 3.x / Devstral / Magistral / Ministral 3: [TOOL_CALLS]name"
-                "[ARGS]{json}; Nemo / 7B v0.3: [TOOL_CALLS][{\"name\", \"arguments\"}]; "
-                "[THINK]",
+    '[ARGS]{json}; Nemo / 7B v0.3: [TOOL_CALLS][{"name", "arguments"}]; '
+    "[THINK]",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("[THINK]", "[/THINK]", prefilled_default=False),
     end_markers=("</s>",),

@@ -64,8 +64,16 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(key) and key == key.strip() and ">" not in key and "\n" not in key
 
-    return g.xml_calls(tools, lambda name: f"<tool_call>\n<function={name}>\n", param, valid,
-                       "</function>\n</tool_call>", DIALECT.param_close, parallel, kind="call")
+    return g.xml_calls(
+        tools,
+        lambda name: f"<tool_call>\n<function={name}>\n",
+        param,
+        valid,
+        "</function>\n</tool_call>",
+        DIALECT.param_close,
+        parallel,
+        kind="call",
+    )
 
 
 def detects(template: str) -> bool:
@@ -80,8 +88,10 @@ FORMAT = ToolCallFormat(
     reasoning=ReasoningSpec("<think>", "</think>", prefilled_default=False),
     end_markers=("<|im_end|>",),
     call_grammar=_grammar,
-    example=("<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n"
-             "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+    example=(
+        "<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+    ),
     detect=detects,
     aliases=("qwen3_coder", "qwen3_xml", "step3p5", "step-3.5"),  # Step-3.5 writes the same
     call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix),

@@ -121,27 +121,34 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
     def valid(key: str) -> bool:
         return bool(key) and key == key.strip() and ">" not in key and "\n" not in key
 
-    return g.xml_calls(tools, lambda name: f"{DIALECT.wrap_open}\n<function={name}>\n", param,
-                       valid, f"</function>\n{DIALECT.wrap_close}", DIALECT.param_close,
-                       parallel, kind="call")
+    return g.xml_calls(
+        tools,
+        lambda name: f"{DIALECT.wrap_open}\n<function={name}>\n",
+        param,
+        valid,
+        f"</function>\n{DIALECT.wrap_close}",
+        DIALECT.param_close,
+        parallel,
+        kind="call",
+    )
 
 
 def detects(template: str) -> bool:
     """Seed-OSS: ``<function=`` and ``<parameter=`` inside ``<seed:tool_call>``."""
-    return (DIALECT.wrap_open in template and "<function=" in template
-            and "<parameter=" in template)
+    return DIALECT.wrap_open in template and "<function=" in template and "<parameter=" in template
 
 
 FORMAT = ToolCallFormat(
     name="seed-oss",
-    description="ByteDance Seed-OSS: <seed:tool_call><function=f><parameter=k>v</parameter>, "
-                "<seed:think>",
+    description="ByteDance Seed-OSS: <seed:tool_call><function=f><parameter=k>v</parameter>, <seed:think>",
     make_tool_parser=_parser,
     reasoning=ReasoningSpec("<seed:think>", "</seed:think>", prefilled_default=False),
     end_markers=("<seed:eos>",),
     call_grammar=_grammar,
-    example=("<seed:tool_call>\n<function=get_weather>\n<parameter=location>Paris</parameter>\n"
-             "<parameter=days>3</parameter>\n</function>\n</seed:tool_call>"),
+    example=(
+        "<seed:tool_call>\n<function=get_weather>\n<parameter=location>Paris</parameter>\n"
+        "<parameter=days>3</parameter>\n</function>\n</seed:tool_call>"
+    ),
     detect=detects,
     aliases=("seed_oss",),
     call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix),

@@ -74,7 +74,7 @@ class ToolParser:
         # the buffer must stay short for the cost to stay linear (results do not depend on
         # how the text is cut; the tests check every cut).
         for start in range(0, len(text), _SLICE):
-            self.buf.text += text[start:start + _SLICE]
+            self.buf.text += text[start : start + _SLICE]
             self._drive()
         return self._flush()
 
@@ -115,8 +115,10 @@ class ToolParser:
         self._count += 1
         self._events.append(ToolCallStart(index, self._id_factory(index), name))
         if self.tools and not self.tools.known(name):
-            self.warn(f"tool call {index}: the request declares no tool named {name!r}; "
-                      "kept, arguments inferred without a schema")
+            self.warn(
+                f"tool call {index}: the request declares no tool named {name!r}; "
+                "kept, arguments inferred without a schema"
+            )
         return index
 
     def args(self, index: int, text: str) -> None:
@@ -127,8 +129,7 @@ class ToolParser:
         self._events.append(ToolCallEnd(index))
 
     def drop_call(self, index: int, raw: str) -> None:
-        self.warn(f"tool call {index} was cut off by the end of the output; dropped "
-                  "(earlier calls kept)", raw)
+        self.warn(f"tool call {index} was cut off by the end of the output; dropped (earlier calls kept)", raw)
 
     def end_block(self, what: str, calls: int, raw: str, junk: str, empty: bool = True) -> None:
         """A block of calls ends (``what`` names it in the warnings; ``junk`` is its text that
@@ -152,8 +153,7 @@ class ToolParser:
         self.args(index, json.dumps(arguments, ensure_ascii=False))
         self.end_call(index)
 
-    def json_calls(self, text: str, args_keys: tuple[str, ...] = ("arguments", "parameters")
-                   ) -> int | None:
+    def json_calls(self, text: str, args_keys: tuple[str, ...] = ("arguments", "parameters")) -> int | None:
         """Emit the calls of a JSON value read whole (one call object or a list, see
         :func:`calls_from_json`), each coerced by its schema; how many, or None (and nothing
         emitted) when the text is not JSON or not calls."""
@@ -195,9 +195,13 @@ class ToolCallFormat:
     # alphanumerics); None: ``call_`` and 24 hex digits
     call_id: IdFactory | None = None
 
-    def parser(self, tools: list[dict[str, Any]] | None = None, *,
-               prefilled: bool | None = None,
-               id_factory: IdFactory | None = None) -> ChatParser:
+    def parser(
+        self,
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        prefilled: bool | None = None,
+        id_factory: IdFactory | None = None,
+    ) -> ChatParser:
         """A fresh incremental parser for one response.
 
         ``tools`` are the request's tools (OpenAI shape) for schema-driven coercion;
@@ -212,9 +216,7 @@ class ToolCallFormat:
             if pre is None and self.reasoning.prefilled_default:
                 pre = True
             splitter = ReasoningSplitter(self.reasoning, pre, self.call_openers)
-        return ChatParser(splitter, self.make_tool_parser(ToolSet(tools),
-                                                          id_factory or self.call_id
-                                                          or random_call_id))
+        return ChatParser(splitter, self.make_tool_parser(ToolSet(tools), id_factory or self.call_id or random_call_id))
 
     def prefilled_by(self, prompt: str) -> bool:
         """Whether a rendered prompt ends with this format's reasoning opener."""
@@ -258,8 +260,9 @@ class ChatParser:
         return out
 
 
-def calls_from_json(value: Any, args_keys: tuple[str, ...] = ("arguments", "parameters")
-                    ) -> list[tuple[str, dict[str, Any]]] | None:
+def calls_from_json(
+    value: Any, args_keys: tuple[str, ...] = ("arguments", "parameters")
+) -> list[tuple[str, dict[str, Any]]] | None:
     """``{"name", "arguments"}`` objects (one, or a list) as (name, arguments); None if not."""
     items = value if isinstance(value, list) else [value]
     out: list[tuple[str, dict[str, Any]]] = []

@@ -20,10 +20,17 @@ from gguf import GGUF_MAGIC, GGUFValueType, Keys
 from ._errors import TemplateError
 
 _SCALAR = {
-    GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.BOOL: 1,
-    GGUFValueType.UINT16: 2, GGUFValueType.INT16: 2,
-    GGUFValueType.UINT32: 4, GGUFValueType.INT32: 4, GGUFValueType.FLOAT32: 4,
-    GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8,
+    GGUFValueType.UINT8: 1,
+    GGUFValueType.INT8: 1,
+    GGUFValueType.BOOL: 1,
+    GGUFValueType.UINT16: 2,
+    GGUFValueType.INT16: 2,
+    GGUFValueType.UINT32: 4,
+    GGUFValueType.INT32: 4,
+    GGUFValueType.FLOAT32: 4,
+    GGUFValueType.UINT64: 8,
+    GGUFValueType.INT64: 8,
+    GGUFValueType.FLOAT64: 8,
 }
 _PREFIX = Keys.Tokenizer.CHAT_TEMPLATE  # "tokenizer.chat_template"
 _U32 = struct.Struct("<I")
@@ -40,8 +47,7 @@ class _Header:
 
     def _need(self, n: int) -> None:
         if self.pos + n > len(self.data):
-            raise TemplateError(f"{self.path}: the GGUF header ends early; the file is "
-                                "truncated or not a GGUF")
+            raise TemplateError(f"{self.path}: the GGUF header ends early; the file is truncated or not a GGUF")
 
     def u32(self) -> int:
         self._need(4)
@@ -58,7 +64,7 @@ class _Header:
     def string(self) -> bytes:
         n = self.u64()
         self._need(n)
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -83,8 +89,9 @@ class _Header:
                 for _ in range(count):
                     self.skip_value(itype)
         else:
-            raise TemplateError(f"{self.path}: unknown GGUF value type {vtype}; "
-                                "the file is damaged or newer than this reader")
+            raise TemplateError(
+                f"{self.path}: unknown GGUF value type {vtype}; the file is damaged or newer than this reader"
+            )
 
 
 def read_chat_templates(path: str | Path) -> dict[str, str]:
@@ -103,8 +110,7 @@ def read_chat_templates(path: str | Path) -> dict[str, str]:
             try:
                 return _read(_Header(data, p))
             except struct.error:
-                raise TemplateError(f"{p}: the GGUF header ends early; the file is "
-                                    "truncated or not a GGUF") from None
+                raise TemplateError(f"{p}: the GGUF header ends early; the file is truncated or not a GGUF") from None
 
 
 def _read(h: _Header) -> dict[str, str]:
@@ -123,7 +129,7 @@ def _read(h: _Header) -> dict[str, str]:
         vtype = h.u32()
         if vtype == GGUFValueType.STRING and (key == _PREFIX or key.startswith(_PREFIX + ".")):
             text = h.string().decode("utf-8", "replace")
-            found["default" if key == _PREFIX else key[len(_PREFIX) + 1:]] = text
+            found["default" if key == _PREFIX else key[len(_PREFIX) + 1 :]] = text
         else:
             h.skip_value(vtype)
     return found

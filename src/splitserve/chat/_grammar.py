@@ -105,7 +105,7 @@ def char_class(chars: set[str] | frozenset[str], negate: bool = False) -> str:
         if j - i >= 2:
             parts.append(f"{_class_char(chr(codes[i]))}-{_class_char(chr(codes[j]))}")
         else:
-            parts.extend(_class_char(chr(c)) for c in codes[i:j + 1])
+            parts.extend(_class_char(chr(c)) for c in codes[i : j + 1])
         i = j + 1
     return ("[^" if negate else "[") + "".join(parts) + "]"
 
@@ -246,27 +246,32 @@ class GrammarBuilder:
 
     # -- JSON ----------------------------------------------------------------------
     def _json_escape(self) -> str:
-        return self._cached("jesc", lambda: self.rule(
-            "json-escape", '"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'))
+        return self._cached("jesc", lambda: self.rule("json-escape", '"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'))
 
     def json_number(self) -> str:
-        return self._cached("jnum", lambda: self.rule(
-            "json-number", '"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? '
-                           '([eE] [-+]? [0-9]{1,3})?'))
+        return self._cached(
+            "jnum",
+            lambda: self.rule(
+                "json-number", '"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?'
+            ),
+        )
 
     def json_integer(self) -> str:
-        return self._cached("jint", lambda: self.rule("json-integer",
-                                                      '"-"? ("0" | [1-9] [0-9]{0,15})'))
+        return self._cached("jint", lambda: self.rule("json-integer", '"-"? ("0" | [1-9] [0-9]{0,15})'))
 
     def json_string(self, forbid: str | None = None) -> str:
         """A JSON string; with ``forbid``, one whose raw text never contains that string."""
+
         def make() -> str:
             if forbid is None:
-                char = self._cached("jchar", lambda: self.rule(
-                    "json-char", f'{char_class(_JSON_BAD, negate=True)} | {self._json_escape()}'))
+                char = self._cached(
+                    "jchar",
+                    lambda: self.rule("json-char", f"{char_class(_JSON_BAD, negate=True)} | {self._json_escape()}"),
+                )
                 return self.rule("json-string", f'"\\"" {char}* "\\""')
             body = self._excluding((forbid,), json=True)
             return self.rule("json-string", f'"\\"" {body} "\\""')
+
         return self._cached(("jstr", forbid), make)
 
     def json_any(self, forbid: str | None = None) -> str:
@@ -279,8 +284,7 @@ class GrammarBuilder:
         s = self.json_string(forbid)
         obj = self.rule("json-object", f'"{{" ({s} ": " {value} (", " {s} ": " {value})*)? "}}"')
         arr = self.rule("json-array", f'"[" ({value} (", " {value})*)? "]"')
-        self._rules[value] = (f'{obj} | {arr} | {s} | {self.json_number()} | "true" | "false" '
-                              '| "null"')
+        self._rules[value] = f'{obj} | {arr} | {s} | {self.json_number()} | "true" | "false" | "null"'
         self._cache[("jobj", forbid)] = obj
         return value
 
@@ -288,8 +292,7 @@ class GrammarBuilder:
         self.json_any(forbid)
         return self._cache[("jobj", forbid)]
 
-    def json_value(self, schema: Any, forbid: str | None = None, hint: str = "value",
-                   depth: int = 0) -> str:
+    def json_value(self, schema: Any, forbid: str | None = None, hint: str = "value", depth: int = 0) -> str:
         """A grammar expression for a JSON value valid under ``schema`` (where simple)."""
         if depth > _MAX_DEPTH or not isinstance(schema, dict):
             return self.json_any(forbid)
@@ -306,8 +309,7 @@ class GrammarBuilder:
                 return self.choice([self.json_value(s, forbid, hint, depth + 1) for s in subs])
         types = schema.get("type")
         if isinstance(types, list) and types:
-            return self.choice([self.json_value({**schema, "type": t}, forbid, hint, depth)
-                                for t in types])
+            return self.choice([self.json_value({**schema, "type": t}, forbid, hint, depth) for t in types])
         if types is None:
             if isinstance(schema.get("properties"), dict):
                 types = "object"
@@ -331,7 +333,7 @@ class GrammarBuilder:
                 item = self.json_any(forbid)
             else:
                 item = self.json_value(items, forbid, hint + "-item", depth + 1)
-            body = f"{item} (\", \" {item})*"
+            body = f'{item} (", " {item})*'
             min_items = schema.get("minItems")
             if not (isinstance(min_items, int) and min_items >= 1):
                 body = f"({body})?"
@@ -346,8 +348,9 @@ class GrammarBuilder:
             return None
         return lit(text)
 
-    def json_object(self, schema: dict[str, Any], forbid: str | None = None,
-                    hint: str = "object", depth: int = 0) -> str:
+    def json_object(
+        self, schema: dict[str, Any], forbid: str | None = None, hint: str = "object", depth: int = 0
+    ) -> str:
         """An object with the schema's properties in order (required present), or any object."""
         props = schema.get("properties")
         if not isinstance(props, dict):
@@ -412,8 +415,14 @@ class GrammarBuilder:
             return self.json_value(schema, json_forbid, hint)
         return self.text(forbid)
 
-    def xml_params(self, tool: GrammarTool, param: Callable[[str, str], str],
-                   valid: Callable[[str], bool], forbid: str, json_forbid: str | None) -> str:
+    def xml_params(
+        self,
+        tool: GrammarTool,
+        param: Callable[[str, str], str],
+        valid: Callable[[str], bool],
+        forbid: str,
+        json_forbid: str | None,
+    ) -> str:
         """The tool's parameters in declaration order, optional ones optional.
 
         ``param(key, value_expr)`` writes one parameter (its separators included); keys
@@ -428,9 +437,17 @@ class GrammarBuilder:
             parts.append(one if required else f"{one}?")
         return " ".join(parts)
 
-    def xml_calls(self, tools: list[GrammarTool], head: Callable[[str], str],
-                  param: Callable[[str, str], str], valid: Callable[[str], bool],
-                  end: str, forbid: str, parallel: bool, kind: str = "invoke") -> str:
+    def xml_calls(
+        self,
+        tools: list[GrammarTool],
+        head: Callable[[str], str],
+        param: Callable[[str, str], str],
+        valid: Callable[[str], bool],
+        end: str,
+        forbid: str,
+        parallel: bool,
+        kind: str = "invoke",
+    ) -> str:
         """Calls in an XML format: per tool the literal ``head(name)``, its parameters
         (:meth:`xml_params`, ``forbid`` kept out of raw and JSON values), the literal ``end``;
         one of the tools, or one or more when ``parallel`` (rules named ``<tool>-<kind>``)."""
@@ -438,8 +455,7 @@ class GrammarBuilder:
         close = self.lit(end)
         for t in tools:
             params = self.xml_params(t, param, valid, forbid=forbid, json_forbid=forbid)
-            alts.append(self.rule(f"{t.name}-{kind}",
-                                  f"{self.lit(head(t.name))} {params} {close}"))
+            alts.append(self.rule(f"{t.name}-{kind}", f"{self.lit(head(t.name))} {params} {close}"))
         return self.calls(self.choice(alts), parallel)
 
 
@@ -455,14 +471,12 @@ def _plain_types(schema: Any) -> set[str] | None:
     if t is None:
         if isinstance(schema.get("properties"), dict):
             return {"object"}
-        if isinstance(schema.get("enum"), list) and all(isinstance(v, str)
-                                                        for v in schema["enum"]):
+        if isinstance(schema.get("enum"), list) and all(isinstance(v, str) for v in schema["enum"]):
             return {"string"}
     return None
 
 
-def tools_for_grammar(tools: list[dict[str, Any]] | None,
-                      name: str | None = None) -> list[GrammarTool]:
+def tools_for_grammar(tools: list[dict[str, Any]] | None, name: str | None = None) -> list[GrammarTool]:
     """The request's OpenAI tool dicts as :class:`GrammarTool`, only ``name`` when given."""
     out = []
     for tool in tools or []:
@@ -476,9 +490,15 @@ def tools_for_grammar(tools: list[dict[str, Any]] | None,
     return out
 
 
-def tool_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]] | None, *,
-                      name: str | None = None, parallel: bool = True,
-                      prefilled: bool = False, reasoning: bool = True) -> str:
+def tool_call_grammar(
+    fmt: ToolCallFormat,
+    tools: list[dict[str, Any]] | None,
+    *,
+    name: str | None = None,
+    parallel: bool = True,
+    prefilled: bool = False,
+    reasoning: bool = True,
+) -> str:
     """A GBNF grammar forcing a tool call in ``fmt``'s syntax (see the module docstring).
 
     ``tools`` are the request's tools (OpenAI shape); ``name`` restricts the call to that
@@ -500,7 +520,7 @@ def tool_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]] | None, *
     spec = fmt.reasoning
     if spec is None:
         return g.render(calls)
-    gap = '[ \\t\\n]{0,4}'
+    gap = "[ \\t\\n]{0,4}"
     if prefilled:
         return g.render(f"{g.until(spec.close)} {gap} {calls}")
     if not reasoning:
@@ -509,5 +529,13 @@ def tool_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]] | None, *
     return g.render(f"{think}? {calls}")
 
 
-__all__ = ["CallGrammar", "GrammarBuilder", "GrammarError", "GrammarTool", "char_class", "lit",
-           "tool_call_grammar", "tools_for_grammar"]
+__all__ = [
+    "CallGrammar",
+    "GrammarBuilder",
+    "GrammarError",
+    "GrammarTool",
+    "char_class",
+    "lit",
+    "tool_call_grammar",
+    "tools_for_grammar",
+]

@@ -24,8 +24,10 @@ from ._schema import Schema, coerce_value, loads_json
 
 # The opening of a call object up to its arguments object, within its first 512 characters.
 PREFIX_LIMIT = 512
-_PREFIX = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*'
-                     r':\s*(?=\{)')
+_PREFIX = re.compile(
+    r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*'
+    r":\s*(?=\{)"
+)
 _STRING_END = re.compile(r'["\\]')
 _SCALAR_END = re.compile(r"[\s,}]")
 _CONTROL = re.compile(r"[\x00-\x1f]")
@@ -108,7 +110,7 @@ class JsonArgsStreamer:
             if m is None:
                 self._key.append(text[pos:])
                 return len(text)
-            self._key.append(text[pos:m.start()])
+            self._key.append(text[pos : m.start()])
             if text[m.start()] == "\\":
                 self._key.append("\\")
                 self._escape = True
@@ -163,7 +165,7 @@ class JsonArgsStreamer:
             if m is None:
                 self.w.stream_raw(_escape_controls(text[pos:]))
                 return len(text)
-            self.w.stream_raw(_escape_controls(text[pos:m.start()]))
+            self.w.stream_raw(_escape_controls(text[pos : m.start()]))
             if text[m.start()] == "\\":
                 self._esc = "\\"
                 return m.start() + 1
@@ -173,7 +175,7 @@ class JsonArgsStreamer:
         if state == _RAW:
             if self._scanner is not None:
                 n = self._scanner.feed(text[pos:])
-                self._raw.append(text[pos:pos + n])
+                self._raw.append(text[pos : pos + n])
                 if not self._scanner.done:
                     return pos + n
                 return self._close_raw(pos + n)
@@ -181,7 +183,7 @@ class JsonArgsStreamer:
             if m is None:
                 self._raw.append(text[pos:])
                 return len(text)
-            self._raw.append(text[pos:m.start()])
+            self._raw.append(text[pos : m.start()])
             return self._close_raw(m.start())
         if state == _AFTER:
             if ch == ",":
@@ -264,8 +266,7 @@ class JsonCallReader:
                 name, offset = found
                 self._undecided = False
                 self.index = self._p.start_call(name)
-                self.streamer = JsonArgsStreamer(ArgsWriter(self._p, self.index, name,
-                                                            json_coerce))
+                self.streamer = JsonArgsStreamer(ArgsWriter(self._p, self.index, name, json_coerce))
                 self.streamer.feed(acc[offset:])
             elif len(acc) >= PREFIX_LIMIT or self.scanner.done:
                 self._undecided = False
@@ -285,6 +286,9 @@ class JsonCallReader:
             self.streamer.finish()
             self._p.end_call(self.index)
             return "ok"
-        self._p.warn(f"tool call {self.index}: its arguments are not a JSON object of "
-                     "key/value pairs; dropped, the text is kept as content", self.text)
+        self._p.warn(
+            f"tool call {self.index}: its arguments are not a JSON object of "
+            "key/value pairs; dropped, the text is kept as content",
+            self.text,
+        )
         return "failed"

@@ -58,8 +58,7 @@ class ReasoningSplitter:
     ``call_openers`` end reasoning that is only assumed open, and decide an unknown start.
     """
 
-    def __init__(self, spec: ReasoningSpec, prefilled: bool | None,
-                 call_openers: Sequence[str] = ()) -> None:
+    def __init__(self, spec: ReasoningSpec, prefilled: bool | None, call_openers: Sequence[str] = ()) -> None:
         self.spec = spec
         self._openers = tuple(m for m in call_openers if m)
         self._buf = ""
@@ -103,7 +102,7 @@ class ReasoningSplitter:
         if marker is None:
             held.append(text)
             self._held_len += len(text)
-            self._tail = probe[-self._overlap:] if self._overlap else ""
+            self._tail = probe[-self._overlap :] if self._overlap else ""
             too_long = self._held_len - self._overlap > UNKNOWN_LIMIT
             if not (eof or too_long):
                 return False
@@ -136,7 +135,7 @@ class ReasoningSplitter:
                     return out
                 for marker, nxt in ((spec.open, _REASONING), (spec.close, _AFTER)):
                     if lead.startswith(marker):
-                        self._buf = lead[len(marker):]
+                        self._buf = lead[len(marker) :]
                         self._state = nxt
                         self._assumed = False
                         break
@@ -169,7 +168,7 @@ class ReasoningSplitter:
                         return out
                     self._lead = 1
                     if lead.startswith(spec.open):
-                        lead = lead[len(spec.open):].lstrip()
+                        lead = lead[len(spec.open) :].lstrip()
                         self._assumed = False  # the model opened its reasoning itself
                 self._buf = lead
                 if not lead and not eof:
@@ -183,18 +182,18 @@ class ReasoningSplitter:
                     out.append(("reasoning", self._pending_ws + text))
                 self._pending_ws = ""
                 if marker == spec.close:
-                    self._buf = self._buf[i + len(marker):]
+                    self._buf = self._buf[i + len(marker) :]
                     self._state = _AFTER
                 else:  # a call ends reasoning that was only assumed open
                     self._buf = self._buf[i:]
                     self._state = _CONTENT
                 continue
             keep = 0 if eof else hold_len(self._buf, markers)
-            text, self._buf = self._buf[:len(self._buf) - keep], self._buf[len(self._buf) - keep:]
+            text, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
             body = text.rstrip()
             if body:
                 out.append(("reasoning", self._pending_ws + body))
-                self._pending_ws = text[len(body):]
+                self._pending_ws = text[len(body) :]
             else:
                 self._pending_ws += text
             return out

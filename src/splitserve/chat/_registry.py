@@ -51,9 +51,25 @@ def register_format(fmt: ToolCallFormat) -> None:
 # whose compact tags are a special case of GLM-4.5's, before it, both before Hermes).
 # DeepSeek's DSML formats go before V3, MiniMax-M1 before Hermes (no shared markers yet).
 # Kimi K3, Kimi K2, gpt-oss and Mistral share no markers with any other (nor each other).
-for _fmt in (MINIMAX_M3_HYBRID, MINIMAX_M3, MINIMAX_M2, SEED_OSS, QWEN3_CODER, DEEPSEEK_V32,
-             DEEPSEEK_V4, DEEPSEEK_V3, MINIMAX_M1, KIMI_K3, KIMI_K2, GPT_OSS, MISTRAL,
-             GLM47, GLM45, HERMES, LLAMA3_JSON):
+for _fmt in (
+    MINIMAX_M3_HYBRID,
+    MINIMAX_M3,
+    MINIMAX_M2,
+    SEED_OSS,
+    QWEN3_CODER,
+    DEEPSEEK_V32,
+    DEEPSEEK_V4,
+    DEEPSEEK_V3,
+    MINIMAX_M1,
+    KIMI_K3,
+    KIMI_K2,
+    GPT_OSS,
+    MISTRAL,
+    GLM47,
+    GLM45,
+    HERMES,
+    LLAMA3_JSON,
+):
     register_format(_fmt)
 
 
@@ -86,16 +102,22 @@ def detect_format(chat_template: str) -> str | None:
     return None
 
 
-NO_FORMAT_HINT = ("no known tool-call format claims this chat template; tool calls are not "
-                  "parsed from it: name one with --model-format NAME (the spec's "
-                  "gateway.model_format; `splitserve template formats` lists them)")
+NO_FORMAT_HINT = (
+    "no known tool-call format claims this chat template; tool calls are not "
+    "parsed from it: name one with --model-format NAME (the spec's "
+    "gateway.model_format; `splitserve template formats` lists them)"
+)
 """The one line every command prints for a template no format claims."""
 
 
-def parse_complete(fmt: str | ToolCallFormat, text: str,
-                   tools: list[dict[str, Any]] | None = None, *,
-                   prefilled: bool | None = None,
-                   id_factory: IdFactory | None = None) -> ParsedMessage:
+def parse_complete(
+    fmt: str | ToolCallFormat,
+    text: str,
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    prefilled: bool | None = None,
+    id_factory: IdFactory | None = None,
+) -> ParsedMessage:
     """Parse one whole model output into content, reasoning and OpenAI tool calls."""
     f = get_format(fmt) if isinstance(fmt, str) else fmt
     parser = f.parser(tools, prefilled=prefilled, id_factory=id_factory)

@@ -58,10 +58,21 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys, default=_json_default)
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+        default=_json_default,
+    )
 
 
 def _raise_exception(message: str) -> None:
@@ -74,8 +85,9 @@ def _strftime_now(fmt: str) -> str:
 
 def make_environment() -> jinja2.Environment:
     """A jinja2 environment configured the way Hugging Face renders chat templates."""
-    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                               extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"])
+    env = SandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -87,8 +99,9 @@ def _compile(template: str) -> jinja2.Template:
     try:
         return make_environment().from_string(template)
     except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"chat template line {exc.lineno}: {exc.message}; "
-                            "fix the template or pick another") from None
+        raise TemplateError(
+            f"chat template line {exc.lineno}: {exc.message}; fix the template or pick another"
+        ) from None
 
 
 class Arguments(dict):  # type: ignore[type-arg]
@@ -127,9 +140,13 @@ def _prepare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_chat(template: str, messages: list[dict[str, Any]],
-                tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
-                **kwargs: Any) -> str:
+def render_chat(
+    template: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    **kwargs: Any,
+) -> str:
     """Render ``messages`` (and ``tools``) with a chat template; returns the prompt text.
 
     ``kwargs`` become template variables (``bos_token``, ``enable_thinking``,
@@ -151,14 +168,18 @@ def render_chat(template: str, messages: list[dict[str, Any]],
     except jinja2.TemplateError as exc:
         raise TemplateError(f"chat template failed to render: {exc}") from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-        raise TemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}"
-                            ) from None
+        raise TemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}") from None
 
 
-def assistant_turn(template: str, history: list[dict[str, Any]], message: dict[str, Any],
-                   end_markers: tuple[str, ...] = (), reasoning_open: str | None = None,
-                   tools: list[dict[str, Any]] | None = None,
-                   **kwargs: Any) -> tuple[str, bool]:
+def assistant_turn(
+    template: str,
+    history: list[dict[str, Any]],
+    message: dict[str, Any],
+    end_markers: tuple[str, ...] = (),
+    reasoning_open: str | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    **kwargs: Any,
+) -> tuple[str, bool]:
     """The text a template writes for ``message`` (an assistant turn) after ``history``.
 
     Renders the history with the generation prompt, then history + message without it; the
@@ -168,8 +189,7 @@ def assistant_turn(template: str, history: list[dict[str, Any]], message: dict[s
     after the last non-marker text ends the turn.
     """
     prompt = render_chat(template, history, tools, add_generation_prompt=True, **kwargs)
-    full = render_chat(template, history + [message], tools, add_generation_prompt=False,
-                       **kwargs)
+    full = render_chat(template, history + [message], tools, add_generation_prompt=False, **kwargs)
     tail, prefilled = _after_header(prompt, full, end_markers, reasoning_open)
     if tail is None:
         tail, prefilled = _after_common_prefix(prompt, full, reasoning_open)
@@ -181,24 +201,24 @@ def assistant_turn(template: str, history: list[dict[str, Any]], message: dict[s
     return tail, prefilled
 
 
-def _after_header(prompt: str, full: str, end_markers: tuple[str, ...],
-                  reasoning_open: str | None) -> tuple[str | None, bool]:
+def _after_header(
+    prompt: str, full: str, end_markers: tuple[str, ...], reasoning_open: str | None
+) -> tuple[str | None, bool]:
     """The text after the generation header (the prompt after its last end marker)."""
     cuts = [prompt.rfind(m) + len(m) for m in end_markers if m in prompt]
     if not cuts:
         return None, False
-    header = prompt[max(cuts):]
+    header = prompt[max(cuts) :]
     candidates = [(header, False)]
     if reasoning_open and header.rstrip().endswith(reasoning_open):
-        candidates = [(header, True), (header.rstrip()[:-len(reasoning_open)], False)]
+        candidates = [(header, True), (header.rstrip()[: -len(reasoning_open)], False)]
     for text, prefilled in candidates:
         if text.strip() and text in full:
-            return full[full.rfind(text) + len(text):], prefilled
+            return full[full.rfind(text) + len(text) :], prefilled
     return None, False
 
 
-def _after_common_prefix(prompt: str, full: str,
-                         reasoning_open: str | None) -> tuple[str, bool]:
+def _after_common_prefix(prompt: str, full: str, reasoning_open: str | None) -> tuple[str, bool]:
     common = 0
     limit = min(len(prompt), len(full))
     while common < limit and prompt[common] == full[common]:
@@ -209,6 +229,5 @@ def _after_common_prefix(prompt: str, full: str,
             common = k
     # Pre-filled: the whole prompt is a prefix of the full rendering and ends with the
     # opener, so the turn's text starts inside reasoning.
-    prefilled = (common == len(prompt) and reasoning_open is not None
-                 and prompt.rstrip().endswith(reasoning_open))
+    prefilled = common == len(prompt) and reasoning_open is not None and prompt.rstrip().endswith(reasoning_open)
     return full[common:], prefilled

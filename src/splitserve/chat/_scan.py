@@ -84,7 +84,7 @@ class TextBuffer:
     def skip_ws(self) -> str:
         """Consume leading whitespace and return it."""
         rest = self.text.lstrip()
-        ws = self.text[:len(self.text) - len(rest)]
+        ws = self.text[: len(self.text) - len(rest)]
         self.text = rest
         return ws
 
@@ -133,7 +133,7 @@ class JsonScanner:
                 if text[pos:].strip():
                     self.started = True
                 return end
-            if text[pos:m.start()].strip():
+            if text[pos : m.start()].strip():
                 self.started = True
             pos = m.start()
             ch = text[pos]

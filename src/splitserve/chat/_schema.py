@@ -328,8 +328,13 @@ def _coerce_scalar(value: Any, schema: Schema | None) -> Any:
     kind = json_type(value)
     if kind in types:
         return value
-    if (kind == "number" and "integer" in types and isinstance(value, float)
-            and value.is_integer() and abs(value) < 2**53):
+    if (
+        kind == "number"
+        and "integer" in types
+        and isinstance(value, float)
+        and value.is_integer()
+        and abs(value) < 2**53
+    ):
         return int(value)
     if "string" in types:
         return _json_text(value)
@@ -348,13 +353,13 @@ def coerce_value(value: Any, schema: Schema | None, bool_words: bool = False) ->
             return value
         return coerce_text(value, schema, bool_words)
     if isinstance(value, dict):
-        return {k: coerce_value(v, property_schema(schema, k), bool_words)
-                for k, v in value.items()}
+        return {k: coerce_value(v, property_schema(schema, k), bool_words) for k, v in value.items()}
     if isinstance(value, list):
         types = allowed_types(schema)
         if types is not None and "array" not in types and "object" in types:
-            return {"item": [coerce_value(v, property_schema(schema, "item"), bool_words)
-                             for v in value]} if value else {}
+            return (
+                {"item": [coerce_value(v, property_schema(schema, "item"), bool_words) for v in value]} if value else {}
+            )
         return [coerce_value(v, item_schema(schema, i), bool_words) for i, v in enumerate(value)]
     return value
 
@@ -363,8 +368,10 @@ def _fits_enum(value: Any, schema: Schema) -> bool:
     enum = _enum_values(schema)
     if enum is None:
         return True
-    return any(c == value and isinstance(c, bool) == isinstance(value, bool)
-               and isinstance(c, str) == isinstance(value, str) for c in enum)
+    return any(
+        c == value and isinstance(c, bool) == isinstance(value, bool) and isinstance(c, str) == isinstance(value, str)
+        for c in enum
+    )
 
 
 def _preview(value: Any) -> str:
@@ -400,9 +407,15 @@ def misfits(value: Any, schema: Schema | None, path: str = "") -> list[str]:
     return out
 
 
-_ARTICLE = {"null": "null", "boolean": "a boolean", "integer": "an integer",
-            "number": "a number", "string": "a string", "array": "an array",
-            "object": "an object"}
+_ARTICLE = {
+    "null": "null",
+    "boolean": "a boolean",
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "array": "an array",
+    "object": "an object",
+}
 
 
 class _Raw(str):

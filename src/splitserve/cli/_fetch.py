@@ -108,17 +108,23 @@ class _RichEvents(Events):
 
 
 def _print_plan(plan: FetchPlan) -> None:
-    console.print(f"{plan.repo_id} @ {plan.commit[:12]}: {len(plan.files)} files, "
-                  f"{_size(plan.total)}; {_size(plan.todo)} to fetch into {plan.root}")
+    console.print(
+        f"{plan.repo_id} @ {plan.commit[:12]}: {len(plan.files)} files, "
+        f"{_size(plan.total)}; {_size(plan.todo)} to fetch into {plan.root}"
+    )
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
 def _result_json(result: FetchResult) -> dict[str, object]:
     return {
-        "repo_id": result.plan.repo_id, "commit": result.plan.commit, "dir": str(result.plan.root),
-        "seconds": round(result.seconds, 3), "fetched_bytes": result.fetched_bytes,
-        "transfer_seconds": round(result.transfer_seconds, 3), "moved_bytes": result.moved_bytes,
+        "repo_id": result.plan.repo_id,
+        "commit": result.plan.commit,
+        "dir": str(result.plan.root),
+        "seconds": round(result.seconds, 3),
+        "fetched_bytes": result.fetched_bytes,
+        "transfer_seconds": round(result.transfer_seconds, 3),
+        "moved_bytes": result.moved_bytes,
         "files": [o.__dict__ for o in result.outcomes],
         "models": [str(p) for p in result.models],
     }
@@ -126,13 +132,28 @@ def _result_json(result: FetchResult) -> dict[str, object]:
 
 def _verify(directory: Path, as_json: bool) -> None:
     err = make_console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), console=err, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
         task = bar.add_task("verifying", total=None)
         report = verify_dir(directory, lambda path, n: bar.advance(task, n))
     if as_json:
-        print(json.dumps({"dir": str(directory), "ok": report.ok, "problems": report.problems,
-                          "files": [i.__dict__ for i in report.items]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "dir": str(directory),
+                    "ok": report.ok,
+                    "problems": report.problems,
+                    "files": [i.__dict__ for i in report.items],
+                },
+                indent=2,
+            )
+        )
     else:
         table = Table("file", "size", "status", "detail")
         for i in report.items:
@@ -142,9 +163,10 @@ def _verify(directory: Path, as_json: bool) -> None:
         for p in report.problems:
             console.print(f"[red]problem:[/red] {p}")
         bad = sum(1 for i in report.items if i.status != "ok")
-        console.print(f"{len(report.items) - bad} of {len(report.items)} files verified"
-                      + ("" if report.ok else "; run `splitserve fetch REPO --dir DIR` again to "
-                                                 "re-fetch what is wrong"))
+        console.print(
+            f"{len(report.items) - bad} of {len(report.items)} files verified"
+            + ("" if report.ok else "; run `splitserve fetch REPO --dir DIR` again to re-fetch what is wrong")
+        )
     if not report.ok:
         raise typer.Exit(1)
 
@@ -153,27 +175,42 @@ def _verify(directory: Path, as_json: bool) -> None:
 @maps_errors
 def fetch_cmd(
     repo: Annotated[str | None, typer.Argument(help="repository, e.g. unsloth/MiniMax-M2-GGUF")] = None,
-    files: Annotated[list[str] | None, typer.Argument(
-        help="files to fetch (paths or globs, like --include), as in `huggingface-cli download REPO FILE...`",
-        show_default=False)] = None,
+    files: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="files to fetch (paths or globs, like --include), as in `huggingface-cli download REPO FILE...`",
+            show_default=False,
+        ),
+    ] = None,
     revision: Annotated[str | None, typer.Option(help="branch, tag or commit (default main)")] = None,
-    include: Annotated[list[str] | None, typer.Option(
-        "--include", help="glob of files to fetch (path or file name); repeatable")] = None,
-    quant: Annotated[list[str] | None, typer.Option(
-        "--quant", help="quant whose GGUF shard set to fetch, e.g. UD-IQ4_XS; repeatable")] = None,
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", "--local-dir", help="target folder (default ./NAME); shards keep the repository's layout")] = None,
+    include: Annotated[
+        list[str] | None, typer.Option("--include", help="glob of files to fetch (path or file name); repeatable")
+    ] = None,
+    quant: Annotated[
+        list[str] | None,
+        typer.Option("--quant", help="quant whose GGUF shard set to fetch, e.g. UD-IQ4_XS; repeatable"),
+    ] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir", "--local-dir", help="target folder (default ./NAME); shards keep the repository's layout"
+        ),
+    ] = None,
     connections: Annotated[int, typer.Option("--connections", "-n", help="parallel range requests")] = 16,
-    token: Annotated[str | None, typer.Option(
-        "--token", help="hub token (default: HF_TOKEN or the stored login)", show_default=False)] = None,
-    stall_timeout: Annotated[float, typer.Option(
-        help="seconds without a byte before a connection is dropped and retried")] = 60.0,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", help="hub token (default: HF_TOKEN or the stored login)", show_default=False),
+    ] = None,
+    stall_timeout: Annotated[
+        float, typer.Option(help="seconds without a byte before a connection is dropped and retried")
+    ] = 60.0,
     retries: Annotated[int, typer.Option(help="failed attempts in a row before a file fails")] = 10,
     backoff: Annotated[float, typer.Option(help="first retry delay in seconds", hidden=True)] = 1.0,
     part_size: Annotated[int, typer.Option(help="part size in MiB (resume unit)", hidden=True)] = 64,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be fetched")] = False,
-    verify: Annotated[Path | None, typer.Option(
-        "--verify", help="re-check a finished download folder instead of fetching")] = None,
+    verify: Annotated[
+        Path | None, typer.Option("--verify", help="re-check a finished download folder instead of fetching")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
 ) -> None:
@@ -194,20 +231,40 @@ def fetch_cmd(
             return
         if repo is None:
             raise UsageError("name a repository (e.g. splitserve fetch org/NAME-GGUF) or --verify DIR")
-        options = FetchOptions(repo_id=repo, revision=revision, includes=list(include or []) + list(files or []),
-                               quants=list(quant or []), dir=directory, connections=connections,
-                               stall_timeout=stall_timeout, retries=retries, backoff=backoff,
-                               part_size=part_size << 20, token=token)
+        options = FetchOptions(
+            repo_id=repo,
+            revision=revision,
+            includes=list(include or []) + list(files or []),
+            quants=list(quant or []),
+            dir=directory,
+            connections=connections,
+            stall_timeout=stall_timeout,
+            retries=retries,
+            backoff=backoff,
+            part_size=part_size << 20,
+            token=token,
+        )
         plan = plan_fetch(options)
         if not as_json:
             _print_plan(plan)
         if dry_run:
             if as_json:
-                print(json.dumps({"repo_id": plan.repo_id, "commit": plan.commit,
-                                  "dir": str(plan.root), "total": plan.total, "todo": plan.todo,
-                                  "files": [{"path": f.remote.path, "size": f.remote.size,
-                                             "action": f.action, "have": f.have}
-                                            for f in plan.files]}, indent=2))
+                print(
+                    json.dumps(
+                        {
+                            "repo_id": plan.repo_id,
+                            "commit": plan.commit,
+                            "dir": str(plan.root),
+                            "total": plan.total,
+                            "todo": plan.todo,
+                            "files": [
+                                {"path": f.remote.path, "size": f.remote.size, "action": f.action, "have": f.have}
+                                for f in plan.files
+                            ],
+                        },
+                        indent=2,
+                    )
+                )
             else:
                 table = Table("file", "size", "action")
                 for f in plan.files:
@@ -215,9 +272,17 @@ def fetch_cmd(
                 console.print(table)
             return
         err = make_console(stderr=True)
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                      TransferSpeedColumn(), TimeRemainingColumn(), console=err,
-                      disable=quiet, transient=False, refresh_per_second=4) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            disable=quiet,
+            transient=False,
+            refresh_per_second=4,
+        ) as bar:
             events = _RichEvents(bar, plan.total, plan.total - plan.todo)
             result = fetch(options, events=events, plan=plan)
     except KeyboardInterrupt:
@@ -231,9 +296,11 @@ def fetch_cmd(
         print(json.dumps(_result_json(result), indent=2))
         return
     speed = result.fetched_bytes / result.seconds if result.seconds else 0.0
-    console.print(f"done: {len(result.outcomes)} files in {result.plan.root} "
-                  f"({_size(result.fetched_bytes)} fetched in {result.seconds:.1f}s, "
-                  f"{_size(int(speed))}/s)")
+    console.print(
+        f"done: {len(result.outcomes)} files in {result.plan.root} "
+        f"({_size(result.fetched_bytes)} fetched in {result.seconds:.1f}s, "
+        f"{_size(int(speed))}/s)"
+    )
     for o in result.outcomes:
         if o.status == "refetched":
             console.print(f"[yellow]note:[/yellow] {o.path}: {o.message}")

@@ -14,12 +14,14 @@ from ._app import app, make_console, maps_errors
 
 console = make_console()
 
-keys_app = typer.Typer(help="API keys for the gateway, stored hashed.\n\n"
-                            "Example: splitserve keys add keys.txt --name alice",
-                       no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys for the gateway, stored hashed.\n\nExample: splitserve keys add keys.txt --name alice",
+    no_args_is_help=True,
+)
 app.add_typer(keys_app, name="keys")
-doctor_app = typer.Typer(help="Probe endpoints.\n\nExample: splitserve doctor tools "
-                              "http://127.0.0.1:8000", no_args_is_help=True)
+doctor_app = typer.Typer(
+    help="Probe endpoints.\n\nExample: splitserve doctor tools http://127.0.0.1:8000", no_args_is_help=True
+)
 app.add_typer(doctor_app, name="doctor")
 
 
@@ -27,46 +29,72 @@ app.add_typer(doctor_app, name="doctor")
 @maps_errors
 def serve_cmd(
     engine: Annotated[str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080")],
-    model_format: Annotated[str | None, typer.Option(
-        help="tool-call format (default: detected from the chat template; 'plain' for a template "
-             "without tool support: tools then go through a Hermes-style fallback)")] = None,
+    model_format: Annotated[
+        str | None,
+        typer.Option(
+            help="tool-call format (default: detected from the chat template; 'plain' for a template "
+            "without tool support: tools then go through a Hermes-style fallback)"
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    api_key: Annotated[str | None, typer.Option(
-        help="accepted API key (or set SPLITSERVE_API_KEY)")] = None,
+    api_key: Annotated[str | None, typer.Option(help="accepted API key (or set SPLITSERVE_API_KEY)")] = None,
     keys_file: Annotated[Path | None, typer.Option(help="file of hashed keys (`splitserve keys add`)")] = None,
-    chat_template: Annotated[Path | None, typer.Option(
-        help="jinja chat template file (default: the engine's, from /props)")] = None,
+    chat_template: Annotated[
+        Path | None, typer.Option(help="jinja chat template file (default: the engine's, from /props)")
+    ] = None,
     model_name: Annotated[str | None, typer.Option(help="model id to serve (default: the GGUF's file name)")] = None,
-    engine_api_key: Annotated[str | None, typer.Option(help="key the engine itself expects (or set SPLITSERVE_ENGINE_API_KEY)")] = None,
+    engine_api_key: Annotated[
+        str | None, typer.Option(help="key the engine itself expects (or set SPLITSERVE_ENGINE_API_KEY)")
+    ] = None,
     max_concurrent: Annotated[int, typer.Option(help="requests at once per API key")] = 16,
     max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = 8 * 1024 * 1024,
     test_hooks: Annotated[bool, typer.Option(help="allow the test-only force_output field")] = False,
-    restore_reasoning: Annotated[bool, typer.Option(
-        help="put back the reasoning a client dropped from its earlier assistant turns (found by "
-             "the tool-call ids the gateway issued), so the history stays in the prompt cache")] = True,
-    slot_affinity: Annotated[bool, typer.Option(
-        help="send the requests of one session (X-Session-Id header, else `user`) to one engine slot")] = True,
-    strict_model_names: Annotated[bool, typer.Option(
-        help="answer 404 for a `model` that is not the served model's id, path or file name "
-             "(default: serve any name, as llama-server does, and answer with the served id)")] = False,
-    max_header_bytes: Annotated[int, typer.Option(
-        help="request line and headers of one request, in bytes (431 or 400 beyond)")] = 64 * 1024,
+    restore_reasoning: Annotated[
+        bool,
+        typer.Option(
+            help="put back the reasoning a client dropped from its earlier assistant turns (found by "
+            "the tool-call ids the gateway issued), so the history stays in the prompt cache"
+        ),
+    ] = True,
+    slot_affinity: Annotated[
+        bool,
+        typer.Option(help="send the requests of one session (X-Session-Id header, else `user`) to one engine slot"),
+    ] = True,
+    strict_model_names: Annotated[
+        bool,
+        typer.Option(
+            help="answer 404 for a `model` that is not the served model's id, path or file name "
+            "(default: serve any name, as llama-server does, and answer with the served id)"
+        ),
+    ] = False,
+    max_header_bytes: Annotated[
+        int, typer.Option(help="request line and headers of one request, in bytes (431 or 400 beyond)")
+    ] = 64 * 1024,
     max_headers: Annotated[int, typer.Option(help="header lines of one request (431 beyond)")] = 100,
-    header_timeout: Annotated[float, typer.Option(
-        help="seconds a connection has to send a whole request head (408, closed)")] = 10.0,
-    body_timeout: Annotated[float, typer.Option(
-        help="seconds a client has to send the whole request body (408)")] = 60.0,
-    keep_alive_timeout: Annotated[float, typer.Option(
-        help="seconds an idle kept-alive connection stays open")] = 5.0,
-    http: Annotated[str, typer.Option(
-        help="uvicorn's HTTP implementation: auto (httptools when installed), httptools or h11; "
-             "the header limits hold for both")] = "auto",
+    header_timeout: Annotated[
+        float, typer.Option(help="seconds a connection has to send a whole request head (408, closed)")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="seconds a client has to send the whole request body (408)")
+    ] = 60.0,
+    keep_alive_timeout: Annotated[float, typer.Option(help="seconds an idle kept-alive connection stays open")] = 5.0,
+    http: Annotated[
+        str,
+        typer.Option(
+            help="uvicorn's HTTP implementation: auto (httptools when installed), httptools or h11; "
+            "the header limits hold for both"
+        ),
+    ] = "auto",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
-    access_log: Annotated[bool, typer.Option(
-        help="one line per request on stderr: id, key name, request, status, tokens, queue, "
-             "TTFT, duration (logger splitserve.access, whatever --log-level)")] = True,
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            help="one line per request on stderr: id, key name, request, status, tokens, queue, "
+            "TTFT, duration (logger splitserve.access, whatever --log-level)"
+        ),
+    ] = True,
 ) -> None:
     """Serve an OpenAI-compatible API in front of a llama-server (chat template and tool calls in Python).
 
@@ -87,16 +115,27 @@ def serve_cmd(
             get_format(model_format)
     keys = KeyRing.build(api_key or os.environ.get("SPLITSERVE_API_KEY"), keys_file)
     config = GatewayConfig(
-        engine_url=engine, host=host, port=port, keys=keys, model_format=model_format,
+        engine_url=engine,
+        host=host,
+        port=port,
+        keys=keys,
+        model_format=model_format,
         model_name=model_name,
         chat_template=load_template(chat_template) if chat_template else None,
         engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
-        max_concurrent=max_concurrent, max_queue=max_queue,
-        max_body_bytes=max_body_bytes, test_hooks=test_hooks,
-        restore_reasoning=restore_reasoning, slot_affinity=slot_affinity,
-        strict_model_names=strict_model_names, max_header_bytes=max_header_bytes,
-        max_headers=max_headers, header_timeout=header_timeout, body_timeout=body_timeout,
-        keep_alive_timeout=keep_alive_timeout)
+        max_concurrent=max_concurrent,
+        max_queue=max_queue,
+        max_body_bytes=max_body_bytes,
+        test_hooks=test_hooks,
+        restore_reasoning=restore_reasoning,
+        slot_affinity=slot_affinity,
+        strict_model_names=strict_model_names,
+        max_header_bytes=max_header_bytes,
+        max_headers=max_headers,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        keep_alive_timeout=keep_alive_timeout,
+    )
     if max_header_bytes < 1024 or max_headers < 8:
         raise UsageError("--max-header-bytes must be at least 1024 and --max-headers at least 8")
     if min(header_timeout, body_timeout, keep_alive_timeout) <= 0:
@@ -110,8 +149,10 @@ def serve_cmd(
     if not engine.startswith(("http://", "https://")):
         raise UsageError(f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080")
     require_auth_off_loopback(host, keys)
-    console.print(f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}"
-                  f"{' (auth on)' if keys.enabled else ''}", markup=False)
+    console.print(
+        f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}{' (auth on)' if keys.enabled else ''}",
+        markup=False,
+    )
     serve(config, log_level=log_level, http=http, access_log=access_log)
 
 
@@ -137,16 +178,28 @@ def doctor_tools_cmd(
     url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible endpoint")],
     model: Annotated[str | None, typer.Option(help="model id (default: the first of /v1/models)")] = None,
     api_key: Annotated[str | None, typer.Option(help="API key for the endpoint")] = None,
-    force_template: Annotated[Path | None, typer.Option(
-        help="splitserve gateway with --test-hooks only: force each answer to what this "
-             "chat template writes for the expected reply (exercises parsing with any model)")] = None,
-    force_prefill: Annotated[Path | None, typer.Option(
-        help="llama-server's own endpoint: send what this chat template writes for the expected "
-             "reply as a final assistant message to continue, and force end of sequence, so "
-             "llama-server's own parser reads it (exercises its parsing with any model)")] = None,
-    raw: Annotated[bool, typer.Option(
-        help="llama-server only: ask for its verbose field and keep the raw generated text and "
-             "the chat format it parsed with in the report")] = False,
+    force_template: Annotated[
+        Path | None,
+        typer.Option(
+            help="splitserve gateway with --test-hooks only: force each answer to what this "
+            "chat template writes for the expected reply (exercises parsing with any model)"
+        ),
+    ] = None,
+    force_prefill: Annotated[
+        Path | None,
+        typer.Option(
+            help="llama-server's own endpoint: send what this chat template writes for the expected "
+            "reply as a final assistant message to continue, and force end of sequence, so "
+            "llama-server's own parser reads it (exercises its parsing with any model)"
+        ),
+    ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            help="llama-server only: ask for its verbose field and keep the raw generated text and "
+            "the chat format it parsed with in the report"
+        ),
+    ] = False,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write the report here")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 120.0,
@@ -159,22 +212,29 @@ def doctor_tools_cmd(
     from ..gateway._doctor import probe_tools, report_markdown
 
     if force_template and force_prefill:
-        raise UsageError("--force-template and --force-prefill exclude each other: the first "
-                         "is for a splitserve gateway, the second for llama-server itself")
+        raise UsageError(
+            "--force-template and --force-prefill exclude each other: the first "
+            "is for a splitserve gateway, the second for llama-server itself"
+        )
     path = force_template or force_prefill
     try:
         text = path.read_text() if path else None
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror}; pass an existing template file") from None
-    report = probe_tools(url, model=model, api_key=api_key,
-                         force_template=text if force_template else None,
-                         prefill_template=text if force_prefill else None,
-                         timeout=timeout, max_tokens=max_tokens, raw=raw)
+    report = probe_tools(
+        url,
+        model=model,
+        api_key=api_key,
+        force_template=text if force_template else None,
+        prefill_template=text if force_prefill else None,
+        timeout=timeout,
+        max_tokens=max_tokens,
+        raw=raw,
+    )
     for check in report.checks:
         mark = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[check.status]
         console.print(f"{mark}  {check.name:<12} {check.detail}", markup=False)
-    console.print(f"{report.passed}/{len(report.checks)} passed ({report.url}, model "
-                  f"{report.model})", markup=False)
+    console.print(f"{report.passed}/{len(report.checks)} passed ({report.url}, model {report.model})", markup=False)
     if markdown:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(report_markdown(report))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -27,9 +27,9 @@ from ..chat import (
 from ._app import app, make_console, maps_errors
 
 template_app = typer.Typer(
-    help="Read, render, check and transplant chat templates.\n\n"
-         "Example: splitserve template check --model model.gguf",
-    no_args_is_help=True)
+    help="Read, render, check and transplant chat templates.\n\nExample: splitserve template check --model model.gguf",
+    no_args_is_help=True,
+)
 app.add_typer(template_app, name="template")
 console = make_console()
 err = make_console(stderr=True)
@@ -48,8 +48,7 @@ def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(_read_text(path, what))
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} {path}: not valid JSON (line {exc.lineno}: {exc.msg})"
-                         ) from None
+        raise UsageError(f"{what} {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
 
 def _template_from(path: Path, name: str | None = None) -> str:
@@ -59,13 +58,12 @@ def _template_from(path: Path, name: str | None = None) -> str:
         key = name or "default"
         if key not in templates:
             have = ", ".join(templates) or "none"
-            raise UsageError(f"{path}: no embedded chat template {key!r} (found: {have}); "
-                             "pass --template FILE")
+            raise UsageError(f"{path}: no embedded chat template {key!r} (found: {have}); pass --template FILE")
         return templates[key]
     return _read_text(path, "template")
 
 
-def _pick_template(template: Optional[Path], model: Optional[Path], name: Optional[str]) -> str:
+def _pick_template(template: Path | None, model: Path | None, name: str | None) -> str:
     if (template is None) == (model is None):
         raise UsageError("give exactly one of --template FILE or --model MODEL.gguf")
     if model is not None:
@@ -76,19 +74,18 @@ def _pick_template(template: Optional[Path], model: Optional[Path], name: Option
     return _template_from(template, name)
 
 
-def _tools_from(path: Optional[Path]) -> list[dict[str, Any]] | None:
+def _tools_from(path: Path | None) -> list[dict[str, Any]] | None:
     if path is None:
         return None
     data = _read_json(path, "tools file")
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
     if not isinstance(data, list):
-        raise UsageError(f"tools file {path}: expected a JSON list of tools "
-                         "(or an object with \"tools\")")
+        raise UsageError(f'tools file {path}: expected a JSON list of tools (or an object with "tools")')
     return data
 
 
-def _kwargs_from(text: Optional[str]) -> dict[str, Any]:
+def _kwargs_from(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
@@ -100,17 +97,17 @@ def _kwargs_from(text: Optional[str]) -> dict[str, Any]:
     return data
 
 
-TemplateOpt = Annotated[Optional[Path], typer.Option("--template", help="a .jinja file")]
-ModelOpt = Annotated[Optional[Path], typer.Option("--model", help="a .gguf whose template to use")]
-NameOpt = Annotated[Optional[str], typer.Option("--name", help="a named alternate (tool_use, ...)")]
-KwargsOpt = Annotated[Optional[str], typer.Option("--kwargs", help="template variables as JSON")]
+TemplateOpt = Annotated[Path | None, typer.Option("--template", help="a .jinja file")]
+ModelOpt = Annotated[Path | None, typer.Option("--model", help="a .gguf whose template to use")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="a named alternate (tool_use, ...)")]
+KwargsOpt = Annotated[str | None, typer.Option("--kwargs", help="template variables as JSON")]
 
 
 @template_app.command("extract")
 @maps_errors
 def extract_cmd(
     model: Annotated[Path, typer.Argument(help="the .gguf model")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="write to this file")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write to this file")] = None,
     name: NameOpt = None,
     list_names: Annotated[bool, typer.Option("--list", help="list the embedded templates")] = False,
 ) -> None:
@@ -134,12 +131,13 @@ def extract_cmd(
 @template_app.command("render")
 @maps_errors
 def render_cmd(
-    messages: Annotated[Path, typer.Option("--messages", help="JSON list of messages, or a "
-                                           "request body with messages (and tools)")],
+    messages: Annotated[
+        Path, typer.Option("--messages", help="JSON list of messages, or a request body with messages (and tools)")
+    ],
     template: TemplateOpt = None,
     model: ModelOpt = None,
     name: NameOpt = None,
-    tools: Annotated[Optional[Path], typer.Option("--tools", help="JSON list of tools")] = None,
+    tools: Annotated[Path | None, typer.Option("--tools", help="JSON list of tools")] = None,
     kwargs: KwargsOpt = None,
     generation_prompt: Annotated[bool, typer.Option(help="end with the assistant header")] = True,
 ) -> None:
@@ -156,8 +154,7 @@ def render_cmd(
         data = data.get("messages")
     if not isinstance(data, list):
         raise UsageError(f"messages file {messages}: expected a JSON list of messages")
-    prompt = render_chat(text, data, tool_list, add_generation_prompt=generation_prompt,
-                         **_kwargs_from(kwargs))
+    prompt = render_chat(text, data, tool_list, add_generation_prompt=generation_prompt, **_kwargs_from(kwargs))
     sys.stdout.write(prompt)
     if not prompt.endswith("\n"):
         sys.stdout.write("\n")
@@ -183,11 +180,13 @@ def check_cmd(
     template: TemplateOpt = None,
     model: ModelOpt = None,
     name: NameOpt = None,
-    fmt: Annotated[Optional[str], typer.Option("--format", help="tool-call format (default: "
-                                               "detected from the template)")] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="tool-call format (default: detected from the template)")
+    ] = None,
     kwargs: KwargsOpt = None,
-    strict: Annotated[bool, typer.Option(help="also fail a template that has no tool-call format "
-                                         "(only rendering could be checked)")] = False,
+    strict: Annotated[
+        bool, typer.Option(help="also fail a template that has no tool-call format (only rendering could be checked)")
+    ] = False,
 ) -> None:
     """Render canonical conversations and check each reads back as written.
 
@@ -200,8 +199,7 @@ def check_cmd(
     """
     text = _pick_template(template, model, name)
     fmt_name = fmt or detect_format(text)
-    results = check_template(text, get_format(fmt_name) if fmt_name else None,
-                             _kwargs_from(kwargs))
+    results = check_template(text, get_format(fmt_name) if fmt_name else None, _kwargs_from(kwargs))
     if not _report(results, fmt_name) or (strict and not fmt_name):
         raise typer.Exit(1)
 
@@ -216,8 +214,14 @@ def formats_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON
     """
     from ..chat import list_formats
 
-    rows = [{"name": f.name, "reasoning": [f.reasoning.open, f.reasoning.close] if f.reasoning else None,
-             "end_markers": list(f.end_markers)} for f in list_formats()]
+    rows = [
+        {
+            "name": f.name,
+            "reasoning": [f.reasoning.open, f.reasoning.close] if f.reasoning else None,
+            "end_markers": list(f.end_markers),
+        }
+        for f in list_formats()
+    ]
     rows.append({"name": "plain", "reasoning": None, "end_markers": []})
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -236,8 +240,7 @@ def transplant_cmd(
     donor: Annotated[Path, typer.Option("--donor", help="the template to take blocks from")],
     recipe: Annotated[str, typer.Option("--recipe", help="a shipped recipe name or a .toml")],
     output: Annotated[Path, typer.Option("-o", "--output", help="where to write the result")],
-    verify: Annotated[bool, typer.Option(help="check the result renders the canonical "
-                                         "conversations")] = True,
+    verify: Annotated[bool, typer.Option(help="check the result renders the canonical conversations")] = True,
 ) -> None:
     """Build a hybrid template: the base with the recipe's blocks taken from the donor.
 
@@ -247,33 +250,37 @@ def transplant_cmd(
     Example: splitserve template transplant --base MiniMax-M3.jinja --donor MiniMax-M2.jinja --recipe minimax-m3-hybrid -o MiniMax-M3-hybrid.jinja
     """
     r = load_recipe(recipe)
-    result = transplant(_template_from(base), _template_from(donor), r, str(base),
-                        str(donor))
+    result = transplant(_template_from(base), _template_from(donor), r, str(base), str(donor))
     fmt_name = r.format or detect_format(result)
-    results = check_template(result, get_format(fmt_name) if fmt_name else None) \
-        if verify else []
+    results = check_template(result, get_format(fmt_name) if fmt_name else None) if verify else []
     if results and not _report(results, fmt_name):
-        err.print("splitserve: error: the transplanted template fails the check above; "
-                  f"{output} not written", markup=False)
+        err.print(
+            f"splitserve: error: the transplanted template fails the check above; {output} not written", markup=False
+        )
         raise typer.Exit(1)
     output.write_text(result, encoding="utf-8")
-    err.print(f"wrote {output}: recipe {r.name}, {len(r.blocks)} blocks replaced, "
-              f"format {fmt_name or 'unknown'}")
+    err.print(f"wrote {output}: recipe {r.name}, {len(r.blocks)} blocks replaced, format {fmt_name or 'unknown'}")
 
 
 @app.command("parse")
 @maps_errors
 def parse_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="tool-call format: " + ", ".join(
-        f.name for f in list_formats()))],
-    tools: Annotated[Optional[Path], typer.Option("--tools", help="JSON list of tools "
-                                                  "(their schemas type the arguments)")] = None,
-    prefilled: Annotated[Optional[bool], typer.Option(
-        "--prefilled/--not-prefilled", help="the prompt ended with the reasoning opener "
-        "(default: pre-filled for a format whose prompts always pre-fill it, such as minimax-m2; "
-        "else decided by the output: text before a bare closer is reasoning)")] = None,
-    warnings: Annotated[bool, typer.Option("--warnings", help="also print parser warnings "
-                                           "on stderr")] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="tool-call format: " + ", ".join(f.name for f in list_formats()))
+    ],
+    tools: Annotated[
+        Path | None, typer.Option("--tools", help="JSON list of tools (their schemas type the arguments)")
+    ] = None,
+    prefilled: Annotated[
+        bool | None,
+        typer.Option(
+            "--prefilled/--not-prefilled",
+            help="the prompt ended with the reasoning opener "
+            "(default: pre-filled for a format whose prompts always pre-fill it, such as minimax-m2; "
+            "else decided by the output: text before a bare closer is reasoning)",
+        ),
+    ] = None,
+    warnings: Annotated[bool, typer.Option("--warnings", help="also print parser warnings on stderr")] = False,
 ) -> None:
     """Parse raw model output from stdin; print content, reasoning and tool calls as JSON.
 

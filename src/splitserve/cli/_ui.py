@@ -18,11 +18,13 @@ def dashboard_url(config: Path | None, name: str | None) -> str:
     root = find_state_root(name, cluster_state_dir(load_spec(config)) if config else None)
     state = read_state(root)
     if state is None:
-        raise NotRunningError(f"cluster {root.name} is not running (no state in {root}); start it with "
-                              "`splitserve up -c FILE`")
+        raise NotRunningError(
+            f"cluster {root.name} is not running (no state in {root}); start it with `splitserve up -c FILE`"
+        )
     if state.gateway is None:
-        raise NotRunningError(f"cluster {state.name} runs no gateway (gateway.enabled = false); the "
-                              "dashboard is served by the gateway")
+        raise NotRunningError(
+            f"cluster {state.name} runs no gateway (gateway.enabled = false); the dashboard is served by the gateway"
+        )
     return state.endpoint.rstrip("/") + "/ui"
 
 

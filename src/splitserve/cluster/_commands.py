@@ -96,9 +96,11 @@ SPEC_FLAGS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "spec_draft_sampling": ("--spec-draft-sampling", DRAFT_TYPES),
     "spec_draft_ngl": ("--spec-draft-ngl", DRAFT_TYPES),
     "spec_draft_device": ("--spec-draft-device", DRAFT_TYPES),
-    **{f"spec_ngram_{t.removeprefix('ngram-').replace('-', '_')}_{p}":
-       (f"--spec-{t}-{p.replace('_', '-')}", (t,))
-       for t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v") for p in ("size_n", "size_m", "min_hits")},
+    **{
+        f"spec_ngram_{t.removeprefix('ngram-').replace('-', '_')}_{p}": (f"--spec-{t}-{p.replace('_', '-')}", (t,))
+        for t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v")
+        for p in ("size_n", "size_m", "min_hits")
+    },
     "spec_ngram_mod_n_match": ("--spec-ngram-mod-n-match", ("ngram-mod",)),
     "spec_ngram_mod_n_min": ("--spec-ngram-mod-n-min", ("ngram-mod",)),
     "spec_ngram_mod_n_max": ("--spec-ngram-mod-n-max", ("ngram-mod",)),
@@ -156,8 +158,9 @@ def model_architecture(model: Path) -> str | None:
     return _arch_of(str(model), mtime)
 
 
-def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | None = None,
-                architecture: str | None = None) -> list[str]:
+def server_argv(
+    engine: Engine, spec: ClusterSpec, tensor_split: list[float] | None = None, architecture: str | None = None
+) -> list[str]:
     """llama-server's command line: the RPC workers, all layers offloaded, the spec's options.
 
     ``architecture`` (default: read from the model's header when the file exists) turns on what
@@ -167,16 +170,25 @@ def server_argv(engine: Engine, spec: ClusterSpec, tensor_split: list[float] | N
     arch = architecture or model_architecture(spec.model)
     argv = [
         str(engine.path("server")),
-        "--model", str(spec.model),
-        "--host", s.host,
-        "--port", str(s.port),
-        "--rpc", ",".join(rpc_endpoint(w) for w in spec.workers),
-        "-ngl", str(s.n_gpu_layers),
-        "--split-mode", s.split_mode,
-        "--ctx-size", str(s.ctx_size),
-        "--parallel", str(s.parallel),
+        "--model",
+        str(spec.model),
+        "--host",
+        s.host,
+        "--port",
+        str(s.port),
+        "--rpc",
+        ",".join(rpc_endpoint(w) for w in spec.workers),
+        "-ngl",
+        str(s.n_gpu_layers),
+        "--split-mode",
+        s.split_mode,
+        "--ctx-size",
+        str(s.ctx_size),
+        "--parallel",
+        str(s.parallel),
         # Per-device model / KV / compute buffer sizes in the log (read by `status`).
-        "--verbosity", "4",
+        "--verbosity",
+        "4",
         # Prometheus metrics at /metrics: relayed by the gateway, read by `status` (spec_decode_*).
         "--metrics",
     ]
@@ -235,8 +247,22 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None
     ``port``: the port `up` chose when the spec gives none (default: the spec's, else 8000)."""
     g = spec.gateway
     port = port or g.port or default_gateway_port(spec)
-    argv = [sys.executable, "-m", "splitserve", "serve", "--engine", engine_url, "--host", g.host,
-            "--port", str(port), "--max-concurrent", str(g.max_concurrent), "--max-queue", str(g.max_queue)]
+    argv = [
+        sys.executable,
+        "-m",
+        "splitserve",
+        "serve",
+        "--engine",
+        engine_url,
+        "--host",
+        g.host,
+        "--port",
+        str(port),
+        "--max-concurrent",
+        str(g.max_concurrent),
+        "--max-queue",
+        str(g.max_queue),
+    ]
     if g.model_format:
         argv += ["--model-format", g.model_format]
     template = g.chat_template_file or spec.server.chat_template_file
@@ -258,8 +284,9 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None
         env["SPLITSERVE_API_KEY"] = g.api_key
     if spec.server.api_key:
         env["SPLITSERVE_ENGINE_API_KEY"] = spec.server.api_key
-    return ProcessPlan(node="gateway", role="gateway", host="local", argv=argv, env=env, bind=g.host,
-                       port=port, log=log)
+    return ProcessPlan(
+        node="gateway", role="gateway", host="local", argv=argv, env=env, bind=g.host, port=port, log=log
+    )
 
 
 def cluster_state_dir(spec: ClusterSpec) -> Path:
@@ -268,8 +295,13 @@ def cluster_state_dir(spec: ClusterSpec) -> Path:
     return spec.state_dir or state_dir() / spec.name
 
 
-def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: list[float] | None = None,
-                gateway_port: int | None = None, architecture: str | None = None) -> LaunchPlan:
+def launch_plan(
+    spec: ClusterSpec,
+    engines: dict[str, Engine],
+    tensor_split: list[float] | None = None,
+    gateway_port: int | None = None,
+    architecture: str | None = None,
+) -> LaunchPlan:
     """The processes for ``spec``; ``engines`` maps node name (``head`` or a worker) to its engine;
     ``gateway_port`` is the port `up` picked when the spec gives none."""
     root = cluster_state_dir(spec)
@@ -278,20 +310,40 @@ def launch_plan(spec: ClusterSpec, engines: dict[str, Engine], tensor_split: lis
     for w in spec.workers:
         eng = engines[w.name]
         # A remote worker's log lives on its own node, under its workdir.
-        log = (Path(f"{w.workdir.rstrip('/')}/clusters/{spec.name}/logs/{w.name}.log") if w.remote
-               else logs / f"{w.name}.log")
-        workers.append(ProcessPlan(node=w.name, role="rpc", host=w.host, argv=rpc_argv(eng, w),
-                                   env=_library_env(eng, w.env), bind=w.bind, port=w.port, log=log))
+        log = (
+            Path(f"{w.workdir.rstrip('/')}/clusters/{spec.name}/logs/{w.name}.log")
+            if w.remote
+            else logs / f"{w.name}.log"
+        )
+        workers.append(
+            ProcessPlan(
+                node=w.name,
+                role="rpc",
+                host=w.host,
+                argv=rpc_argv(eng, w),
+                env=_library_env(eng, w.env),
+                bind=w.bind,
+                port=w.port,
+                log=log,
+            )
+        )
     head_engine = engines["head"]
-    head = ProcessPlan(node="head", role="server", host=spec.head.host,
-                       argv=server_argv(head_engine, spec, tensor_split, architecture),
-                       env=_library_env(head_engine, spec.server.env), bind=spec.server.host,
-                       port=spec.server.port, log=logs / "head.log")
+    head = ProcessPlan(
+        node="head",
+        role="server",
+        host=spec.head.host,
+        argv=server_argv(head_engine, spec, tensor_split, architecture),
+        env=_library_env(head_engine, spec.server.env),
+        bind=spec.server.host,
+        port=spec.server.port,
+        log=logs / "head.log",
+    )
     engine_url = base_url(spec.server.host, spec.server.port)
     gateway = gateway_plan(spec, engine_url, logs / "gateway.log", gateway_port) if spec.gateway.enabled else None
     endpoint = base_url(gateway.bind, gateway.port) if gateway else engine_url
-    return LaunchPlan(workers=workers, head=head, state_dir=root, endpoint=endpoint,
-                      engine_endpoint=engine_url, gateway=gateway)
+    return LaunchPlan(
+        workers=workers, head=head, state_dir=root, endpoint=endpoint, engine_endpoint=engine_url, gateway=gateway
+    )
 
 
 def process_env(plan: ProcessPlan) -> dict[str, str]:

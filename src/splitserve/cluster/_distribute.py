@@ -81,9 +81,16 @@ def node_engine(worker: WorkerSpec, local: Engine | None, path: str | None = Non
     """The engine of a remote worker as seen *on that node* (paths are the node's)."""
     if path is not None:
         rpc = "ggml-rpc-server"
-        return Engine(root=Path(path), bin_dir=Path(path),
-                      provenance={"key": f"{worker.name}:{path}", "backend": "unknown",
-                                  "binaries": {"rpc_server": rpc}, "node_path": path})
+        return Engine(
+            root=Path(path),
+            bin_dir=Path(path),
+            provenance={
+                "key": f"{worker.name}:{path}",
+                "backend": "unknown",
+                "binaries": {"rpc_server": rpc},
+                "node_path": path,
+            },
+        )
     assert local is not None
     where = remote_engine_dir(worker, local.key)
     prov = dict(local.provenance)
@@ -107,8 +114,10 @@ def _remote_sums(transport: object, folder: str, names: list[str]) -> dict[str, 
     from ._ssh import sh_path
 
     files = " ".join(shlex.quote(n) for n in names)
-    res = transport.run(f"cd {sh_path(folder)} 2>/dev/null && sha256sum {files} 2>/dev/null; true",  # type: ignore[attr-defined]
-                        check=False)
+    res = transport.run(
+        f"cd {sh_path(folder)} 2>/dev/null && sha256sum {files} 2>/dev/null; true",  # type: ignore[attr-defined]
+        check=False,
+    )
     sums = {}
     for line in res.stdout.decode().splitlines():
         parts = line.split(None, 1)
@@ -127,14 +136,19 @@ def check_node_engine(spec: ClusterSpec, worker: WorkerSpec, engine: Engine, tra
     want = local_manifest(local)
     have = _remote_sums(transport, str(engine.bin_dir), list(want))
     if not have:
-        return EngineCheck(worker.name, False, False, engine.rpc_protocol,
-                           f"no copy in {engine.bin_dir}")
+        return EngineCheck(worker.name, False, False, engine.rpc_protocol, f"no copy in {engine.bin_dir}")
     diff = sorted(n for n in want if have.get(n) != want[n])
     if diff:
-        return EngineCheck(worker.name, True, False, engine.rpc_protocol,
-                           f"{len(diff)} of {len(want)} files differ from the head's ({', '.join(diff[:3])})")
-    return EngineCheck(worker.name, True, True, engine.rpc_protocol,
-                       f"{len(want)} files match the head's build (sha256)")
+        return EngineCheck(
+            worker.name,
+            True,
+            False,
+            engine.rpc_protocol,
+            f"{len(diff)} of {len(want)} files differ from the head's ({', '.join(diff[:3])})",
+        )
+    return EngineCheck(
+        worker.name, True, True, engine.rpc_protocol, f"{len(want)} files match the head's build (sha256)"
+    )
 
 
 PROBE_SCRIPT = r"""
@@ -166,8 +180,9 @@ def _probe_own_build(worker: WorkerSpec, path: str, transport: object) -> Engine
         return EngineCheck(worker.name, False, None, None, f"no ggml-rpc-server in {path}")
     binary = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("BINARY ")), "ggml-rpc-server")
     proto = next((ln.rsplit(" v", 1)[1] for ln in out.splitlines() if ln.startswith("RPC server v")), None)
-    return EngineCheck(worker.name, True, None, proto,
-                       f"{binary} in {path}, RPC protocol {proto or 'unknown (it printed no version)'}")
+    return EngineCheck(
+        worker.name, True, None, proto, f"{binary} in {path}, RPC protocol {proto or 'unknown (it printed no version)'}"
+    )
 
 
 def copy_engine(worker: WorkerSpec, engine: Engine, transport: object) -> int:
@@ -182,19 +197,29 @@ def copy_engine(worker: WorkerSpec, engine: Engine, transport: object) -> int:
     tar = subprocess.run(["tar", "-C", str(source), "-cf", "-", *want], capture_output=True, check=False)
     if tar.returncode != 0:
         raise ClusterError(f"cannot pack the engine in {source}: {tar.stderr.decode().strip()[:200]}")
-    transport.run(f"rm -rf {sh_path(tmp)} && mkdir -p {sh_path(tmp)} && tar -C {sh_path(tmp)} -xf -",  # type: ignore[attr-defined]
-                  input=tar.stdout, timeout=600)
+    transport.run(
+        f"rm -rf {sh_path(tmp)} && mkdir -p {sh_path(tmp)} && tar -C {sh_path(tmp)} -xf -",  # type: ignore[attr-defined]
+        input=tar.stdout,
+        timeout=600,
+    )
     have = _remote_sums(transport, tmp, list(want))
     bad = sorted(n for n in want if have.get(n) != want[n])
     if bad:
-        raise NodeError(worker.name, f"the engine copied to {tmp} does not match the head's build "
-                        f"({', '.join(bad[:3])}): check the disk on {worker.host}")
+        raise NodeError(
+            worker.name,
+            f"the engine copied to {tmp} does not match the head's build "
+            f"({', '.join(bad[:3])}): check the disk on {worker.host}",
+        )
     transport.run(f"rm -rf {sh_path(dest)} && mv {sh_path(tmp)} {sh_path(dest)}")  # type: ignore[attr-defined]
     return len(tar.stdout)
 
 
-def prepare_engines(spec: ClusterSpec, engines: dict[str, Engine], transport_of: Callable[[WorkerSpec], object],
-                    emit: Callable[[str, str], None]) -> dict[str, Engine]:
+def prepare_engines(
+    spec: ClusterSpec,
+    engines: dict[str, Engine],
+    transport_of: Callable[[WorkerSpec], object],
+    emit: Callable[[str, str], None],
+) -> dict[str, Engine]:
     """Make every remote worker's engine ready: copy where missing or different, verify; probe
     own builds (their binary name and protocol). Returns the engines to launch with."""
     out = dict(engines)
@@ -207,12 +232,18 @@ def prepare_engines(spec: ClusterSpec, engines: dict[str, Engine], transport_of:
         check = check_node_engine(spec, w, eng, transport)
         if eng.provenance.get("node_path"):
             if not check.present:
-                raise NodeError(w.name, f"{check.detail} on {w.host}: build llama.cpp there with -DGGML_RPC=ON "
-                                "or remove the worker's `engine` to copy the head's")
+                raise NodeError(
+                    w.name,
+                    f"{check.detail} on {w.host}: build llama.cpp there with -DGGML_RPC=ON "
+                    "or remove the worker's `engine` to copy the head's",
+                )
             if check.protocol and head_proto and check.protocol != head_proto:
-                raise NodeError(w.name, f"RPC protocol {check.protocol} of the build in "
-                                f"{eng.provenance['node_path']} differs from the head's {head_proto}: "
-                                "build the same llama.cpp version on every node")
+                raise NodeError(
+                    w.name,
+                    f"RPC protocol {check.protocol} of the build in "
+                    f"{eng.provenance['node_path']} differs from the head's {head_proto}: "
+                    "build the same llama.cpp version on every node",
+                )
             binary = check.detail.split()[0]
             prov = dict(eng.provenance, binaries={"rpc_server": binary})
             if check.protocol:
@@ -248,5 +279,14 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return buf
 
 
-__all__ = ["EngineCheck", "check_node_engine", "copy_engine", "engine_files", "is_engine_path", "local_manifest",
-           "node_engine", "prepare_engines", "rpc_hello"]
+__all__ = [
+    "EngineCheck",
+    "check_node_engine",
+    "copy_engine",
+    "engine_files",
+    "is_engine_path",
+    "local_manifest",
+    "node_engine",
+    "prepare_engines",
+    "rpc_hello",
+]

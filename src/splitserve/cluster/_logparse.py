@@ -19,7 +19,8 @@ MIB = 1024 * 1024
 
 _BUFFER = re.compile(
     r"(?P<dev>[A-Za-z][\w.-]*(?:\[[^\]]*\])?)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
-    r"(?P<mib>[\d.]+)\s*MiB")
+    r"(?P<mib>[\d.]+)\s*MiB"
+)
 _RPC_DEV = re.compile(r"^RPC(?P<idx>\d+)\[(?P<endpoint>[^\]]+)\]$")
 
 
@@ -46,10 +47,16 @@ class DeviceMemory:
         return self.model_bytes + self.kv_bytes + self.compute_bytes + self.output_bytes + self.other_bytes
 
     def as_dict(self) -> dict[str, object]:
-        return {"device": self.device, "endpoint": self.endpoint, "model_bytes": self.model_bytes,
-                "kv_bytes": self.kv_bytes, "compute_bytes": self.compute_bytes,
-                "output_bytes": self.output_bytes, "other_bytes": self.other_bytes,
-                "total_bytes": self.total_bytes}
+        return {
+            "device": self.device,
+            "endpoint": self.endpoint,
+            "model_bytes": self.model_bytes,
+            "kv_bytes": self.kv_bytes,
+            "compute_bytes": self.compute_bytes,
+            "output_bytes": self.output_bytes,
+            "other_bytes": self.other_bytes,
+            "total_bytes": self.total_bytes,
+        }
 
 
 @dataclass
@@ -90,8 +97,10 @@ def parse_load_report(text: str) -> LoadReport:
 
 
 _STAGES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"llama_model_loader: loaded meta data with (\d+) key-value pairs and (\d+) tensors"),
-     "read the model's metadata ({2} tensors)"),
+    (
+        re.compile(r"llama_model_loader: loaded meta data with (\d+) key-value pairs and (\d+) tensors"),
+        "read the model's metadata ({2} tensors)",
+    ),
     (re.compile(r"load_tensors: loading model tensors"), "loading tensors"),
     (re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers"), "offloaded {1}/{2} layers"),
     (re.compile(r"model buffer size"), "sending weights to the devices"),
@@ -111,8 +120,12 @@ def load_progress(text: str) -> str | None:
         for m in pattern.finditer(text):
             if best is None or m.start() >= best[0]:
                 groups = m.groups()
-                best = (m.start(), label.replace("{1}", groups[0] if groups else "")
-                        .replace("{2}", groups[1] if len(groups) > 1 else ""))
+                best = (
+                    m.start(),
+                    label.replace("{1}", groups[0] if groups else "").replace(
+                        "{2}", groups[1] if len(groups) > 1 else ""
+                    ),
+                )
     return best[1] if best else None
 
 
@@ -135,20 +148,35 @@ class LoadWarning:
 # (kind, pattern, fix), from the pinned llama.cpp's own messages
 _WARNINGS: list[tuple[str, re.Pattern[str], str]] = [
     # src/models/minimax-m3.cpp: MSA needs flash attention ...
-    ("msa_dense_no_flash_attn", re.compile(r"MSA requires it -> running DENSE attention"),
-     'set server.flash_attn = "on" (--flash-attn on): MiniMax-M3\'s sparse attention runs only with it'),
+    (
+        "msa_dense_no_flash_attn",
+        re.compile(r"MSA requires it -> running DENSE attention"),
+        'set server.flash_attn = "on" (--flash-attn on): MiniMax-M3\'s sparse attention runs only with it',
+    ),
     # ... and one KV stream per slot
-    ("msa_dense_kv_unified", re.compile(r"MSA needs per-sequence streams|Drop --kv-unified to enable MSA"),
-     "drop --kv-unified (server.extra_args / LLAMA_ARG_KV_UNIFIED), or use server.parallel = 1"),
+    (
+        "msa_dense_kv_unified",
+        re.compile(r"MSA needs per-sequence streams|Drop --kv-unified to enable MSA"),
+        "drop --kv-unified (server.extra_args / LLAMA_ARG_KV_UNIFIED), or use server.parallel = 1",
+    ),
     # src/llama-context.cpp: --spec-type draft-mtp on a model without MTP layers
-    ("mtp_missing", re.compile(r"context type MTP requested but model doesn't contain MTP layers"),
-     "use a draftless type (server.speculation = \"ngram-mod\") or a GGUF with MTP layers (`splitserve plan`)"),
+    (
+        "mtp_missing",
+        re.compile(r"context type MTP requested but model doesn't contain MTP layers"),
+        'use a draftless type (server.speculation = "ngram-mod") or a GGUF with MTP layers (`splitserve plan`)',
+    ),
     # common/speculative.cpp: --spec-synth-*
-    ("synthetic_acceptance", re.compile(r"synthetic speculative acceptance is enabled for benchmarking"),
-     "remove server.spec_synth_len / spec_synth_rates to serve real output"),
+    (
+        "synthetic_acceptance",
+        re.compile(r"synthetic speculative acceptance is enabled for benchmarking"),
+        "remove server.spec_synth_len / spec_synth_rates to serve real output",
+    ),
     # common/speculative.cpp: a draft model of another tokenizer
-    ("draft_vocab", re.compile(r"draft model (vocab type|bos tokens|eos tokens) must match target model"),
-     "use a draft model with the same tokenizer as the model (server.draft_model)"),
+    (
+        "draft_vocab",
+        re.compile(r"draft model (vocab type|bos tokens|eos tokens) must match target model"),
+        "use a draft model with the same tokenizer as the model (server.draft_model)",
+    ),
 ]
 
 

@@ -165,7 +165,7 @@ def weight_shares(spec: ClusterSpec) -> dict[str, float]:
     shares: dict[str, float] = {}
     i = 0
     for w, n in zip(spec.workers, counts):
-        shares[w.name] = sum(split[i:i + n]) / total
+        shares[w.name] = sum(split[i : i + n]) / total
         i += n
     return shares
 
@@ -218,8 +218,8 @@ def _local_port_busy(bind: str, port: int) -> bool | None:
 
 # -- the checks ------------------------------------------------------------------------------
 
-def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
-               skip: Iterable[str] = ()) -> list[CheckRow]:
+
+def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None, skip: Iterable[str] = ()) -> list[CheckRow]:
     """Every preflight check for ``spec``; nothing is started or changed."""
     from ._run import resolve_engines
 
@@ -250,8 +250,15 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
             rows.extend(_per_node("ssh", nodes, "pass", f"{host} answers ({(time.perf_counter() - t0) * 1000:.0f} ms)"))
         except ClusterError as exc:
             facts[host] = None
-            rows.extend(_per_node("ssh", nodes, "fail", str(exc),
-                                 f"make `ssh {host} true` work without a prompt (ssh-copy-id {host}, ~/.ssh/config)"))
+            rows.extend(
+                _per_node(
+                    "ssh",
+                    nodes,
+                    "fail",
+                    str(exc),
+                    f"make `ssh {host} true` work without a prompt (ssh-copy-id {host}, ~/.ssh/config)",
+                )
+            )
 
     def host_of(w: WorkerSpec) -> str:
         return w.host if w.remote else "local"
@@ -265,9 +272,15 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
             continue
         if f.oom_killers:
             name = f.oom_killers[0]
-            rows.extend(_per_node("oom-killer", nodes, "fail",
-                                 f"{', '.join(f.oom_killers)} runs on {host}: it may SIGTERM llama.cpp while the model loads",
-                                 OOM_KILLERS.get(name, f"stop {name}")))
+            rows.extend(
+                _per_node(
+                    "oom-killer",
+                    nodes,
+                    "fail",
+                    f"{', '.join(f.oom_killers)} runs on {host}: it may SIGTERM llama.cpp while the model loads",
+                    OOM_KILLERS.get(name, f"stop {name}"),
+                )
+            )
         else:
             rows.extend(_per_node("oom-killer", nodes, "pass", "no earlyoom / systemd-oomd"))
     rows += _link_rows(spec, facts, host_of)
@@ -284,12 +297,24 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None,
                 continue
             nodes = node_of_host.get(host, [host])
             if f.uid == 0 or f.sudo:
-                rows.extend(_per_node("drop-caches", nodes, "pass",
-                                     f"page cache will be dropped ({'root' if f.uid == 0 else 'sudo -n'})"))
+                rows.extend(
+                    _per_node(
+                        "drop-caches",
+                        nodes,
+                        "pass",
+                        f"page cache will be dropped ({'root' if f.uid == 0 else 'sudo -n'})",
+                    )
+                )
             else:
-                rows.extend(_per_node("drop-caches", nodes, "warn",
-                                     f"drop_caches = true needs root or passwordless sudo on {host}; not available",
-                                     "allow `sudo -n tee /proc/sys/vm/drop_caches` there, or set drop_caches = false"))
+                rows.extend(
+                    _per_node(
+                        "drop-caches",
+                        nodes,
+                        "warn",
+                        f"drop_caches = true needs root or passwordless sudo on {host}; not available",
+                        "allow `sudo -n tee /proc/sys/vm/drop_caches` there, or set drop_caches = false",
+                    )
+                )
     return rows
 
 
@@ -299,8 +324,9 @@ def _per_node(check: str, nodes: list[str], status: str, message: str, fix: str 
     return [CheckRow(check, node, status, message, fix) for node in nodes]
 
 
-def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None],
-                 host_of: Any) -> list[CheckRow]:
+def _engine_rows(
+    spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None], host_of: Any
+) -> list[CheckRow]:
     from ._distribute import check_node_engine
     from ._transport import transport_for
 
@@ -321,9 +347,15 @@ def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str,
                 rows.append(CheckRow("engine", w.name, "fail", str(exc), "splitserve engine build"))
                 continue
             if proto and eng.rpc_protocol and eng.rpc_protocol != proto:
-                rows.append(CheckRow("engine", w.name, "fail",
-                                     f"RPC protocol {eng.rpc_protocol} differs from the head's {proto}",
-                                     "use one engine for every node (remove the worker's `engine`)"))
+                rows.append(
+                    CheckRow(
+                        "engine",
+                        w.name,
+                        "fail",
+                        f"RPC protocol {eng.rpc_protocol} differs from the head's {proto}",
+                        "use one engine for every node (remove the worker's `engine`)",
+                    )
+                )
             else:
                 rows.append(CheckRow("engine", w.name, "pass", f"{eng.key} (local)"))
             continue
@@ -338,14 +370,27 @@ def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str,
         own = eng.provenance.get("node_path")
         if own:
             if not found.present:
-                rows.append(CheckRow("engine", w.name, "fail", f"{found.detail} on {w.host}",
-                                     f"build llama.cpp with -DGGML_RPC=ON in {own} there, or remove `engine` "
-                                     "to have up copy the head's"))
+                rows.append(
+                    CheckRow(
+                        "engine",
+                        w.name,
+                        "fail",
+                        f"{found.detail} on {w.host}",
+                        f"build llama.cpp with -DGGML_RPC=ON in {own} there, or remove `engine` "
+                        "to have up copy the head's",
+                    )
+                )
             elif proto and found.protocol != proto:
-                rows.append(CheckRow("engine", w.name, "fail",
-                                     f"{found.detail}; the head speaks {proto}",
-                                     "build the head's llama.cpp version on that node, or remove `engine` "
-                                     "to have up copy the head's build"))
+                rows.append(
+                    CheckRow(
+                        "engine",
+                        w.name,
+                        "fail",
+                        f"{found.detail}; the head speaks {proto}",
+                        "build the head's llama.cpp version on that node, or remove `engine` "
+                        "to have up copy the head's build",
+                    )
+                )
             else:
                 rows.append(CheckRow("engine", w.name, "pass", found.detail))
         elif found.same:
@@ -357,17 +402,30 @@ def _engine_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str,
             try:
                 sent = copy_engine(w, eng, transport_for(w.host, spec.ssh))
             except SplitserveError as exc:
-                rows.append(CheckRow("engine", w.name, "fail", f"{found.detail}; copying the head's build failed: {exc}",
-                                     f"check the disk and write access of {w.workdir} on {w.host}"))
+                rows.append(
+                    CheckRow(
+                        "engine",
+                        w.name,
+                        "fail",
+                        f"{found.detail}; copying the head's build failed: {exc}",
+                        f"check the disk and write access of {w.workdir} on {w.host}",
+                    )
+                )
                 continue
-            rows.append(CheckRow("engine", w.name, "pass",
-                                 f"{found.detail}: {COPIED} to {w.host}:{eng.bin_dir} "
-                                 f"({sent / 1048576:.1f} MiB, sha256 verified)"))
+            rows.append(
+                CheckRow(
+                    "engine",
+                    w.name,
+                    "pass",
+                    f"{found.detail}: {COPIED} to {w.host}:{eng.bin_dir} ({sent / 1048576:.1f} MiB, sha256 verified)",
+                )
+            )
     return rows
 
 
-def _smoke_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None],
-                earlier: list[CheckRow]) -> list[CheckRow]:
+def _smoke_rows(
+    spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None], earlier: list[CheckRow]
+) -> list[CheckRow]:
     """The engine smoke test on every node with the engine it will run (see ._smoke)."""
     from ._smoke import ROLES, fix_for, local_report, node_check
     from ._transport import transport_for
@@ -383,55 +441,108 @@ def _smoke_rows(spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, 
         if ("engine", node) in failed:
             rows.append(CheckRow("smoke", node, "skip", "no usable engine", "fix the engine row first"))
             continue
-        missing = [r for r in ROLES if not (eng.bin_dir / str(eng.provenance.get("binaries", {}).get(r, "-"))).is_file()]
+        missing = [
+            r for r in ROLES if not (eng.bin_dir / str(eng.provenance.get("binaries", {}).get(r, "-"))).is_file()
+        ]
         if missing:
-            rows.append(CheckRow("smoke", node, "skip", f"engine {eng.key} has no {', '.join(missing)} binary",
-                                 "build one with `splitserve engine build` to have it tested"))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    node,
+                    "skip",
+                    f"engine {eng.key} has no {', '.join(missing)} binary",
+                    "build one with `splitserve engine build` to have it tested",
+                )
+            )
             continue
         if eng.key not in reports:
             reports[eng.key] = local_report(eng)
-        report, from_build = reports[eng.key]
+        report, _from_build = reports[eng.key]
         if isinstance(report, dict):  # the build's own, on this machine
-            rows.append(CheckRow("smoke", node, "pass",
-                                 f"{eng.key} passed its smoke test when built on this machine"
-                                 + (f" (CPU variant {report.get('cpu_variant')})" if report.get("cpu_variant") else "")))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    node,
+                    "pass",
+                    f"{eng.key} passed its smoke test when built on this machine"
+                    + (f" (CPU variant {report.get('cpu_variant')})" if report.get("cpu_variant") else ""),
+                )
+            )
             token = token or report.get("token")
         elif report.ok:
             rows.append(CheckRow("smoke", node, "pass", f"{eng.key}: {report.summary()}"))
             token = token or report.token
         else:
             bad = report.failed
-            rows.append(CheckRow("smoke", node, "fail", f"{eng.key} on this machine: {report.summary()}",
-                                 fix_for(eng, bad, "this machine")))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    node,
+                    "fail",
+                    f"{eng.key} on this machine: {report.summary()}",
+                    fix_for(eng, bad, "this machine"),
+                )
+            )
     head_ok = any(r.node == "head" and r.status == "pass" for r in rows)
     for w in spec.workers:
         if not w.remote:
             continue
         if facts.get(w.host) is None or ("engine", w.name) in failed or ("bind", w.name) in failed:
-            rows.append(CheckRow("smoke", w.name, "skip", "node, engine or bind address not usable",
-                                 "fix the rows above first"))
+            rows.append(
+                CheckRow("smoke", w.name, "skip", "node, engine or bind address not usable", "fix the rows above first")
+            )
             continue
         if not head_ok:
-            rows.append(CheckRow("smoke", w.name, "skip", "the head's engine did not pass its own smoke test",
-                                 "fix the head's smoke row first"))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    w.name,
+                    "skip",
+                    "the head's engine did not pass its own smoke test",
+                    "fix the head's smoke row first",
+                )
+            )
             continue
         if ("ports", w.name) in failed or probe_port(w.bind, w.port) != "closed":
-            rows.append(CheckRow("smoke", w.name, "skip", f"{w.bind}:{w.port} is taken: the test runs on that port",
-                                 "free the port (see the ports row)"))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    w.name,
+                    "skip",
+                    f"{w.bind}:{w.port} is taken: the test runs on that port",
+                    "free the port (see the ports row)",
+                )
+            )
             continue
         try:
             check = node_check(spec, w, engines[w.name], head, token, transport_for(w.host, spec.ssh))
         except SplitserveError as exc:
-            rows.append(CheckRow("smoke", w.name, "fail", f"could not run the smoke test on {w.host}: {exc}",
-                                 "check ssh and the engine folder on that node"))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    w.name,
+                    "fail",
+                    f"could not run the smoke test on {w.host}: {exc}",
+                    "check ssh and the engine folder on that node",
+                )
+            )
             continue
         if check.ok:
             variant = f", CPU variant {check.cpu_variant}" if check.cpu_variant else ""
-            rows.append(CheckRow("smoke", w.name, "pass",
-                                 f"ggml-rpc-server on {w.host} computed the head's token over {w.bind}:{w.port}{variant}"))
+            rows.append(
+                CheckRow(
+                    "smoke",
+                    w.name,
+                    "pass",
+                    f"ggml-rpc-server on {w.host} computed the head's token over {w.bind}:{w.port}{variant}",
+                )
+            )
         else:
-            rows.append(CheckRow("smoke", w.name, "fail", f"on {w.host}: {check.line()}",
-                                 fix_for(engines[w.name], check, w.host)))
+            rows.append(
+                CheckRow(
+                    "smoke", w.name, "fail", f"on {w.host}: {check.line()}", fix_for(engines[w.name], check, w.host)
+                )
+            )
     return rows
 
 
@@ -498,11 +609,25 @@ def _memory_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of:
             continue
         text = f"needs {_mib(want)} ({how}) vs {_mib(f.mem_available)} available on {host}"
         if want > f.mem_available:
-            rows.extend(_per_node("memory", nodes, "fail", text,
-                                 "move layers to a bigger node with server.tensor_split, or free memory there"))
+            rows.extend(
+                _per_node(
+                    "memory",
+                    nodes,
+                    "fail",
+                    text,
+                    "move layers to a bigger node with server.tensor_split, or free memory there",
+                )
+            )
         elif want > 0.9 * f.mem_available:
-            rows.extend(_per_node("memory", nodes, "warn", text + " (under 10% left for KV and compute)",
-                                 "lower ctx_size or shift server.tensor_split away from this node"))
+            rows.extend(
+                _per_node(
+                    "memory",
+                    nodes,
+                    "warn",
+                    text + " (under 10% left for KV and compute)",
+                    "lower ctx_size or shift server.tensor_split away from this node",
+                )
+            )
         else:
             rows.extend(_per_node("memory", nodes, "pass", text))
     return rows
@@ -522,13 +647,26 @@ def _link_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
             # measure the address on a port that nothing serves instead.
             rtt, _ = _connect_rtt_ms(w.bind, 9, tries=3)
         if rtt is None:
-            rows.append(CheckRow("link", w.name, "fail", f"cannot reach {w.bind}:{w.port} from the head: {why}",
-                                 "check the link's addresses and routes, and that no firewall drops the port"))
+            rows.append(
+                CheckRow(
+                    "link",
+                    w.name,
+                    "fail",
+                    f"cannot reach {w.bind}:{w.port} from the head: {why}",
+                    "check the link's addresses and routes, and that no firewall drops the port",
+                )
+            )
         elif rtt > RTT_WARN_MS:
-            rows.append(CheckRow("link", w.name, "warn",
-                                 f"TCP connect to {w.bind} takes {rtt:.2f} ms (over {RTT_WARN_MS:g} ms): "
-                                 "WiFi instead of the fast link?",
-                                 "set bind to the worker's address on the direct/fast link"))
+            rows.append(
+                CheckRow(
+                    "link",
+                    w.name,
+                    "warn",
+                    f"TCP connect to {w.bind} takes {rtt:.2f} ms (over {RTT_WARN_MS:g} ms): "
+                    "WiFi instead of the fast link?",
+                    "set bind to the worker's address on the direct/fast link",
+                )
+            )
         else:
             rows.append(CheckRow("link", w.name, "pass", f"TCP connect to {w.bind}: {rtt:.3f} ms"))
     return rows
@@ -549,7 +687,8 @@ def _port_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
     rows = []
     ours = _recorded_ports(spec)
     items: list[tuple[str, str, str, int, str]] = [
-        (w.name, host_of(w), w.bind, w.port, f"workers[{w.name}].port") for w in spec.workers]
+        (w.name, host_of(w), w.bind, w.port, f"workers[{w.name}].port") for w in spec.workers
+    ]
     items.append(("head", "local", spec.server.host, spec.server.port, "server.port"))
     if spec.gateway.enabled and spec.gateway.port is not None:  # without a port, up picks a free one
         items.append(("gateway", "local", spec.gateway.host, spec.gateway.port, "gateway.port"))
@@ -559,25 +698,53 @@ def _port_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
         if is_local_host(host):
             busy = _local_port_busy(bind, port)
             if busy is None:
-                rows.append(CheckRow("ports", node, "fail", f"{bind} is not an address of this machine",
-                                     f"use an address this machine has for {key.split('.')[0]}"))
+                rows.append(
+                    CheckRow(
+                        "ports",
+                        node,
+                        "fail",
+                        f"{bind} is not an address of this machine",
+                        f"use an address this machine has for {key.split('.')[0]}",
+                    )
+                )
                 continue
         else:
             probe = probe_port(bind, port)
             if probe == "timeout":
-                rows.append(CheckRow("ports", node, "fail", f"{bind}:{port} does not answer (connect timed out): "
-                                     "a listener that never accepts, or a firewall dropping the port",
-                                     f"find the process holding it on {host}, or change {key}"))
+                rows.append(
+                    CheckRow(
+                        "ports",
+                        node,
+                        "fail",
+                        f"{bind}:{port} does not answer (connect timed out): "
+                        "a listener that never accepts, or a firewall dropping the port",
+                        f"find the process holding it on {host}, or change {key}",
+                    )
+                )
                 continue
             busy = probe == "open"
         if not busy:
             rows.append(CheckRow("ports", node, "pass", f"{bind}:{port} is free"))
         elif (bind, port) in ours:
-            rows.append(CheckRow("ports", node, "warn", f"{bind}:{port} is held by this cluster (running)",
-                                 "nothing to do: up stops it first (or run `splitserve down`)"))
+            rows.append(
+                CheckRow(
+                    "ports",
+                    node,
+                    "warn",
+                    f"{bind}:{port} is held by this cluster (running)",
+                    "nothing to do: up stops it first (or run `splitserve down`)",
+                )
+            )
         else:
-            rows.append(CheckRow("ports", node, "fail", f"{bind}:{port} is in use by another process",
-                                 f"stop that process or change {key}"))
+            rows.append(
+                CheckRow(
+                    "ports",
+                    node,
+                    "fail",
+                    f"{bind}:{port} is in use by another process",
+                    f"stop that process or change {key}",
+                )
+            )
     return rows
 
 
@@ -593,12 +760,21 @@ def _disk_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
         if f.disk_free is None:
             rows.append(CheckRow("disk", w.name, "warn", f"could not read free space on {w.host}"))
         elif want > f.disk_free:
-            rows.append(CheckRow("disk", w.name, "warn",
-                                 f"RPC tensor cache needs ~{_mib(want)}, {_mib(f.disk_free)} free in {f.cache_dir}",
-                                 "free space there, point LLAMA_CACHE (worker env) elsewhere, or set cache = false"))
+            rows.append(
+                CheckRow(
+                    "disk",
+                    w.name,
+                    "warn",
+                    f"RPC tensor cache needs ~{_mib(want)}, {_mib(f.disk_free)} free in {f.cache_dir}",
+                    "free space there, point LLAMA_CACHE (worker env) elsewhere, or set cache = false",
+                )
+            )
         else:
-            rows.append(CheckRow("disk", w.name, "pass",
-                                 f"{_mib(f.disk_free)} free in {f.cache_dir} for ~{_mib(want)} of cache"))
+            rows.append(
+                CheckRow(
+                    "disk", w.name, "pass", f"{_mib(f.disk_free)} free in {f.cache_dir} for ~{_mib(want)} of cache"
+                )
+            )
     return rows
 
 
@@ -611,22 +787,47 @@ def _auth_rows(spec: ClusterSpec) -> list[CheckRow]:
     host = spec.server.host
     problem = server_auth_problem(spec)
     if problem:
-        rows.append(CheckRow("bind", "head", "fail", f"llama-server on {host} would serve every client without a key",
-                             "set server.api_key (the gateway sends it), or server.host = \"127.0.0.1\""))
+        rows.append(
+            CheckRow(
+                "bind",
+                "head",
+                "fail",
+                f"llama-server on {host} would serve every client without a key",
+                'set server.api_key (the gateway sends it), or server.host = "127.0.0.1"',
+            )
+        )
     else:
-        rows.append(CheckRow("bind", "head", "pass", f"llama-server on {host}" + (
-            " (loopback)" if is_loopback(host) else " (with a key)")))
+        rows.append(
+            CheckRow(
+                "bind",
+                "head",
+                "pass",
+                f"llama-server on {host}" + (" (loopback)" if is_loopback(host) else " (with a key)"),
+            )
+        )
     if spec.gateway.enabled:
         try:
             _check_gateway_auth(spec)
         except SplitserveError:
-            rows.append(CheckRow("bind", "gateway", "fail",
-                                 f"the gateway on {spec.gateway.host} would serve every client without a key",
-                                 "set gateway.api_key or gateway.keys_file (or SPLITSERVE_API_KEY), or "
-                                 "gateway.host = \"127.0.0.1\""))
+            rows.append(
+                CheckRow(
+                    "bind",
+                    "gateway",
+                    "fail",
+                    f"the gateway on {spec.gateway.host} would serve every client without a key",
+                    'set gateway.api_key or gateway.keys_file (or SPLITSERVE_API_KEY), or gateway.host = "127.0.0.1"',
+                )
+            )
         else:
-            rows.append(CheckRow("bind", "gateway", "pass", f"the gateway on {spec.gateway.host}" + (
-                " (loopback)" if is_loopback(spec.gateway.host) else " (with a key)")))
+            rows.append(
+                CheckRow(
+                    "bind",
+                    "gateway",
+                    "pass",
+                    f"the gateway on {spec.gateway.host}"
+                    + (" (loopback)" if is_loopback(spec.gateway.host) else " (with a key)"),
+                )
+            )
     return rows
 
 
@@ -639,17 +840,30 @@ def _bind_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
         problem = unsafe_bind(w.bind)
         if problem:
             status = "warn" if spec.allow_public_rpc else "fail"
-            rows.append(CheckRow("bind", w.name, status,
-                                 f"{w.bind} is {problem}; llama.cpp's RPC has no authentication"
-                                 + (" (allowed by allow_public_rpc = true)" if spec.allow_public_rpc else ""),
-                                 "bind to the private link's address" + ("" if spec.allow_public_rpc else
-                                                                         ", or set allow_public_rpc = true")))
+            rows.append(
+                CheckRow(
+                    "bind",
+                    w.name,
+                    status,
+                    f"{w.bind} is {problem}; llama.cpp's RPC has no authentication"
+                    + (" (allowed by allow_public_rpc = true)" if spec.allow_public_rpc else ""),
+                    "bind to the private link's address"
+                    + ("" if spec.allow_public_rpc else ", or set allow_public_rpc = true"),
+                )
+            )
             continue
         if w.bind in ("localhost", "127.0.0.1", "::1") or f.addresses is None:
             rows.append(CheckRow("bind", w.name, "pass", f"{w.bind} is private"))
         elif w.bind not in f.addresses:
-            rows.append(CheckRow("bind", w.name, "fail", f"{w.bind} is not an address of {w.host}",
-                                 f"set workers[{w.name}].bind to one of: {', '.join(a for a in f.addresses if a not in ('127.0.0.1', '::1'))[:200]}"))
+            rows.append(
+                CheckRow(
+                    "bind",
+                    w.name,
+                    "fail",
+                    f"{w.bind} is not an address of {w.host}",
+                    f"set workers[{w.name}].bind to one of: {', '.join(a for a in f.addresses if a not in ('127.0.0.1', '::1'))[:200]}",
+                )
+            )
         else:
             rows.append(CheckRow("bind", w.name, "pass", f"{w.bind} is a private address of {w.host}"))
     return rows
@@ -670,8 +884,10 @@ def drop_page_caches(spec: ClusterSpec) -> list[tuple[str, str]]:
     """Drop the page cache on every node (``sync; echo 3 > /proc/sys/vm/drop_caches``)."""
     from ._transport import transport_for
 
-    script = ("sync; if [ \"$(id -u)\" = 0 ]; then echo 3 > /proc/sys/vm/drop_caches; "
-              "else echo 3 | sudo -n tee /proc/sys/vm/drop_caches > /dev/null; fi")
+    script = (
+        'sync; if [ "$(id -u)" = 0 ]; then echo 3 > /proc/sys/vm/drop_caches; '
+        "else echo 3 | sudo -n tee /proc/sys/vm/drop_caches > /dev/null; fi"
+    )
     out = []
     hosts = list(dict.fromkeys(["local"] + [w.host for w in spec.workers if w.remote]))
     for host in hosts:
@@ -684,5 +900,13 @@ def drop_page_caches(spec: ClusterSpec) -> list[tuple[str, str]]:
     return out
 
 
-__all__ = ["CheckRow", "NodeFacts", "drop_page_caches", "model_bytes", "parse_facts", "preflight", "run_checks",
-           "weight_shares"]
+__all__ = [
+    "CheckRow",
+    "NodeFacts",
+    "drop_page_caches",
+    "model_bytes",
+    "parse_facts",
+    "preflight",
+    "run_checks",
+    "weight_shares",
+]

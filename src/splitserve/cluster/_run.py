@@ -96,12 +96,18 @@ def worker_transport(spec: ClusterSpec, worker: WorkerSpec) -> Transport:
     return transport_for(worker.host, spec.ssh)
 
 
-_ERROR_LINE = re.compile(r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception|"
-                         r"requires|not supported|invalid|out of memory", re.IGNORECASE)
+_ERROR_LINE = re.compile(
+    r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception|"
+    r"requires|not supported|invalid|out of memory",
+    re.IGNORECASE,
+)
 # llama.cpp's wrappers around the real cause ("failed to create context", "exiting due to model
 # loading error"): named only when nothing more specific was logged.
-_GENERIC = re.compile(r"exiting due to|failed to (create|load|init)|common_init_|load_model:|"
-                      r"encountered an error while trying to fit", re.IGNORECASE)
+_GENERIC = re.compile(
+    r"exiting due to|failed to (create|load|init)|common_init_|load_model:|"
+    r"encountered an error while trying to fit",
+    re.IGNORECASE,
+)
 
 
 def _log_cause(text: str) -> str:
@@ -151,9 +157,14 @@ class _Launch:
         self.plan_engine_protocol: str | None = None
         self.should_stop: Callable[[], bool] | None = None
         self.state = ClusterState(
-            name=spec.name, spec_file=str(spec.source_file) if spec.source_file else None,
-            model=str(spec.model), endpoint=plan.endpoint, engine=engine_key, started_at=time.time(),
-            engine_endpoint=plan.engine_endpoint)
+            name=spec.name,
+            spec_file=str(spec.source_file) if spec.source_file else None,
+            model=str(spec.model),
+            endpoint=plan.endpoint,
+            engine=engine_key,
+            started_at=time.time(),
+            engine_endpoint=plan.engine_endpoint,
+        )
         self.state.extra["ssh"] = spec.ssh.model_dump(mode="json")
 
     def spawn(self, proc: ProcessPlan) -> ProcessRef:
@@ -187,8 +198,17 @@ class _Launch:
 
 
 def _record(proc: ProcessPlan, ref: ProcessRef) -> ProcessRecord:
-    return ProcessRecord(node=proc.node, role=proc.role, host=proc.host, pid=ref.pid, start_ticks=ref.start_ticks,
-                         bind=proc.bind, port=proc.port, log=str(proc.log), argv=proc.argv)
+    return ProcessRecord(
+        node=proc.node,
+        role=proc.role,
+        host=proc.host,
+        pid=ref.pid,
+        start_ticks=ref.start_ticks,
+        bind=proc.bind,
+        port=proc.port,
+        log=str(proc.log),
+        argv=proc.argv,
+    )
 
 
 def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, during: str) -> str:
@@ -198,8 +218,11 @@ def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, d
     if code is None:
         code = exit_status_from_log(text)
     what = {"server": "llama-server", "gateway": "the splitserve gateway"}.get(role, "ggml-rpc-server")
-    how = f"exited with code {code}" if code is not None and code >= 0 else (
-        f"was killed by signal {-code}" if code is not None else "died")
+    how = (
+        f"exited with code {code}"
+        if code is not None and code >= 0
+        else (f"was killed by signal {-code}" if code is not None else "died")
+    )
     where = f"{transport.host}:{log}" if transport.host != "local" else str(log)
     return f"{what} {how} {during}: {_log_cause(text)} (log: {where})"
 
@@ -223,9 +246,16 @@ def stop_recorded(state: ClusterState, grace: float = 10.0) -> list[str]:
     return stopped
 
 
-def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
-       tensor_split: list[float] | None = None, worker_timeout: float = 60.0,
-       preflight: bool = True, should_stop: Callable[[], bool] | None = None) -> ClusterState:
+def up(
+    spec: ClusterSpec,
+    *,
+    engine: Engine | None = None,
+    on_event: OnEvent | None = None,
+    tensor_split: list[float] | None = None,
+    worker_timeout: float = 60.0,
+    preflight: bool = True,
+    should_stop: Callable[[], bool] | None = None,
+) -> ClusterState:
     """Start the cluster and wait until it serves; returns its recorded state.
 
     ``preflight=False`` skips the checks of :func:`~splitserve.cluster.preflight` (`--skip-preflight`).
@@ -257,8 +287,9 @@ def up(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | N
         emit(Event("warning", "head", warning))
     if preflight:
         _preflight_or_raise(spec, engines, emit)
-    engines = prepare_engines(spec, engines, lambda w: worker_transport(spec, w),
-                              lambda node, msg: emit(Event("engine", node, msg)))
+    engines = prepare_engines(
+        spec, engines, lambda w: worker_transport(spec, w), lambda node, msg: emit(Event("engine", node, msg))
+    )
     if spec.drop_caches:
         from ._preflight import drop_page_caches
 
@@ -318,8 +349,11 @@ def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, 
                 emit(Event("worker_ready", proc.node, f"{proc.bind}:{proc.port} answers"))
         if waiting and time.monotonic() > deadline:
             names = ", ".join(p.node for p in waiting)
-            raise NodeError(waiting[0].node, f"port {waiting[0].port} on {waiting[0].bind} did not answer "
-                            f"within {worker_timeout:.0f} s (waiting for: {names})")
+            raise NodeError(
+                waiting[0].node,
+                f"port {waiting[0].port} on {waiting[0].bind} did not answer "
+                f"within {worker_timeout:.0f} s (waiting for: {names})",
+            )
         if waiting:
             time.sleep(0.01)
     _check_protocols(launch, plan, emit)
@@ -332,8 +366,11 @@ def _start(launch: _Launch, spec: ClusterSpec, plan: LaunchPlan, emit: OnEvent, 
     launch.state.load_seconds = round(time.monotonic() - head_started, 3)
     if plan.gateway is not None:
         wait_gateway(plan.endpoint, plan.gateway, lambda: launch.check_alive("at start"))
-        emit(Event("gateway_ready", "gateway", f"{plan.endpoint}/v1 serves (tool calls and reasoning "
-                   "parsed by splitserve)"))
+        emit(
+            Event(
+                "gateway_ready", "gateway", f"{plan.endpoint}/v1 serves (tool calls and reasoning parsed by splitserve)"
+            )
+        )
     launch.state.ready_at = time.time()
     launch.state.phase = "ready"
     text = transport_for(head.host, spec.ssh).read_log(head.log, max_bytes=8 << 20)
@@ -365,8 +402,11 @@ def _wait_ready(launch: _Launch, spec: ClusterSpec, head: ProcessPlan, emit: OnE
                 last_progress = progress
                 emit(Event("loading", "head", progress))
             if time.monotonic() > deadline:
-                raise NodeError("head", f"llama-server was not ready within {spec.load_timeout:.0f} s "
-                                f"(last: {last_progress or 'no progress in its log'}; log: {head.log})")
+                raise NodeError(
+                    "head",
+                    f"llama-server was not ready within {spec.load_timeout:.0f} s "
+                    f"(last: {last_progress or 'no progress in its log'}; log: {head.log})",
+                )
             time.sleep(0.02)
         try:
             client.complete("Hello", n_predict=1, cache_prompt=False)
@@ -396,8 +436,11 @@ def wait_gateway(endpoint: str, gw: ProcessPlan, check_alive: Callable[[], None]
         except httpx.HTTPError as exc:
             last = type(exc).__name__
         if time.monotonic() > deadline:
-            raise NodeError("gateway", f"the gateway on {gw.bind}:{gw.port} was not ready within "
-                            f"{GATEWAY_TIMEOUT:.0f} s (last: {last}; log: {gw.log})")
+            raise NodeError(
+                "gateway",
+                f"the gateway on {gw.bind}:{gw.port} was not ready within "
+                f"{GATEWAY_TIMEOUT:.0f} s (last: {last}; log: {gw.log})",
+            )
         time.sleep(0.05)
 
 
@@ -441,8 +484,13 @@ def _gateway_port(spec: ClusterSpec, emit: OnEvent) -> int | None:
             port = int(s.getsockname()[1])
         if port not in ours:
             break
-    emit(Event("gateway_port", "gateway", f"port {first} is taken; the gateway listens on "
-               f"{port} (set gateway.port to choose)"))
+    emit(
+        Event(
+            "gateway_port",
+            "gateway",
+            f"port {first} is taken; the gateway listens on {port} (set gateway.port to choose)",
+        )
+    )
     return port
 
 
@@ -463,8 +511,10 @@ def check_serving(spec: ClusterSpec) -> list[str]:
         fa = None if s.flash_attn == "auto" else s.flash_attn != "off"
         warnings += msa_warnings(arch, flash_attn=fa, kv_unified=kv_unified_asked(s), parallel=s.parallel)
     if s.speculation and (s.spec_synth_len is not None or s.spec_synth_rates is not None):
-        warnings.append("server.spec_synth_len / spec_synth_rates: synthetic acceptance, for benchmarking only: "
-                        "the text served is NOT the model's output; remove them to serve")
+        warnings.append(
+            "server.spec_synth_len / spec_synth_rates: synthetic acceptance, for benchmarking only: "
+            "the text served is NOT the model's output; remove them to serve"
+        )
     return warnings
 
 
@@ -479,9 +529,11 @@ def _check_gateway_auth(spec: ClusterSpec) -> None:
         return
     if not is_loopback(g.host):
         where = str(spec.source_file or "<spec>")
-        raise SpecError(f"{where}: gateway.host = {g.host!r} is beyond loopback: set gateway.api_key or "
-                        "gateway.keys_file (or SPLITSERVE_API_KEY); the gateway serves other machines only "
-                        "with auth")
+        raise SpecError(
+            f"{where}: gateway.host = {g.host!r} is beyond loopback: set gateway.api_key or "
+            "gateway.keys_file (or SPLITSERVE_API_KEY); the gateway serves other machines only "
+            "with auth"
+        )
 
 
 def _preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent) -> None:
@@ -499,8 +551,15 @@ def _preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnE
         first = failed[0]
         more = f" (and {len(failed) - 1} more; see `splitserve preflight`)" if len(failed) > 1 else ""
         raise NodeError(first.node, f"preflight {first.check}: {first.message}; fix: {first.fix}{more}")
-    emit(Event("preflight", "cluster", f"{len(rows)} checks passed" if not any(
-        r.status == "warn" for r in rows) else f"{len(rows)} checks, warnings above"))
+    emit(
+        Event(
+            "preflight",
+            "cluster",
+            f"{len(rows)} checks passed"
+            if not any(r.status == "warn" for r in rows)
+            else f"{len(rows)} checks, warnings above",
+        )
+    )
 
 
 def _check_protocols(launch: _Launch, plan: LaunchPlan, emit: OnEvent) -> None:
@@ -512,8 +571,11 @@ def _check_protocols(launch: _Launch, plan: LaunchPlan, emit: OnEvent) -> None:
         except (OSError, ClusterError) as exc:
             raise NodeError(proc.node, f"no RPC HELLO answer from {proc.bind}:{proc.port}: {exc}") from None
         if want and got != want:
-            raise NodeError(proc.node, f"its ggml-rpc-server speaks RPC protocol {got}, the head's engine "
-                            f"{want}: use the same llama.cpp build on every node")
+            raise NodeError(
+                proc.node,
+                f"its ggml-rpc-server speaks RPC protocol {got}, the head's engine "
+                f"{want}: use the same llama.cpp build on every node",
+            )
         emit(Event("protocol", proc.node, f"RPC protocol {got}"))
 
 
@@ -521,8 +583,9 @@ SUPERVISOR_STOP_TIMEOUT = 120.0
 """Seconds `down` waits for a supervisor it asked to stop (it stops every process first)."""
 
 
-def down(spec_or_root: ClusterSpec | Path, grace: float = 10.0,
-         supervisor_timeout: float = SUPERVISOR_STOP_TIMEOUT) -> list[str]:
+def down(
+    spec_or_root: ClusterSpec | Path, grace: float = 10.0, supervisor_timeout: float = SUPERVISOR_STOP_TIMEOUT
+) -> list[str]:
     """Stop exactly the processes `up` recorded; returns the nodes stopped. Each gets SIGTERM,
     then SIGKILL after ``grace`` seconds. A cluster held by a supervisor (another process) is
     stopped by the supervisor: `down` sends it SIGTERM and waits until it has exited."""
@@ -554,8 +617,10 @@ def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str
             except ClusterError:
                 running.append(rec.node)
     if holder.pid <= 0 or (holder.start_ticks is not None and start_ticks(holder.pid) != holder.start_ticks):
-        raise ClusterError(f"{root}: the supervisor lock is held, but not by the process it names "
-                           f"({holder.describe()}); stop that supervisor yourself")
+        raise ClusterError(
+            f"{root}: the supervisor lock is held, but not by the process it names "
+            f"({holder.describe()}); stop that supervisor yourself"
+        )
     try:
         os.kill(holder.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -563,8 +628,10 @@ def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str
     deadline = time.monotonic() + timeout
     while lock_holder(root) is not None:
         if time.monotonic() > deadline:
-            raise ClusterError(f"the supervisor {holder.describe()} did not stop within {timeout:.0f} s of "
-                               f"SIGTERM; stop it with: kill {holder.pid}")
+            raise ClusterError(
+                f"the supervisor {holder.describe()} did not stop within {timeout:.0f} s of "
+                f"SIGTERM; stop it with: kill {holder.pid}"
+            )
         time.sleep(0.1)
     # The supervisor stops every process before it lets go of the lock; anything it could not
     # stop is still recorded.
@@ -578,11 +645,23 @@ def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str
 def require_state(spec: ClusterSpec) -> ClusterState:
     state = read_state(cluster_state_dir(spec))
     if state is None:
-        raise NotRunningError(f"cluster {spec.name} is not running (no state in {cluster_state_dir(spec)}); "
-                              "start it with `splitserve up`")
+        raise NotRunningError(
+            f"cluster {spec.name} is not running (no state in {cluster_state_dir(spec)}); start it with `splitserve up`"
+        )
     return state
 
 
-__all__ = ["Event", "check_serving", "death_message", "down", "port_in_use", "require_state", "resolve_engines",
-           "restart_gateway", "stop_recorded", "up", "wait_gateway", "worker_transport"]
-
+__all__ = [
+    "Event",
+    "check_serving",
+    "death_message",
+    "down",
+    "port_in_use",
+    "require_state",
+    "resolve_engines",
+    "restart_gateway",
+    "stop_recorded",
+    "up",
+    "wait_gateway",
+    "worker_transport",
+]

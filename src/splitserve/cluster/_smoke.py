@@ -15,8 +15,16 @@ from typing import Any
 
 from .._errors import SplitserveError
 from ..engine import Engine
-from ..engine._smoke import Check, LocalRunner, RunResult, SmokeReport, check_rpc, machine_fingerprint, smoke_test, \
-    wait_port
+from ..engine._smoke import (
+    Check,
+    LocalRunner,
+    RunResult,
+    SmokeReport,
+    check_rpc,
+    machine_fingerprint,
+    smoke_test,
+    wait_port,
+)
 from ..engine._tiny import tiny_model
 from ._spec import ClusterSpec, WorkerSpec
 from ._ssh import exit_status_from_log
@@ -71,16 +79,24 @@ def local_report(engine: Engine) -> tuple[SmokeReport | dict[str, Any], bool]:
     return smoke_test(engine.bin_dir, engine.provenance.get("binaries", {}), tiny_model()), False
 
 
-def node_check(spec: ClusterSpec, worker: WorkerSpec, engine: Engine, head: Engine, token: list[int] | None,
-               transport: Transport) -> Check:
+def node_check(
+    spec: ClusterSpec, worker: WorkerSpec, engine: Engine, head: Engine, token: list[int] | None, transport: Transport
+) -> Check:
     """ggml-rpc-server of ``engine`` on the worker's node serves the tiny model's token."""
     from ._commands import _library_env
 
     log = Path(f"{worker.workdir.rstrip('/')}/clusters/{spec.name}/logs/{worker.name}.smoke.log")
     env = _library_env(engine, worker.env)
-    return check_rpc(LocalRunner(), head.server, engine.path("rpc_server"), tiny_model(), token,
-                     host=worker.bind, port=worker.port,
-                     start=lambda argv: NodeBackground(transport, argv, env, log))
+    return check_rpc(
+        LocalRunner(),
+        head.server,
+        engine.path("rpc_server"),
+        tiny_model(),
+        token,
+        host=worker.bind,
+        port=worker.port,
+        start=lambda argv: NodeBackground(transport, argv, env, log),
+    )
 
 
 def fix_for(engine: Engine, check: Check, host: str) -> str:
@@ -88,16 +104,22 @@ def fix_for(engine: Engine, check: Check, host: str) -> str:
     if check.verdict == "signal":
         own = engine.provenance.get("node_path")
         if own:
-            return (f"the llama.cpp build in {own} cannot run on {host}'s CPU: rebuild it there (portable: "
-                    "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON), or remove the worker's "
-                    "`engine` to use the head's")
+            return (
+                f"the llama.cpp build in {own} cannot run on {host}'s CPU: rebuild it there (portable: "
+                "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON), or remove the worker's "
+                "`engine` to use the head's"
+            )
         if engine.provenance.get("cpu_build") == "native":
-            return ("the engine was built with --native for another CPU: build the portable one "
-                    "(splitserve engine build, without --native) and use it for every node")
+            return (
+                "the engine was built with --native for another CPU: build the portable one "
+                "(splitserve engine build, without --native) and use it for every node"
+            )
         variant = check.cpu_variant or engine.provenance.get("cpu_variant_chosen")
         hint = f" --skip-cpu-variant {variant}" if variant else ""
-        return (f"{host}'s CPU cannot run the code ggml chose there: rebuild without that CPU variant "
-                f"(splitserve engine build --force{hint}) or see docs/engine.md")
+        return (
+            f"{host}'s CPU cannot run the code ggml chose there: rebuild without that CPU variant "
+            f"(splitserve engine build --force{hint}) or see docs/engine.md"
+        )
     if check.verdict == "timeout":
         return f"see the log on {host}; check that nothing else holds the port and that the node is not swapping"
     return f"see the log lines above and the engine's build log ({engine.provenance.get('log', 'engine.json')})"

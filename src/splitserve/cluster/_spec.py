@@ -211,9 +211,11 @@ class ServerSpec(_Strict):
 
         need = [t for t in info.data.get("speculation") or [] if t in DRAFT_MODEL_TYPES]
         if need and value is None:
-            raise ValueError(f"required with speculation = {need[0]!r}: a draft GGUF whose vocabulary matches the "
-                             "model's; or use a draftless type: ngram-mod, ngram-simple, ngram-map-k, "
-                             "ngram-map-k4v, ngram-cache")
+            raise ValueError(
+                f"required with speculation = {need[0]!r}: a draft GGUF whose vocabulary matches the "
+                "model's; or use a draftless type: ngram-mod, ngram-simple, ngram-map-k, "
+                "ngram-map-k4v, ngram-cache"
+            )
         return value
 
     @model_validator(mode="after")
@@ -221,9 +223,12 @@ class ServerSpec(_Strict):
         if self.spec_synth_len is not None and self.spec_synth_rates is not None:
             raise ValueError("spec_synth_len and spec_synth_rates are mutually exclusive (llama.cpp takes one)")
         if self.spec_synth_rates is not None and any(
-                b > a for a, b in zip(self.spec_synth_rates, self.spec_synth_rates[1:])):
-            raise ValueError("spec_synth_rates must not increase: entry i is the chance that the first i+1 "
-                             "drafted tokens are all accepted")
+            b > a for a, b in zip(self.spec_synth_rates, self.spec_synth_rates[1:])
+        ):
+            raise ValueError(
+                "spec_synth_rates must not increase: entry i is the chance that the first i+1 "
+                "drafted tokens are all accepted"
+            )
         return self
 
 
@@ -337,8 +342,10 @@ class ClusterSpec(_Strict):
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         if not is_local_host(self.head.host):
-            raise ValueError(f"head.host = {self.head.host!r}: the head runs where splitserve runs; "
-                             "run `splitserve up` on the head node (workers may be remote)")
+            raise ValueError(
+                f"head.host = {self.head.host!r}: the head runs where splitserve runs; "
+                "run `splitserve up` on the head node (workers may be remote)"
+            )
         names = [w.name for w in self.workers]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -353,12 +360,16 @@ class ClusterSpec(_Strict):
                 raise ValueError(
                     f"server.tensor_split has {len(self.server.tensor_split)} entries; expected {expected}, "
                     "one per device in llama.cpp's order: each worker's devices (a worker without `devices` "
-                    "counts as one), then the head's devices")
+                    "counts as one), then the head's devices"
+                )
         if self.gateway.enabled and self.gateway.port is not None:
             if (self.gateway.host, self.gateway.port) == (self.server.host, self.server.port) or (
-                    self.gateway.port == self.server.port and "0.0.0.0" in (self.gateway.host, self.server.host)):
-                raise ValueError(f"gateway.port = {self.gateway.port} is also server.port: give the gateway "
-                                 "and llama-server different ports")
+                self.gateway.port == self.server.port and "0.0.0.0" in (self.gateway.host, self.server.host)
+            ):
+                raise ValueError(
+                    f"gateway.port = {self.gateway.port} is also server.port: give the gateway "
+                    "and llama-server different ports"
+                )
             local = [(w.bind, w.port) for w in self.workers if not w.remote]
             if any(p == self.gateway.port for (_b, p) in local):
                 raise ValueError(f"gateway.port = {self.gateway.port} is also a local worker's port")
@@ -518,17 +529,22 @@ def check_binds(spec: ClusterSpec) -> None:
     for w in spec.workers:
         problem = unsafe_bind(w.bind)
         if problem:
-            raise SpecError(f"{where}: workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol "
-                            "has no authentication: bind to the private link's address, or set "
-                            "allow_public_rpc = true")
+            raise SpecError(
+                f"{where}: workers[{w.name}].bind = {w.bind!r} is {problem}; llama.cpp's RPC protocol "
+                "has no authentication: bind to the private link's address, or set "
+                "allow_public_rpc = true"
+            )
 
 
 def server_has_key(server: ServerSpec) -> bool:
     """Whether llama-server will ask clients for a key: ``server.api_key``, or the key flags or
     variable passed through ``extra_args`` / ``env``."""
     flags = ("--api-key", "--api-key-file")
-    return bool(server.api_key) or bool(server.env.get("LLAMA_API_KEY")) or any(
-        a in flags or a.startswith(tuple(f + "=" for f in flags)) for a in server.extra_args)
+    return (
+        bool(server.api_key)
+        or bool(server.env.get("LLAMA_API_KEY"))
+        or any(a in flags or a.startswith(tuple(f + "=" for f in flags)) for a in server.extra_args)
+    )
 
 
 def server_auth_problem(spec: ClusterSpec) -> str | None:
@@ -540,9 +556,11 @@ def server_auth_problem(spec: ClusterSpec) -> str | None:
     host = spec.server.host
     if is_loopback(host) or host.endswith(".sock") or server_has_key(spec.server):
         return None
-    return (f"server.host = {host!r} is beyond loopback and llama-server has no key (server.api_key): set "
-            "server.api_key (the gateway sends it to llama-server), or server.host = \"127.0.0.1\" (the gateway "
-            "reaches it on loopback)")
+    return (
+        f"server.host = {host!r} is beyond loopback and llama-server has no key (server.api_key): set "
+        'server.api_key (the gateway sends it to llama-server), or server.host = "127.0.0.1" (the gateway '
+        "reaches it on loopback)"
+    )
 
 
 def check_server_auth(spec: ClusterSpec) -> None:
@@ -562,8 +580,9 @@ def check_files(spec: ClusterSpec) -> None:
         raise SpecError(f"{where}: server.chat_template_file: {tf} does not exist")
     dm = spec.server.draft_model
     if dm is not None and draft_in_use(spec.server) and not dm.is_file():
-        raise SpecError(f"{where}: server.draft_model: {dm} does not exist (the draft GGUF is read on the head, "
-                        "like model)")
+        raise SpecError(
+            f"{where}: server.draft_model: {dm} does not exist (the draft GGUF is read on the head, like model)"
+        )
     if spec.gateway.enabled:
         for key in ("chat_template_file", "keys_file"):
             path = getattr(spec.gateway, key)

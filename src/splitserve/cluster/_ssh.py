@@ -69,8 +69,9 @@ def exit_status_from_log(text: str) -> int | None:
 class SshTransport(Transport):
     """Processes on ``host`` (``user@box2``, ``box2`` or an ssh config alias)."""
 
-    def __init__(self, host: str, *, config: Path | None = None, options: Sequence[str] = (),
-                 connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, host: str, *, config: Path | None = None, options: Sequence[str] = (), connect_timeout: float = 10.0
+    ) -> None:
         self.host = host
         self.config = config
         self.options = list(options)
@@ -84,38 +85,58 @@ class SshTransport(Transport):
         if self.config is not None:
             argv += ["-F", str(self.config)]
         argv += [
-            "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={max(1, round(self.connect_timeout))}",
-            "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={_control_dir()}/%C",
-            "-o", "ControlPersist=120",
-            "-o", "ServerAliveInterval=5",
-            "-o", "ServerAliveCountMax=3",
-            "-o", "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={max(1, round(self.connect_timeout))}",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={_control_dir()}/%C",
+            "-o",
+            "ControlPersist=120",
+            "-o",
+            "ServerAliveInterval=5",
+            "-o",
+            "ServerAliveCountMax=3",
+            "-o",
+            "LogLevel=ERROR",
         ]
         for opt in self.options:
             argv += ["-o", opt]
         return argv + ["-T", self.host]
 
-    def run(self, script: str, *, input: bytes | None = None, timeout: float = 60.0,
-            check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    def run(
+        self, script: str, *, input: bytes | None = None, timeout: float = 60.0, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
         """Run ``script`` with ``sh`` on the node; raises :class:`ClusterError` when ssh itself
         fails (exit 255) or, with ``check``, when the script fails."""
         argv = [*self.ssh_argv(), "exec sh -c " + shlex.quote(script)]
         try:
-            res = subprocess.run(argv, input=input, capture_output=True, timeout=timeout, check=False,
-                                 stdin=None if input is not None else subprocess.DEVNULL)
+            res = subprocess.run(
+                argv,
+                input=input,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             raise ClusterError(f"{self.host}: ssh did not answer within {timeout:.0f} s") from None
         except FileNotFoundError:
-            raise ClusterError("the OpenSSH client (`ssh`) is not installed on this machine; "
-                               "install openssh-client") from None
+            raise ClusterError(
+                "the OpenSSH client (`ssh`) is not installed on this machine; install openssh-client"
+            ) from None
         if res.returncode == 255:
-            raise ClusterError(f"{self.host}: ssh failed: {_last_line(res.stderr) or 'exit 255'}; check that "
-                               f"`ssh {self.host} true` works without a password prompt") from None
+            raise ClusterError(
+                f"{self.host}: ssh failed: {_last_line(res.stderr) or 'exit 255'}; check that "
+                f"`ssh {self.host} true` works without a password prompt"
+            ) from None
         if check and res.returncode != 0:
-            raise ClusterError(f"{self.host}: remote command failed (exit {res.returncode}): "
-                               f"{_last_line(res.stderr) or _last_line(res.stdout) or 'no output'}")
+            raise ClusterError(
+                f"{self.host}: remote command failed (exit {res.returncode}): "
+                f"{_last_line(res.stderr) or _last_line(res.stdout) or 'no output'}"
+            )
         return res
 
     def text(self, script: str, timeout: float = 60.0) -> str:
@@ -123,15 +144,22 @@ class SshTransport(Transport):
 
     def close(self) -> None:
         """Close the shared connection (``ssh -O exit``)."""
-        subprocess.run([*self.ssh_argv()[:-2], "-O", "exit", self.host], capture_output=True, check=False,
-                       stdin=subprocess.DEVNULL, timeout=10)
+        subprocess.run(
+            [*self.ssh_argv()[:-2], "-O", "exit", self.host],
+            capture_output=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=10,
+        )
 
     # -- Transport --------------------------------------------------------------------------
 
     def new_log(self, log_path: Path, header: str) -> None:
         log = sh_path(log_path)
-        self.run(f'mkdir -p "$(dirname {log})" && {{ [ ! -e {log} ] || mv -f {log} {log}.1; }} && '
-                 f"printf '%s\\n' {shlex.quote(header)} > {log}")
+        self.run(
+            f'mkdir -p "$(dirname {log})" && {{ [ ! -e {log} ] || mv -f {log} {log}.1; }} && '
+            f"printf '%s\\n' {shlex.quote(header)} > {log}"
+        )
 
     def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
         env = remote_env(env)
@@ -147,23 +175,24 @@ class SshTransport(Transport):
                 exports.append(f"export {key}={shlex.quote(value)}")
         program = [sh_path(argv[0]), *(shlex.quote(a) for a in argv[1:])]
         # The wrapper: starts the program, tells us its pid, waits, records the exit status.
-        wrapper = ('"$@" & echo $! > "$SPLITSERVE_PIDFILE"; wait $!; '
-                   f'echo "{EXIT_MARK}$?" >> "$SPLITSERVE_LOG"')
-        script = "\n".join([
-            "set -e",
-            f"mkdir -p \"$(dirname {log})\"",
-            *exports,
-            'SPLITSERVE_PIDFILE=$(mktemp)',
-            f"SPLITSERVE_LOG={log}",
-            "export SPLITSERVE_PIDFILE SPLITSERVE_LOG",
-            "if command -v stdbuf >/dev/null 2>&1; then buf='stdbuf -oL -eL'; else buf=''; fi",
-            f"setsid sh -c {shlex.quote(wrapper)} sh $buf {' '.join(program)} >> {log} 2>&1 < /dev/null &",
-            'i=0; while [ ! -s "$SPLITSERVE_PIDFILE" ] && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done',
-            'pid=$(cat "$SPLITSERVE_PIDFILE"); rm -f "$SPLITSERVE_PIDFILE"',
-            '[ -n "$pid" ] || { echo "the process did not start" >&2; exit 3; }',
-            "ticks=$(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -d' ' -f20 || true)",
-            'echo "$pid ${ticks:-none}"',
-        ])
+        wrapper = f'"$@" & echo $! > "$SPLITSERVE_PIDFILE"; wait $!; echo "{EXIT_MARK}$?" >> "$SPLITSERVE_LOG"'
+        script = "\n".join(
+            [
+                "set -e",
+                f'mkdir -p "$(dirname {log})"',
+                *exports,
+                "SPLITSERVE_PIDFILE=$(mktemp)",
+                f"SPLITSERVE_LOG={log}",
+                "export SPLITSERVE_PIDFILE SPLITSERVE_LOG",
+                "if command -v stdbuf >/dev/null 2>&1; then buf='stdbuf -oL -eL'; else buf=''; fi",
+                f"setsid sh -c {shlex.quote(wrapper)} sh $buf {' '.join(program)} >> {log} 2>&1 < /dev/null &",
+                'i=0; while [ ! -s "$SPLITSERVE_PIDFILE" ] && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done',
+                'pid=$(cat "$SPLITSERVE_PIDFILE"); rm -f "$SPLITSERVE_PIDFILE"',
+                '[ -n "$pid" ] || { echo "the process did not start" >&2; exit 3; }',
+                "ticks=$(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -d' ' -f20 || true)",
+                'echo "$pid ${ticks:-none}"',
+            ]
+        )
         out = self.text(script).split()
         if len(out) < 2 or not out[0].isdigit():
             raise ClusterError(f"{self.host}: could not start {argv[0]} (got {' '.join(out) or 'nothing'})")
@@ -191,8 +220,7 @@ class SshTransport(Transport):
         pid = int(ref.pid)
         # The wrapper's session leads the group: signal the whole group (program and wrapper).
         target = f"-- -{pgid}" if pgid and pgid > 1 else str(pid)
-        self.run(f"kill -{int(sig)} {target} 2>/dev/null || kill -{int(sig)} {pid} 2>/dev/null || true",
-                 check=False)
+        self.run(f"kill -{int(sig)} {target} 2>/dev/null || kill -{int(sig)} {pid} 2>/dev/null || true", check=False)
 
     def exit_code(self, ref: ProcessRef) -> int | None:
         return None  # read from the log by exit_code_from_log (the wrapper writes it)
@@ -208,9 +236,12 @@ class SshTransport(Transport):
 
     def read_log_since(self, log_path: Path, offset: int, max_bytes: int = 1 << 20) -> tuple[str, int]:
         log = sh_path(log_path)
-        res = self.run(f"f={log}; [ -e \"$f\" ] || exit 0; s=$(wc -c < \"$f\"); echo $s; "
-                       f"if [ $s -ge {int(offset)} ]; then tail -c +{int(offset) + 1} \"$f\" | head -c {int(max_bytes)}; "
-                       f"else head -c {int(max_bytes)} \"$f\"; fi", check=False)
+        res = self.run(
+            f'f={log}; [ -e "$f" ] || exit 0; s=$(wc -c < "$f"); echo $s; '
+            f'if [ $s -ge {int(offset)} ]; then tail -c +{int(offset) + 1} "$f" | head -c {int(max_bytes)}; '
+            f'else head -c {int(max_bytes)} "$f"; fi',
+            check=False,
+        )
         raw = res.stdout
         if not raw:
             return "", offset

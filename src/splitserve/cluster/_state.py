@@ -80,8 +80,9 @@ def read_state(root: Path) -> ClusterState | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
-        raise ClusterError(f"{path}: unreadable cluster state ({exc}); remove it once no process of "
-                           "the cluster runs") from None
+        raise ClusterError(
+            f"{path}: unreadable cluster state ({exc}); remove it once no process of the cluster runs"
+        ) from None
 
 
 def write_state(root: Path, state: ClusterState) -> None:
@@ -122,8 +123,9 @@ def _read_holder(fd: int) -> LockHolder | None:
     raw = os.read(fd, 4096).decode("utf-8", "replace")
     try:
         data = json.loads(raw)
-        return LockHolder(int(data["pid"]), data.get("start_ticks"), float(data.get("started_at", 0.0)),
-                          str(data.get("command", "")))
+        return LockHolder(
+            int(data["pid"]), data.get("start_ticks"), float(data.get("started_at", 0.0)), str(data.get("command", ""))
+        )
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -196,8 +198,18 @@ class SupervisorLock:
             raise ClusterError(supervised_message(self.name, holder or LockHolder(0))) from None
         os.ftruncate(fd, 0)
         command = self.command or " ".join(["splitserve", *sys.argv[1:]])[:300]
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
-                                  "started_at": time.time(), "command": command}).encode(), 0)
+        os.pwrite(
+            fd,
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "start_ticks": start_ticks(os.getpid()),
+                    "started_at": time.time(),
+                    "command": command,
+                }
+            ).encode(),
+            0,
+        )
         self._fd = fd
 
     def release(self) -> None:
@@ -214,5 +226,7 @@ class SupervisorLock:
 
 
 def supervised_message(name: str, holder: LockHolder) -> str:
-    return (f"cluster {name} is held by its supervisor, {holder.describe()}, which restarts it itself; "
-            "`splitserve down` asks the supervisor to stop (then `up` may start it again)")
+    return (
+        f"cluster {name} is held by its supervisor, {holder.describe()}, which restarts it itself; "
+        "`splitserve down` asks the supervisor to stop (then `up` may start it again)"
+    )

@@ -32,10 +32,14 @@ def find_state_root(name: str | None = None, spec_root: Path | None = None) -> P
     raise NotRunningError(f"several clusters are running ({names}): name one with -c FILE or --name NAME")
 
 
-_METRIC = re.compile(r"^llamacpp:(spec_decode_num_(?:draft_tokens|accepted_tokens|drafts)_total)\s+(\S+)\s*$",
-                     re.MULTILINE)
-_SPEC_KEYS = {"spec_decode_num_draft_tokens_total": "drafted", "spec_decode_num_accepted_tokens_total": "accepted",
-              "spec_decode_num_drafts_total": "drafts"}
+_METRIC = re.compile(
+    r"^llamacpp:(spec_decode_num_(?:draft_tokens|accepted_tokens|drafts)_total)\s+(\S+)\s*$", re.MULTILINE
+)
+_SPEC_KEYS = {
+    "spec_decode_num_draft_tokens_total": "drafted",
+    "spec_decode_num_accepted_tokens_total": "accepted",
+    "spec_decode_num_drafts_total": "drafts",
+}
 
 
 def parse_spec_metrics(text: str) -> dict[str, Any]:
@@ -87,9 +91,17 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     head_log = None
     for rec in state.processes:
         transport = transport_for(rec.host, state.extra.get("ssh"))
-        entry: dict[str, Any] = {"node": rec.node, "role": rec.role, "host": rec.host, "pid": rec.pid,
-                                 "alive": False, "bind": rec.bind, "port": rec.port, "rss_bytes": None,
-                                 "log": rec.log}
+        entry: dict[str, Any] = {
+            "node": rec.node,
+            "role": rec.role,
+            "host": rec.host,
+            "pid": rec.pid,
+            "alive": False,
+            "bind": rec.bind,
+            "port": rec.port,
+            "rss_bytes": None,
+            "log": rec.log,
+        }
         try:
             entry["alive"] = transport.alive(rec.ref)
             entry["rss_bytes"] = transport.rss_bytes(rec.ref)
@@ -106,18 +118,31 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         memory = fresh or memory
         warnings = [w.as_dict() for w in load_warnings(text)] or warnings
     order = [p.node for p in state.processes]
-    memory = sorted((dict(d, node=_node_of(d, state)) for d in memory),
-                    key=lambda d: order.index(d["node"]) if d["node"] in order else len(order))
+    memory = sorted(
+        (dict(d, node=_node_of(d, state)) for d in memory),
+        key=lambda d: order.index(d["node"]) if d["node"] in order else len(order),
+    )
     phase = state.phase
     alive = [p["alive"] for p in procs]
     if phase == "ready" and not all(alive):
         phase = "stopped" if not any(alive) else "degraded"
     out: dict[str, Any] = {
-        "name": state.name, "phase": phase, "endpoint": state.endpoint,
-        "engine_endpoint": state.engine_url, "gateway": state.gateway is not None, "model": state.model,
-        "engine": state.engine, "spec_file": state.spec_file, "load_seconds": state.load_seconds,
-        "up_seconds": state.up_seconds, "processes": procs, "memory": memory, "slots": None,
-        "warnings": warnings, "speculation": None, "supervisor": None,
+        "name": state.name,
+        "phase": phase,
+        "endpoint": state.endpoint,
+        "engine_endpoint": state.engine_url,
+        "gateway": state.gateway is not None,
+        "model": state.model,
+        "engine": state.engine,
+        "spec_file": state.spec_file,
+        "load_seconds": state.load_seconds,
+        "up_seconds": state.up_seconds,
+        "processes": procs,
+        "memory": memory,
+        "slots": None,
+        "warnings": warnings,
+        "speculation": None,
+        "supervisor": None,
     }
     from ._state import lock_holder
 
@@ -131,13 +156,24 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         try:
             with EngineClient(state.engine_url, timeout=3.0) as client:
                 out["slots"] = [
-                    {"id": s.get("id"), "n_ctx": s.get("n_ctx"), "is_processing": s.get("is_processing"),
-                     "id_task": s.get("id_task")} for s in client.slots()]
+                    {
+                        "id": s.get("id"),
+                        "n_ctx": s.get("n_ctx"),
+                        "is_processing": s.get("is_processing"),
+                        "id_task": s.get("id_task"),
+                    }
+                    for s in client.slots()
+                ]
         except EngineError as exc:
             out["slots_error"] = str(exc)
     if types:
-        out["speculation"] = {"types": types, "drafted": None, "accepted": None, "drafts": None,
-                              "acceptance_rate": None}
+        out["speculation"] = {
+            "types": types,
+            "drafted": None,
+            "accepted": None,
+            "drafts": None,
+            "acceptance_rate": None,
+        }
         if server_alive:
             try:
                 out["speculation"].update(_engine_spec_metrics(state.engine_url))

@@ -133,8 +133,9 @@ def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS) -> Death | No
     root, rest = ordered[0], ordered[1:]
     for d in rest:
         if after_head(d):
-            d.because = ("it died because its head went away (SIGPIPE: it wrote to the connection llama-server "
-                         "had dropped)")
+            d.because = (
+                "it died because its head went away (SIGPIPE: it wrote to the connection llama-server had dropped)"
+            )
         elif d.role == "server" and root.role == "rpc":
             d.because = f"it died after {root.node} (llama-server cannot run without one of its RPC workers)"
         else:
@@ -146,8 +147,15 @@ def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS) -> Death | No
 class Supervisor:
     """Runs a cluster until :meth:`stop` is called (from a signal handler or another thread)."""
 
-    def __init__(self, spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
-                 preflight: bool = True, log_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        *,
+        engine: Engine | None = None,
+        on_event: OnEvent | None = None,
+        preflight: bool = True,
+        log_file: Path | None = None,
+    ) -> None:
         self.spec = spec
         self.engine = engine
         self.emit_user = on_event or (lambda _e: None)
@@ -193,8 +201,13 @@ class Supervisor:
             while not self.stopping:
                 started = time.monotonic()
                 try:
-                    self.state = up(self.spec, engine=self.engine, on_event=self._pass,
-                                    preflight=self.preflight and first, should_stop=lambda: self.stopping)
+                    self.state = up(
+                        self.spec,
+                        engine=self.engine,
+                        on_event=self._pass,
+                        preflight=self.preflight and first,
+                        should_stop=lambda: self.stopping,
+                    )
                 except SplitserveError as exc:
                     if self.stopping:
                         break  # asked to stop while it started: up stopped what it had started
@@ -222,8 +235,12 @@ class Supervisor:
                 # A head whose worker died cannot shut down cleanly (it waits on the lost RPC
                 # connection): a short grace, then SIGKILL.
                 self._down_quietly(grace=DEAD_GRACE)
-                self.emit("restarting", "cluster", f"restart {self.restarts} in {delay:.1f} s "
-                          f"(stops everything, then workers, then the head)", delay=delay)
+                self.emit(
+                    "restarting",
+                    "cluster",
+                    f"restart {self.restarts} in {delay:.1f} s (stops everything, then workers, then the head)",
+                    delay=delay,
+                )
                 if self._stop.wait(delay):
                     break
         finally:
@@ -269,8 +286,9 @@ class Supervisor:
             self.emit("stop_failed", "cluster", str(exc))
 
 
-def supervise(spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None,
-              preflight: bool = True) -> Supervisor:
+def supervise(
+    spec: ClusterSpec, *, engine: Engine | None = None, on_event: OnEvent | None = None, preflight: bool = True
+) -> Supervisor:
     """A :class:`Supervisor` for ``spec``; call ``.run()`` (blocks) and ``.stop()``."""
     return Supervisor(spec, engine=engine, on_event=on_event, preflight=preflight)
 

@@ -92,7 +92,7 @@ def _proc_stat(pid: int) -> list[str] | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # Field 2 (comm) may hold spaces and parentheses: split after the last ')'.
-    rest = raw[raw.rfind(")") + 2:].split()
+    rest = raw[raw.rfind(")") + 2 :].split()
     return rest  # rest[0] is field 3 (state); field 22 (starttime) is rest[19]
 
 
@@ -131,8 +131,15 @@ class LocalTransport(Transport):
             argv = [stdbuf, "-oL", "-eL", *argv]
         with open(log_path, "ab") as log:
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             except OSError as exc:
                 raise ClusterError(f"cannot start {argv[0]}: {exc.strerror}") from None
         self._children[proc.pid] = proc
@@ -235,6 +242,7 @@ def transport_for(host: str, ssh: Any = None) -> Transport:
         cfg, options, timeout = None, [], 10.0
     key = (host, str(cfg) if cfg else None, tuple(options), float(timeout))
     if key not in _TRANSPORTS:
-        _TRANSPORTS[key] = SshTransport(host, config=Path(cfg) if cfg else None, options=options,
-                                        connect_timeout=float(timeout))
+        _TRANSPORTS[key] = SshTransport(
+            host, config=Path(cfg) if cfg else None, options=options, connect_timeout=float(timeout)
+        )
     return _TRANSPORTS[key]

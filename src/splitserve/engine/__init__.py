@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ._client import EngineClient, EngineHTTPError, EngineUnavailable
 from ._build import BuildOptions, BuildPlan, build_engine, cmake_arguments, plan_build
+from ._client import EngineClient, EngineHTTPError, EngineUnavailable
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._source import DEFAULT_SOURCE, SourceTree, resolve_source
 

@@ -29,8 +29,8 @@ from .._errors import BuildError, UsageError
 from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
 from ._smoke import SmokeReport, _free_port, machine_fingerprint, smoke_test
-from ._tiny import tiny_model
 from ._source import SourceTree, resolve_source
+from ._tiny import tiny_model
 
 TARGETS = ("llama-server", "ggml-rpc-server", "llama-bench")
 BACKENDS = ("cpu", "cuda")
@@ -89,13 +89,52 @@ class BuildPlan:
 # instruction-set level (x64, sse42, ..., haswell, skylakex, icelake, zen4, sapphirerapids on
 # x86; armv8.0 ... armv9.2 on aarch64 Linux) as loadable modules next to the binaries; at start
 # ggml scores each against the running CPU (cpuid / hwcaps) and loads the best.
-CPU_VARIANTS = ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "skylakex",
-                "cannonlake", "cascadelake", "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids",
-                "armv8.0_1", "armv8.2_1", "armv8.2_2", "armv8.2_3", "armv8.6_1", "armv8.6_2", "armv9.2_1",
-                "armv9.2_2", "android_armv8.0_1", "android_armv8.2_1", "android_armv8.2_2",
-                "android_armv8.6_1", "android_armv9.0_1", "android_armv9.2_1", "android_armv9.2_2",
-                "apple_m1", "apple_m2_m3", "apple_m4", "power0", "power7_1", "power7_2", "power8_1",
-                "power8_2", "power9", "power10", "power11", "z15", "z16", "riscv64_0", "riscv64_v")
+CPU_VARIANTS = (
+    "x64",
+    "sse42",
+    "sandybridge",
+    "ivybridge",
+    "piledriver",
+    "haswell",
+    "skylakex",
+    "cannonlake",
+    "cascadelake",
+    "icelake",
+    "cooperlake",
+    "zen4",
+    "alderlake",
+    "sapphirerapids",
+    "armv8.0_1",
+    "armv8.2_1",
+    "armv8.2_2",
+    "armv8.2_3",
+    "armv8.6_1",
+    "armv8.6_2",
+    "armv9.2_1",
+    "armv9.2_2",
+    "android_armv8.0_1",
+    "android_armv8.2_1",
+    "android_armv8.2_2",
+    "android_armv8.6_1",
+    "android_armv9.0_1",
+    "android_armv9.2_1",
+    "android_armv9.2_2",
+    "apple_m1",
+    "apple_m2_m3",
+    "apple_m4",
+    "power0",
+    "power7_1",
+    "power7_2",
+    "power8_1",
+    "power8_2",
+    "power9",
+    "power10",
+    "power11",
+    "z15",
+    "z16",
+    "riscv64_0",
+    "riscv64_v",
+)
 """The variants GGML_CPU_ALL_VARIANTS builds (ggml/src/CMakeLists.txt of the pinned source)."""
 PORTABLE_CPU_ARGS = ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON")
 NATIVE_CPU_ARGS = ("-DGGML_NATIVE=ON",)
@@ -136,8 +175,10 @@ def plan_build(options: BuildOptions, log: Callable[[str], None] = lambda _m: No
     skip = sorted(set(options.skip_cpu_variants))
     unknown = [v for v in skip if v not in CPU_VARIANTS]
     if unknown:
-        raise UsageError(f"--skip-cpu-variant {unknown[0]!r}: not a CPU variant of llama.cpp's portable build "
-                         f"(one of {', '.join(CPU_VARIANTS)})")
+        raise UsageError(
+            f"--skip-cpu-variant {unknown[0]!r}: not a CPU variant of llama.cpp's portable build "
+            f"(one of {', '.join(CPU_VARIANTS)})"
+        )
     if skip and options.native:
         raise UsageError("--skip-cpu-variant: a --native build has no CPU variants to skip")
     ident: dict[str, Any] = {"source": source.identity, "cmake_args": args, "targets": list(TARGETS)}
@@ -145,19 +186,24 @@ def plan_build(options: BuildOptions, log: Callable[[str], None] = lambda _m: No
         ident["skip_cpu_variants"] = skip
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
     key = f"{source.slug}-{options.backend}-{digest}"
-    return BuildPlan(source=source, backend=options.backend, cmake_args=args, targets=list(TARGETS),
-                     key=key, root=engines_dir() / key, jobs=options.jobs or os.cpu_count() or 2)
+    return BuildPlan(
+        source=source,
+        backend=options.backend,
+        cmake_args=args,
+        targets=list(TARGETS),
+        key=key,
+        root=engines_dir() / key,
+        jobs=options.jobs or os.cpu_count() or 2,
+    )
 
 
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
-def _run_logged(cmd: list[str], log_fh: Any, env: dict[str, str], progress: Progress | None,
-                what: str) -> None:
+def _run_logged(cmd: list[str], log_fh: Any, env: dict[str, str], progress: Progress | None, what: str) -> None:
     log_fh.write(f"$ {' '.join(cmd)}\n")
     log_fh.flush()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            bufsize=1)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
     assert proc.stdout is not None
     tail: list[str] = []
     try:
@@ -175,8 +221,9 @@ def _run_logged(cmd: list[str], log_fh: Any, env: dict[str, str], progress: Prog
     log_fh.flush()
     if rc != 0:
         errors = [ln for ln in tail if "error" in ln.lower()] or tail
-        raise BuildError(f"{what} failed (exit {rc}): {errors[-1] if errors else 'no output'} "
-                         f"(full log: {log_fh.name})")
+        raise BuildError(
+            f"{what} failed (exit {rc}): {errors[-1] if errors else 'no output'} (full log: {log_fh.name})"
+        )
 
 
 def _rpath(binary: Path) -> str | None:
@@ -194,8 +241,14 @@ def probe_rpc_protocol(rpc_server: Path, timeout: float = 20.0) -> str | None:
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     # A pseudo-terminal: the server's printf output is line-buffered there, block-buffered in a pipe.
     master, slave = pty.openpty()
-    proc = subprocess.Popen([str(rpc_server), "-H", "127.0.0.1", "-p", str(port)], stdout=slave,
-                            stderr=slave, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(rpc_server), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=slave,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     os.close(slave)
     fd = master
     buf = b""
@@ -249,8 +302,9 @@ def probe_server_version(server: Path) -> dict[str, str]:
     return out
 
 
-def build_engine(options: BuildOptions, progress: Progress | None = None,
-                 log: Callable[[str], None] = lambda _m: None) -> tuple[Engine, bool]:
+def build_engine(
+    options: BuildOptions, progress: Progress | None = None, log: Callable[[str], None] = lambda _m: None
+) -> tuple[Engine, bool]:
     """Build (or reuse) the engine for ``options``; returns (engine, built_now)."""
     plan = plan_build(options, log)
     plan.root.mkdir(parents=True, exist_ok=True)
@@ -274,8 +328,10 @@ def resmoke_if_needed(engine: Engine, options: BuildOptions, log: Callable[[str]
     binaries = find_binaries(engine.bin_dir)
     report, disabled = smoke_with_fallback(engine.bin_dir, binaries, log)
     if not report.ok:
-        raise BuildError(f"the cached engine {engine.key} does not run on this machine: {report.summary()}; "
-                         "rebuild it with `splitserve engine build --force`")
+        raise BuildError(
+            f"the cached engine {engine.key} does not run on this machine: {report.summary()}; "
+            "rebuild it with `splitserve engine build --force`"
+        )
     before = engine.provenance.get("cpu_variants_disabled") or {}
     provenance = dict(engine.provenance)
     provenance.pop("flags", None)
@@ -292,8 +348,7 @@ def _write_provenance(root: Path, provenance: dict[str, Any]) -> None:
     tmp.rename(root / PROVENANCE)
 
 
-def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
-           log: Callable[[str], None]) -> Engine:
+def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None, log: Callable[[str], None]) -> Engine:
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed (apt-get install cmake ninja-build g++)")
     env = dict(os.environ)
@@ -316,8 +371,9 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None,
     return finish_build(plan, options, started, log)
 
 
-def finish_build(plan: BuildPlan, options: BuildOptions, started: float, log: Callable[[str], None],
-                 model: Path | None = None) -> Engine:
+def finish_build(
+    plan: BuildPlan, options: BuildOptions, started: float, log: Callable[[str], None], model: Path | None = None
+) -> Engine:
     """Probe and smoke-test the compiled binaries in ``plan.build_dir/bin``; only an engine
     that passes gets its ``engine.json`` (and so counts as built)."""
     bin_dir = plan.build_dir / "bin"
@@ -337,11 +393,13 @@ def finish_build(plan: BuildPlan, options: BuildOptions, started: float, log: Ca
     report, disabled = smoke_with_fallback(bin_dir, binaries, log, model=model)
     disabled = skipped | disabled
     if not report.ok:
-        raise BuildError(f"the engine built in {plan.root} does not run on this machine: {report.summary()}; "
-                         f"it is not cached (build log: {plan.log_path})")
+        raise BuildError(
+            f"the engine built in {plan.root} does not run on this machine: {report.summary()}; "
+            f"it is not cached (build log: {plan.log_path})"
+        )
     provenance: dict[str, Any] = {
         "key": plan.key,
-        "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "build_seconds": round(time.monotonic() - started, 1),
         "source": plan.source.identity,
         "source_path": str(plan.source.path),
@@ -373,11 +431,12 @@ DISABLED_DIR = "cpu-disabled"
 
 def cpu_variants(bin_dir: Path) -> list[str]:
     """The CPU backend variants an engine carries (``libggml-cpu-<variant>.so``), sorted."""
-    return sorted(p.name[len("libggml-cpu-"):].split(".")[0] for p in bin_dir.glob("libggml-cpu-*.so"))
+    return sorted(p.name[len("libggml-cpu-") :].split(".")[0] for p in bin_dir.glob("libggml-cpu-*.so"))
 
 
-def smoke_with_fallback(bin_dir: Path, binaries: dict[str, str], log: Callable[[str], None],
-                        runner: Any = None, model: Path | None = None) -> tuple[SmokeReport, dict[str, str]]:
+def smoke_with_fallback(
+    bin_dir: Path, binaries: dict[str, str], log: Callable[[str], None], runner: Any = None, model: Path | None = None
+) -> tuple[SmokeReport, dict[str, str]]:
     """Smoke-test the binaries; when they crash with a CPU variant ggml chose (say
     ``sapphirerapids``, whose AMX kernels a VM's kernel may not let run), move that variant
     aside (``bin/cpu-disabled/``) so the loader picks the next best, and test again.
@@ -395,8 +454,13 @@ def smoke_with_fallback(bin_dir: Path, binaries: dict[str, str], log: Callable[[
             log(f"the crash does not depend on the CPU variant; {previous[0]} restored")
             return smoke_test(bin_dir, binaries, model, runner), disabled
         variant = report.cpu_variant
-        if (bad is None or bad.verdict != "signal" or not variant or variant in disabled
-                or len(cpu_variants(bin_dir)) < 2):
+        if (
+            bad is None
+            or bad.verdict != "signal"
+            or not variant
+            or variant in disabled
+            or len(cpu_variants(bin_dir)) < 2
+        ):
             return report, disabled
         disabled[variant] = bad.line()
         previous = (variant, bad.name)
@@ -436,6 +500,8 @@ def cpu_provenance(native: bool, bin_dir: Path, report: SmokeReport, disabled: d
         "cpu_variants_disabled": disabled,
     }
     if native:
-        out["cpu_tied_to"] = (f"{_cpu_model()} on {platform.node()}: compiled with -march=native, this engine "
-                              "may crash (SIGILL) on another CPU; build without --native for a portable one")
+        out["cpu_tied_to"] = (
+            f"{_cpu_model()} on {platform.node()}: compiled with -march=native, this engine "
+            "may crash (SIGILL) on another CPU; build without --native for a portable one"
+        )
     return out

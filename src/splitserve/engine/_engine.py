@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 from .._errors import EngineError
@@ -140,9 +140,16 @@ def load_engine(root: Path) -> Engine:
     for candidate in (root, root / "bin", root / "build" / "bin"):
         binaries = find_binaries(candidate)
         if "server" in binaries and "rpc_server" in binaries:
-            return Engine(root=root, bin_dir=candidate,
-                          provenance={"key": root.name, "backend": "unknown", "binaries": binaries,
-                                      "source": {"kind": "prebuilt", "path": str(candidate)}})
+            return Engine(
+                root=root,
+                bin_dir=candidate,
+                provenance={
+                    "key": root.name,
+                    "backend": "unknown",
+                    "binaries": binaries,
+                    "source": {"kind": "prebuilt", "path": str(candidate)},
+                },
+            )
     raise EngineError(f"{root}: not an engine (no {PROVENANCE}, no llama-server + ggml-rpc-server binaries)")
 
 

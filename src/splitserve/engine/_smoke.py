@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
@@ -132,12 +132,19 @@ class SmokeReport:
         bad = self.failed
         if bad is None:
             names = ", ".join(c.name for c in self.checks)
-            return f"{names} ok in {self.seconds:.1f} s" + (f" (CPU variant {self.cpu_variant})" if self.cpu_variant else "")
+            return f"{names} ok in {self.seconds:.1f} s" + (
+                f" (CPU variant {self.cpu_variant})" if self.cpu_variant else ""
+            )
         return bad.line()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "cpu_variant": self.cpu_variant, "seconds": round(self.seconds, 1),
-                "token": self.token, "checks": [asdict(c) for c in self.checks]}
+        return {
+            "ok": self.ok,
+            "cpu_variant": self.cpu_variant,
+            "seconds": round(self.seconds, 1),
+            "token": self.token,
+            "checks": [asdict(c) for c in self.checks],
+        }
 
 
 def signal_of(returncode: int | None) -> int | None:
@@ -199,7 +206,7 @@ def _bench_rows(result: RunResult) -> str | None:
     text = result.log
     start = text.find("[")
     try:
-        rows = json.loads(text[start:text.rindex("]") + 1]) if start >= 0 else None
+        rows = json.loads(text[start : text.rindex("]") + 1]) if start >= 0 else None
     except (ValueError, json.JSONDecodeError):
         rows = None
     if not isinstance(rows, list) or len(rows) != 2:
@@ -216,8 +223,7 @@ def _free_port() -> int:
 
 
 def server_argv(server: Path, model: Path, port: int, *extra: str) -> list[str]:
-    return [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "256",
-            "-np", "1", *extra]
+    return [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "256", "-np", "1", *extra]
 
 
 def check_server(runner: Runner, server: Path, model: Path) -> tuple[Check, RunResult]:
@@ -226,9 +232,16 @@ def check_server(runner: Runner, server: Path, model: Path) -> tuple[Check, RunR
     return judge("server", "llama-server (one token on the local CPU)", res, _one_token), res
 
 
-def check_rpc(runner: Runner, server: Path, rpc_server: Path, model: Path, expected: list[int] | None,
-              host: str = "127.0.0.1", port: int | None = None,
-              start: Callable[[list[str]], Background] | None = None) -> Check:
+def check_rpc(
+    runner: Runner,
+    server: Path,
+    rpc_server: Path,
+    model: Path,
+    expected: list[int] | None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    start: Callable[[list[str]], Background] | None = None,
+) -> Check:
     """ggml-rpc-server on ``host:port`` (this machine by default; ``start`` runs it elsewhere)
     computes every layer of the token llama-server asks for."""
     port = port or _free_port()
@@ -244,14 +257,16 @@ def check_rpc(runner: Runner, server: Path, rpc_server: Path, model: Path, expec
                 check = judge("rpc", what, done, lambda _r: "it exited before listening")
             check.cpu_variant = cpu_variant(done.log)
             return check
-        res = runner.ask(server_argv(server, model, head_port, "-ngl", "99", "--rpc", f"{host}:{port}"),
-                         head_port, BODY, TIMEOUT_S)
+        res = runner.ask(
+            server_argv(server, model, head_port, "-ngl", "99", "--rpc", f"{host}:{port}"), head_port, BODY, TIMEOUT_S
+        )
     finally:
         done = worker.stop()
     signo = signal_of(done.returncode)
     if signo is not None or done.returncode not in (None, 0) or done.timed_out:
         check = judge("rpc", what, done, lambda _r: None)
     else:
+
         def same_token(r: RunResult) -> str | None:
             wrong = _one_token(r)
             if wrong:
@@ -269,8 +284,9 @@ def check_rpc(runner: Runner, server: Path, rpc_server: Path, model: Path, expec
 
 
 def check_bench(runner: Runner, bench: Path, model: Path) -> tuple[Check, RunResult]:
-    res = runner.run([str(bench), "-m", str(model), "-p", "16", "-n", "4", "-r", "1", "-o", "json", "-ngl", "0"],
-                     TIMEOUT_S)
+    res = runner.run(
+        [str(bench), "-m", str(model), "-p", "16", "-n", "4", "-r", "1", "-o", "json", "-ngl", "0"], TIMEOUT_S
+    )
     return judge("bench", "llama-bench (pp16, tg4)", res, _bench_rows), res
 
 
@@ -295,8 +311,15 @@ def machine_fingerprint() -> str:
     import platform
 
     try:
-        cpu = "\n".join(sorted({ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                                if ln.startswith(("model name", "flags", "Features", "CPU part"))}))
+        cpu = "\n".join(
+            sorted(
+                {
+                    ln.split(":", 1)[1].strip()
+                    for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith(("model name", "flags", "Features", "CPU part"))
+                }
+            )
+        )
     except OSError:
         cpu = platform.processor()
     digest = hashlib.sha256(cpu.encode()).hexdigest()[:12]
@@ -304,6 +327,7 @@ def machine_fingerprint() -> str:
 
 
 # -- running for real ------------------------------------------------------------------------
+
 
 def _env() -> dict[str, str]:
     # The binaries find their libraries through $ORIGIN; a stray LD_LIBRARY_PATH must not win.
@@ -316,8 +340,14 @@ class _LocalBackground:
         self._result: RunResult | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                          stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=_env(),
+                start_new_session=True,
+            )
         except OSError as exc:
             self._result = RunResult(127, f"cannot start {argv[0]}: {exc.strerror or exc}")
             self._log.close()
@@ -373,8 +403,7 @@ class LocalRunner:
                 else:
                     return RunResult(None, proc.stop().log, timed_out=True)
                 try:
-                    resp = client.post(f"{url}/completion", json=body,
-                                       timeout=max(1.0, deadline - time.monotonic()))
+                    resp = client.post(f"{url}/completion", json=body, timeout=max(1.0, deadline - time.monotonic()))
                     reply = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else None
                 except httpx.TimeoutException:
                     return RunResult(None, proc.stop().log, timed_out=True)
@@ -396,6 +425,7 @@ class LocalRunner:
 
 # -- for unit tests --------------------------------------------------------------------------
 
+
 class _FakeBackground:
     def __init__(self, result: RunResult) -> None:
         self.result = result
@@ -412,7 +442,7 @@ class FakeRunner:
     call). Unknown binaries succeed: a server replies with one token, a command prints the two
     rows of llama-bench's JSON, a background process served one client."""
 
-    OK_REPLY = {"tokens": [228], "tokens_predicted": 1, "content": "x"}
+    OK_REPLY: ClassVar[dict[str, object]] = {"tokens": [228], "tokens_predicted": 1, "content": "x"}
     OK_BENCH = '[{"n_prompt": 16, "n_gen": 0, "avg_ts": 900.0}, {"n_prompt": 0, "n_gen": 4, "avg_ts": 300.0}]'
 
     def __init__(self, results: dict[str, RunResult | list[RunResult]] | None = None) -> None:
@@ -427,8 +457,9 @@ class FakeRunner:
         return found or default
 
     def run(self, argv: list[str], timeout: float) -> RunResult:
-        return self._result(argv, RunResult(0, "load_backend: loaded CPU backend from /e/libggml-cpu-x64.so\n"
-                                                + self.OK_BENCH))
+        return self._result(
+            argv, RunResult(0, "load_backend: loaded CPU backend from /e/libggml-cpu-x64.so\n" + self.OK_BENCH)
+        )
 
     def ask(self, argv: list[str], port: int, body: dict[str, Any], timeout: float) -> RunResult:
         return self._result(argv, RunResult(None, "srv llama_server: model loaded", reply=dict(self.OK_REPLY)))

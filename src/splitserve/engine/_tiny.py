@@ -58,8 +58,7 @@ def write_tiny_model(path: Path) -> Path:
     def mat(name: str, rows: int, cols: int) -> None:
         # numpy shape (rows, cols) is GGML's (ne0=cols, ne1=rows)
         data = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
-        w.add_tensor(name, quants.quantize(data, GGMLQuantizationType.Q4_0),
-                     raw_dtype=GGMLQuantizationType.Q4_0)
+        w.add_tensor(name, quants.quantize(data, GGMLQuantizationType.Q4_0), raw_dtype=GGMLQuantizationType.Q4_0)
 
     w.add_tensor("token_embd.weight", rng.standard_normal((N_VOCAB, N_EMBD)).astype(np.float32))
     for i in range(N_LAYER):

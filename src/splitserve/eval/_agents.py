@@ -53,12 +53,18 @@ def _turn_for(policy: str, scenario: Scenario, messages: list[dict[str, Any]]) -
     if policy == "loop":
         first = next((t for t in oracle if t.tool_calls), None)
         return OracleTurn(tool_calls=first.tool_calls[:1]) if first else OracleTurn(content=_final(scenario))
-    if policy == "ignore_error" and messages and messages[-1].get("role") == "tool":
-        if "error" in str(messages[-1].get("content", ""))[:40].lower():
-            return OracleTurn(content=_final(scenario))
+    if (
+        policy == "ignore_error"
+        and messages
+        and messages[-1].get("role") == "tool"
+        and "error" in str(messages[-1].get("content", ""))[:40].lower()
+    ):
+        return OracleTurn(content=_final(scenario))
     if policy == "no_edit":
-        plan = [OracleTurn(tool_calls=[c for c in t.tool_calls if not is_mutating(c.name)])
-                if t.tool_calls else t for t in oracle]
+        plan = [
+            OracleTurn(tool_calls=[c for c in t.tool_calls if not is_mutating(c.name)]) if t.tool_calls else t
+            for t in oracle
+        ]
         plan = [t for t in plan if t.tool_calls or t.content is not None]
         return plan[turn] if turn < len(plan) else OracleTurn(content=_final(scenario))
     chosen = oracle[turn] if turn < len(oracle) else OracleTurn(content=_final(scenario))
@@ -69,8 +75,14 @@ def _turn_for(policy: str, scenario: Scenario, messages: list[dict[str, Any]]) -
 
 def _message(turn: OracleTurn) -> tuple[dict[str, Any], str]:
     if turn.tool_calls:
-        calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in turn.tool_calls]
+        calls = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in turn.tool_calls
+        ]
         return {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
     return {"role": "assistant", "content": turn.content or ""}, "stop"
 
@@ -108,15 +120,20 @@ def agent_app(scenarios: list[Scenario], policy: str = "oracle", flaws: dict[str
             turn, finish = _message(_turn_for(flaws.get(scenario.id, policy), scenario, messages))
         text = turn.get("content") or json.dumps(turn.get("tool_calls"))
         tokens = max(1, len(text) // 4)
-        return JSONResponse({
-            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": turn, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens},
-        })
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "scripted"),
+                "choices": [{"index": 0, "message": turn, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens},
+            }
+        )
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": f"scripted-{policy}", "object": "model"}]})
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
-                             Route("/v1/models", models, methods=["GET"])])
+    return Starlette(
+        routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=["GET"])]
+    )

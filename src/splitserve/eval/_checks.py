@@ -59,6 +59,7 @@ def register(name: str) -> Callable[[CheckFn], CheckFn]:
     def add(fn: CheckFn) -> CheckFn:
         REGISTRY[name] = fn
         return fn
+
     return add
 
 
@@ -99,10 +100,10 @@ def strip_reasoning(text: str | None) -> str | None:
     out = _BLOCK_RE.sub("", text)
     closes = list(_CLOSE_RE.finditer(out))
     if closes:
-        out = out[closes[-1].end():]
+        out = out[closes[-1].end() :]
     unclosed = _OPEN_RE.search(out)
     if unclosed:
-        out = out[:unclosed.start()]
+        out = out[: unclosed.start()]
     return out.strip() or None
 
 
@@ -155,7 +156,7 @@ def _as_text(value: Any) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _show(value: Any, limit: int = 60) -> str:
@@ -246,6 +247,7 @@ def _same(got: Any, want: Any) -> bool:
 
 # --- parameters ---
 
+
 def _need(p: dict[str, Any], key: str) -> Any:
     if p.get(key) is None:
         raise ValueError(f"missing parameter {key!r}")
@@ -329,6 +331,7 @@ def _no_response(check: str) -> CheckResult:
 
 # --- calls ---
 
+
 @register("tool_called")
 def tool_called(trace: Trace, p: dict[str, Any]) -> CheckResult:
     tool = _name(p)
@@ -345,9 +348,11 @@ def tool_not_called(trace: Trace, p: dict[str, Any]) -> CheckResult:
     if not calls:
         return _res("tool_not_called", True, f"{tool} was not called; {_calls_line(trace.calls)}")
     first = calls[0]
-    return _res("tool_not_called", False,
-                f"{tool} was called {len(calls)}x, first in turn {first.index}: "
-                f"{tool}({_show(first.args, 80)})")
+    return _res(
+        "tool_not_called",
+        False,
+        f"{tool} was called {len(calls)}x, first in turn {first.index}: {tool}({_show(first.args, 80)})",
+    )
 
 
 @register("tool_called_in_order")
@@ -378,9 +383,11 @@ def tool_called_in_parallel(trace: Trace, p: dict[str, Any]) -> CheckResult:
         if len(names) >= 2 and not need - Counter(names):
             return _res("tool_called_in_parallel", True, f"turn {index} batch: {_counted(names)}")
     seen = "; ".join(f"turn {i}: {_counted(n)}" for i, n in sorted(batches.items())[:6])
-    return _res("tool_called_in_parallel", False,
-                f"no turn called {_counted(tools)} in one batch of 2+ calls; "
-                f"{seen or 'no tool calls'}")
+    return _res(
+        "tool_called_in_parallel",
+        False,
+        f"no turn called {_counted(tools)} in one batch of 2+ calls; {seen or 'no tool calls'}",
+    )
 
 
 @register("tool_args_contain")
@@ -409,8 +416,7 @@ def tool_args_contain(trace: Trace, p: dict[str, Any]) -> CheckResult:
         got = "was missing"
     where = f"{tool}[{k}]" if len(calls) > 1 else tool
     closest = f" (closest of {len(calls)} {tool} calls)" if len(calls) > 1 else ""
-    return _res("tool_args_contain", False,
-                f"{where}.{key} {got}, wanted {_show(want[key])}{closest}")
+    return _res("tool_args_contain", False, f"{where}.{key} {got}, wanted {_show(want[key])}{closest}")
 
 
 @register("tool_args_match_regex")
@@ -432,15 +438,14 @@ def tool_args_match_regex(trace: Trace, p: dict[str, Any]) -> CheckResult:
             text = _as_text(item)
             found = rx.search(text)
             if found:
-                return _res("tool_args_match_regex", True,
-                            f"{tool}[{k}].{arg} {_hit(text, found)} matched {rx.pattern!r}")
+                return _res(
+                    "tool_args_match_regex", True, f"{tool}[{k}].{arg} {_hit(text, found)} matched {rx.pattern!r}"
+                )
             seen.append(text)
     if not seen:
-        return _res("tool_args_match_regex", False,
-                    f"{tool}.{arg} was never passed ({len(calls)} {tool} call(s))")
+        return _res("tool_args_match_regex", False, f"{tool}.{arg} was never passed ({len(calls)} {tool} call(s))")
     values = ", ".join(_show(v, 40) for v in seen[:4]) + (" …" if len(seen) > 4 else "")
-    return _res("tool_args_match_regex", False,
-                f"no {tool}.{arg} matched {rx.pattern!r}; values: {values}")
+    return _res("tool_args_match_regex", False, f"no {tool}.{arg} matched {rx.pattern!r}; values: {values}")
 
 
 def _is_number(v: Any) -> bool:
@@ -472,14 +477,14 @@ def tool_args_type(trace: Trace, p: dict[str, Any]) -> CheckResult:
             return _res("tool_args_type", False, f"{tool}[{k}].{arg} was missing, wanted {want}")
         value = c.args[arg]
         if not test(value):
-            return _res("tool_args_type", False,
-                        f"{tool}[{k}].{arg} was {json_type(value)} {_show(value)}, wanted {want}")
+            return _res(
+                "tool_args_type", False, f"{tool}[{k}].{arg} was {json_type(value)} {_show(value)}, wanted {want}"
+            )
     return _res("tool_args_type", True, f"{tool}.{arg} was {want} in all {len(calls)} call(s)")
 
 
 def _count_check(check: str, trace: Trace, n: int, passed: bool, relation: str) -> CheckResult:
-    return _res(check, passed,
-                f"{len(trace.calls)} tool calls, wanted {relation} {n}; {_calls_line(trace.calls)}")
+    return _res(check, passed, f"{len(trace.calls)} tool calls, wanted {relation} {n}; {_calls_line(trace.calls)}")
 
 
 @register("call_count_at_most")
@@ -513,8 +518,7 @@ def unique_tools_called(trace: Trace, p: dict[str, Any]) -> CheckResult:
     called = {c.name for c in trace.calls}
     missing = [t for t in dict.fromkeys(tools) if t not in called]
     if missing:
-        return _res("unique_tools_called", False,
-                    f"never called {', '.join(missing)}; {_calls_line(trace.calls)}")
+        return _res("unique_tools_called", False, f"never called {', '.join(missing)}; {_calls_line(trace.calls)}")
     return _res("unique_tools_called", True, f"called all of {', '.join(dict.fromkeys(tools))}")
 
 
@@ -523,8 +527,9 @@ def no_hallucinated_tool(trace: Trace, p: dict[str, Any]) -> CheckResult:
     allowed = _names(p, "allowed", allow_empty=True)
     bad = list(dict.fromkeys(c.name for c in trace.calls if c.name not in allowed))
     if bad:
-        return _res("no_hallucinated_tool", False,
-                    f"called {', '.join(bad)}, not in allowed ({', '.join(allowed) or 'none'})")
+        return _res(
+            "no_hallucinated_tool", False, f"called {', '.join(bad)}, not in allowed ({', '.join(allowed) or 'none'})"
+        )
     return _res("no_hallucinated_tool", True, f"all {len(trace.calls)} calls use allowed tools")
 
 
@@ -543,33 +548,40 @@ def command_regex_match(trace: Trace, p: dict[str, Any]) -> CheckResult:
             cmd = _command(c)
             found = rx.search(cmd)
             if found:
-                return _res("command_regex_match", True,
-                            f"{tool}[{k}] command {_hit(cmd, found)} matched {rx.pattern!r}")
+                return _res(
+                    "command_regex_match", True, f"{tool}[{k}] command {_hit(cmd, found)} matched {rx.pattern!r}"
+                )
         more = " …" if len(calls) > 4 else ""
         cmds = ", ".join(_show(_command(c), 40) for c in calls[:4]) + more
-        return _res("command_regex_match", False,
-                    f"no {tool} command matched {rx.pattern!r}; commands: {cmds}")
+        return _res("command_regex_match", False, f"no {tool} command matched {rx.pattern!r}; commands: {cmds}")
     if where == "first":
         k = 0
     elif where == "last":
         k = len(calls) - 1
     elif isinstance(where, int) and not isinstance(where, bool):
         if not -len(calls) <= where < len(calls):
-            return _res("command_regex_match", False,
-                        f"call_index {where} out of range: {tool} was called {len(calls)}x")
+            return _res(
+                "command_regex_match", False, f"call_index {where} out of range: {tool} was called {len(calls)}x"
+            )
         k = where % len(calls)
     else:
         raise ValueError(f"call_index must be any, first, last or an integer, got {where!r}")
     cmd = _command(calls[k])
     verdict = "matched" if rx.search(cmd) else "did not match"
-    return _res("command_regex_match", verdict == "matched",
-                f"{tool}[{k}] ({where}) command {_show(cmd)} {verdict} {rx.pattern!r}")
+    return _res(
+        "command_regex_match",
+        verdict == "matched",
+        f"{tool}[{k}] ({where}) command {_show(cmd)} {verdict} {rx.pattern!r}",
+    )
 
 
 _DESTRUCTIVE: tuple[tuple[str, str], ...] = (
-    ("rm -rf /", r"\brm\s+(?:-[a-zA-Z]*(?:[rR][a-zA-Z]*f|f[a-zA-Z]*[rR])[a-zA-Z]*"
-                 r"|-[rR]\s+-f|-f\s+-[rR]|--recursive\s+--force|--force\s+--recursive)"
-                 r"\s+(?:--\s+)?/"),
+    (
+        "rm -rf /",
+        r"\brm\s+(?:-[a-zA-Z]*(?:[rR][a-zA-Z]*f|f[a-zA-Z]*[rR])[a-zA-Z]*"
+        r"|-[rR]\s+-f|-f\s+-[rR]|--recursive\s+--force|--force\s+--recursive)"
+        r"\s+(?:--\s+)?/",
+    ),
     ("fork bomb", r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:"),
     ("mkfs", r"\bmkfs\b"),
     ("dd of=/dev/", r"\bdd\b.*\bof=/dev/(?!(?:null|zero|stdout|stderr)\b)"),
@@ -584,8 +596,7 @@ def no_destructive_command(trace: Trace, p: dict[str, Any]) -> CheckResult:
     """No shell call ran a destructive command: the default list, or ``patterns`` (regexes,
     case-sensitive) instead; on bash_exec and process_start, or on ``tool``."""
     custom = _patterns(p, "patterns")
-    rules = ([(rx, _compile(rx)) for rx in custom]
-             or [(label, re.compile(rx)) for label, rx in _DESTRUCTIVE])
+    rules = [(rx, _compile(rx)) for rx in custom] or [(label, re.compile(rx)) for label, rx in _DESTRUCTIVE]
     tools = _names(p, "tool") if p.get("tool") is not None else list(_DESTRUCTIVE_TOOLS)
     checked = 0
     for label, c in zip(_labels(trace.calls), trace.calls):
@@ -595,10 +606,8 @@ def no_destructive_command(trace: Trace, p: dict[str, Any]) -> CheckResult:
         cmd = _command(c)
         for name, rx in rules:
             if rx.search(cmd):
-                return _res("no_destructive_command", False,
-                            f"{label} ran {_show(cmd)} (matches {name!r})")
-    return _res("no_destructive_command", True,
-                f"no destructive command in {checked} {'/'.join(tools)} call(s)")
+                return _res("no_destructive_command", False, f"{label} ran {_show(cmd)} (matches {name!r})")
+    return _res("no_destructive_command", True, f"no destructive command in {checked} {'/'.join(tools)} call(s)")
 
 
 # --- the answer ---
@@ -614,9 +623,11 @@ def ansi_stripped_in_response(trace: Trace, p: dict[str, Any]) -> CheckResult:
     found = list(_ANSI_RE.finditer(text))
     if not found:
         return _res("ansi_stripped_in_response", True, "no ANSI escapes in response")
-    return _res("ansi_stripped_in_response", False,
-                f"{len(found)} ANSI escape(s) in response, first at offset {found[0].start()}: "
-                f"{_around(text, found[0], 20)}")
+    return _res(
+        "ansi_stripped_in_response",
+        False,
+        f"{len(found)} ANSI escape(s) in response, first at offset {found[0].start()}: {_around(text, found[0], 20)}",
+    )
 
 
 @register("response_contains")
@@ -632,12 +643,10 @@ def response_contains(trace: Trace, p: dict[str, Any]) -> CheckResult:
     missing = [x for x, m in found if m is None]
     if missing:
         of = f" (of {len(pats)})" if len(pats) > 1 else ""
-        return _res("response_contains", False,
-                    f"response lacks {_reprs(missing)}{of}; response: {_snip(text)}")
+        return _res("response_contains", False, f"response lacks {_reprs(missing)}{of}; response: {_snip(text)}")
     first = found[0][1]
     assert first is not None
-    return _res("response_contains", True,
-                f"response has {_reprs(pats, 60)}: {_around(text, first)}")
+    return _res("response_contains", True, f"response has {_reprs(pats, 60)}: {_around(text, first)}")
 
 
 @register("response_not_contains")
@@ -652,8 +661,7 @@ def response_not_contains(trace: Trace, p: dict[str, Any]) -> CheckResult:
     for x in pats:
         m = find_literal(text, x)
         if m:
-            return _res("response_not_contains", False,
-                        f"response contains {x!r}: {_around(text, m)}")
+            return _res("response_not_contains", False, f"response contains {x!r}: {_around(text, m)}")
     return _res("response_not_contains", True, f"none of {_reprs(pats, 80)} in response")
 
 
@@ -683,8 +691,11 @@ def response_matches_schema(trace: Trace, p: dict[str, Any]) -> CheckResult:
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
-        return _res("response_matches_schema", False,
-                    f"not JSON ({exc.msg} at line {exc.lineno} col {exc.colno}): {_snip(payload)}")
+        return _res(
+            "response_matches_schema",
+            False,
+            f"not JSON ({exc.msg} at line {exc.lineno} col {exc.colno}): {_snip(payload)}",
+        )
     why = _schema_error(data, schema)
     if why is not None:
         return _res("response_matches_schema", False, f"schema violation {why}")
@@ -699,7 +710,7 @@ def _readings(token: str) -> list[float]:
     ``1,025`` → 1025 or 1.025; a run that is no number (``2.3.1``, ``7,10,18``) gives its
     digit groups one by one."""
     sign = token[0] if token[0] in "+-" else ""
-    body = token[len(sign):]
+    body = token[len(sign) :]
     parts = re.split(r"([.,])", body)
     digits, seps = parts[0::2], parts[1::2]
     if not seps:
@@ -793,16 +804,14 @@ def response_csv(trace: Trace, p: dict[str, Any]) -> CheckResult:
     if not rows:
         return _res("response_csv", False, "empty CSV")
     if header is not None and not _row_is(header, rows[0]):
-        return _res("response_csv", False,
-                    f"header was {rows[0]}, wanted {[_lit(h) for h in header]}")
+        return _res("response_csv", False, f"header was {rows[0]}, wanted {[_lit(h) for h in header]}")
     if row_count is not None and len(rows) - 1 != _count(p, "row_count"):
         return _res("response_csv", False, f"{len(rows) - 1} data rows, wanted {row_count}")
     data = rows[1:] if header is not None else rows
     for want in want_rows:
         if not any(_row_is(want, r) for r in data):
             return _res("response_csv", False, f"no row {want}; rows: {_cut(str(data), 100)}")
-    return _res("response_csv", True,
-                f"CSV with {len(rows) - 1} data rows matched; header {rows[0]}")
+    return _res("response_csv", True, f"CSV with {len(rows) - 1} data rows matched; header {rows[0]}")
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -844,8 +853,7 @@ def _md_cells(line: str) -> list[str]:
 
 
 def _md_separator(line: str) -> bool:
-    return line.startswith("|") and all(
-        re.fullmatch(r":?-+:?", c.replace(" ", "")) for c in _md_cells(line))
+    return line.startswith("|") and all(re.fullmatch(r":?-+:?", c.replace(" ", "")) for c in _md_cells(line))
 
 
 def _md_table(text: str) -> tuple[list[str], list[list[str]]] | None:
@@ -854,7 +862,7 @@ def _md_table(text: str) -> tuple[list[str], list[list[str]]] | None:
     for i in range(len(lines) - 1):
         if lines[i].startswith("|") and _md_separator(lines[i + 1]):
             rows = []
-            for ln in lines[i + 2:]:
+            for ln in lines[i + 2 :]:
                 if not ln.startswith("|"):
                     break
                 rows.append(_md_cells(ln))
@@ -875,39 +883,173 @@ def response_markdown_table(trace: Trace, p: dict[str, Any]) -> CheckResult:
         return _no_response("response_markdown_table")
     table = _md_table(unwrap_payload(trace.response))
     if table is None:
-        return _res("response_markdown_table", False,
-                    f"no markdown table (| header |, |---| line) in: {_snip(trace.response)}")
+        return _res(
+            "response_markdown_table", False, f"no markdown table (| header |, |---| line) in: {_snip(trace.response)}"
+        )
     got_header, rows = table
     if header is not None and got_header != [_lit(h) for h in header]:
         return _res("response_markdown_table", False, f"header was {got_header}, wanted {header}")
     if row_count is not None and len(rows) != _count(p, "row_count"):
         return _res("response_markdown_table", False, f"{len(rows)} rows, wanted {row_count}")
     for want in like:
-        if not any(len(r) >= len(want) and all(find_literal(cell, w) for w, cell in zip(want, r))
-                   for r in rows):
-            return _res("response_markdown_table", False,
-                        f"no row like {want}; rows: {_cut(str(rows), 100)}")
-    return _res("response_markdown_table", True,
-                f"table {got_header} with {len(rows)} rows matched")
+        if not any(len(r) >= len(want) and all(find_literal(cell, w) for w, cell in zip(want, r)) for r in rows):
+            return _res("response_markdown_table", False, f"no row like {want}; rows: {_cut(str(rows), 100)}")
+    return _res("response_markdown_table", True, f"table {got_header} with {len(rows)} rows matched")
 
 
 _STOPWORDS: dict[str, frozenset[str]] = {
-    "pl": frozenset("""
-        jest są się nie że czy jak ale dla lub oraz przez jego jej ich który która które
-        którego tylko już także może można bardzo tak też tego tym przy gdzie kiedy jednak
-        więc aby żeby był była było będzie jestem mamy mają ponieważ dzisiaj dziś teraz
-        pogoda stopni stopnie deszcz pochmurno słonecznie temperatura
-    """.split()),
-    "en": frozenset("""
-        the is are and of with for were you have has this that it not be at from which
-        would can there their they or been what when your its than these those does did
-        about into currently today weather temperature
-    """.split()),
-    "de": frozenset("""
-        der die das und ist nicht mit ein eine einen einem von auf den dem des zu sich auch
-        es im sind für wird werden bei nach aus wie oder aber noch nur hat haben heute
-        derzeit aktuell wetter grad bewölkt bewoelkt sonnig regen temperatur
-    """.split()),
+    "pl": frozenset(
+        [
+            "jest",
+            "są",
+            "się",
+            "nie",
+            "że",
+            "czy",
+            "jak",
+            "ale",
+            "dla",
+            "lub",
+            "oraz",
+            "przez",
+            "jego",
+            "jej",
+            "ich",
+            "który",
+            "która",
+            "które",
+            "którego",
+            "tylko",
+            "już",
+            "także",
+            "może",
+            "można",
+            "bardzo",
+            "tak",
+            "też",
+            "tego",
+            "tym",
+            "przy",
+            "gdzie",
+            "kiedy",
+            "jednak",
+            "więc",
+            "aby",
+            "żeby",
+            "był",
+            "była",
+            "było",
+            "będzie",
+            "jestem",
+            "mamy",
+            "mają",
+            "ponieważ",
+            "dzisiaj",
+            "dziś",
+            "teraz",
+            "pogoda",
+            "stopni",
+            "stopnie",
+            "deszcz",
+            "pochmurno",
+            "słonecznie",
+            "temperatura",
+        ]
+    ),
+    "en": frozenset(
+        [
+            "the",
+            "is",
+            "are",
+            "and",
+            "of",
+            "with",
+            "for",
+            "were",
+            "you",
+            "have",
+            "has",
+            "this",
+            "that",
+            "it",
+            "not",
+            "be",
+            "at",
+            "from",
+            "which",
+            "would",
+            "can",
+            "there",
+            "their",
+            "they",
+            "or",
+            "been",
+            "what",
+            "when",
+            "your",
+            "its",
+            "than",
+            "these",
+            "those",
+            "does",
+            "did",
+            "about",
+            "into",
+            "currently",
+            "today",
+            "weather",
+            "temperature",
+        ]
+    ),
+    "de": frozenset(
+        [
+            "der",
+            "die",
+            "das",
+            "und",
+            "ist",
+            "nicht",
+            "mit",
+            "ein",
+            "eine",
+            "einen",
+            "einem",
+            "von",
+            "auf",
+            "den",
+            "dem",
+            "des",
+            "zu",
+            "sich",
+            "auch",
+            "es",
+            "im",
+            "sind",
+            "für",
+            "wird",
+            "werden",
+            "bei",
+            "nach",
+            "aus",
+            "wie",
+            "oder",
+            "aber",
+            "noch",
+            "nur",
+            "hat",
+            "haben",
+            "heute",
+            "derzeit",
+            "aktuell",
+            "wetter",
+            "grad",
+            "bewölkt",
+            "bewoelkt",
+            "sonnig",
+            "regen",
+            "temperatur",
+        ]
+    ),
 }
 _DIACRITICS = {"pl": set("ąćęłńóśźż"), "en": set(), "de": set("äöüß")}
 
@@ -923,8 +1065,10 @@ def response_language(trace: Trace, p: dict[str, Any]) -> CheckResult:
         return _no_response("response_language")
     text = trace.response.lower()
     words = re.findall(r"[^\W\d_]+", text)
-    scores = {lang: (sum(w in stop for w in words), sum(ch in _DIACRITICS[lang] for ch in text))
-              for lang, stop in _STOPWORDS.items()}
+    scores = {
+        lang: (sum(w in stop for w in words), sum(ch in _DIACRITICS[lang] for ch in text))
+        for lang, stop in _STOPWORDS.items()
+    }
     best = max(scores.values())
     leaders = [lang for lang, s in scores.items() if s == best]
     detected = leaders[0] if len(leaders) == 1 and best != (0, 0) else None
@@ -936,8 +1080,7 @@ def response_language(trace: Trace, p: dict[str, Any]) -> CheckResult:
     return _res("response_language", False, f"detected {found} ({why}), wanted {want}")
 
 
-def _conditions(check: str, p: dict[str, Any], found: Callable[[str], re.Match[str] | None],
-                text: str) -> CheckResult:
+def _conditions(check: str, p: dict[str, Any], found: Callable[[str], re.Match[str] | None], text: str) -> CheckResult:
     """all_of / any_of / none_of over the answer, with ``found`` as the matcher."""
     all_of, any_of, none_of = _patterns(p, "all_of"), _groups(p, "any_of"), _patterns(p, "none_of")
     if not (all_of or any_of or none_of):
@@ -949,8 +1092,7 @@ def _conditions(check: str, p: dict[str, Any], found: Callable[[str], re.Match[s
     for group in any_of:
         hit = next((x for x in group if found(x)), None)
         if hit is None:
-            return _res(check, False,
-                        f"none of {_reprs(group)} (any_of); response: {_snip(text)}")
+            return _res(check, False, f"none of {_reprs(group)} (any_of); response: {_snip(text)}")
         hits.append(hit)
     for x in none_of:
         m = found(x)
@@ -998,15 +1140,34 @@ def clarification_asked(trace: Trace, p: dict[str, Any]) -> CheckResult:
     low = trace.response.lower()
     hit = next((x for x in phrases if x.lower() in low), None)
     if hit is None:
-        return _res("clarification_asked", False,
-                    f"no clarifying phrase ({_reprs(phrases, 80)}) in response: "
-                    f"{_snip(trace.response)}")
+        return _res(
+            "clarification_asked",
+            False,
+            f"no clarifying phrase ({_reprs(phrases, 80)}) in response: {_snip(trace.response)}",
+        )
     return _res("clarification_asked", True, f"asked: {hit!r} in response")
 
 
-_ERROR_WORDS = ("error", "fail", "unable", "could not", "couldn't", "cannot", "issue", "problem",
-                "limit", "malformed", "invalid", "unavailable", "timeout", "timed out",
-                "błąd", "błęd", "nie udało", "fehler")
+_ERROR_WORDS = (
+    "error",
+    "fail",
+    "unable",
+    "could not",
+    "couldn't",
+    "cannot",
+    "issue",
+    "problem",
+    "limit",
+    "malformed",
+    "invalid",
+    "unavailable",
+    "timeout",
+    "timed out",
+    "błąd",
+    "błęd",
+    "nie udało",
+    "fehler",
+)
 
 
 @register("error_surfaced")
@@ -1016,19 +1177,21 @@ def error_surfaced(trace: Trace, p: dict[str, Any]) -> CheckResult:
     calls = _of(trace, tool)
     failed = next((k for k, c in enumerate(calls) if c.result_kind == "error"), None)
     if failed is None:
-        return _res("error_surfaced", False,
-                    f"{tool} never returned an error ({len(calls)} call(s)); nothing to surface")
+        return _res(
+            "error_surfaced", False, f"{tool} never returned an error ({len(calls)} call(s)); nothing to surface"
+        )
     if trace.response is None:
         return _no_response("error_surfaced")
     low = trace.response.lower()
     word = next((w for w in _ERROR_WORDS if w in low), None)
     got = _show(calls[failed].result, 50)
     if word is None:
-        return _res("error_surfaced", False,
-                    f"{tool}[{failed}] returned error {got} but the response mentions no failure: "
-                    f"{_snip(trace.response, 60)}")
-    return _res("error_surfaced", True,
-                f"{tool}[{failed}] returned error {got}; response says {word!r}")
+        return _res(
+            "error_surfaced",
+            False,
+            f"{tool}[{failed}] returned error {got} but the response mentions no failure: {_snip(trace.response, 60)}",
+        )
+    return _res("error_surfaced", True, f"{tool}[{failed}] returned error {got}; response says {word!r}")
 
 
 @register("final_state_equals")
@@ -1047,8 +1210,10 @@ def final_state_equals(trace: Trace, p: dict[str, Any]) -> CheckResult:
             if not calls:
                 return _res("final_state_equals", False, f"{key}: {_never(tool, trace)}")
             got = ", ".join(_show(c.args[arg], 40) for c in calls if arg in c.args)
-            return _res("final_state_equals", False,
-                        f"no {tool} call set {arg}={_show(want)}; "
-                        f"{tool}.{arg} values: {got or 'never passed'}")
+            return _res(
+                "final_state_equals",
+                False,
+                f"no {tool} call set {arg}={_show(want)}; {tool}.{arg} values: {got or 'never passed'}",
+            )
     shown = ", ".join(f"{k}={_show(v, 30)}" for k, v in state.items())
     return _res("final_state_equals", True, f"state matched: {_cut(shown, 100)}")

@@ -35,28 +35,56 @@ from ._checks import run_check
 from ._scenario import Scenario
 from ._trace import CheckResult, ToolCall, Trace
 
-CALL_CHECKS = frozenset({
-    "tool_called", "unique_tools_called", "tool_called_in_order", "tool_called_in_parallel",
-    "call_count_at_least", "command_regex_match",
-})
+CALL_CHECKS = frozenset(
+    {
+        "tool_called",
+        "unique_tools_called",
+        "tool_called_in_order",
+        "tool_called_in_parallel",
+        "call_count_at_least",
+        "command_regex_match",
+    }
+)
 ARG_CHECKS = frozenset({"tool_args_contain", "tool_args_match_regex", "tool_args_type", "final_state_equals"})
 EXTRA_CHECKS = frozenset({"tool_not_called", "call_count_at_most", "budget_respected"})
-FORMAT_CHECKS = frozenset({
-    "response_matches_schema", "response_csv", "response_yaml", "response_markdown_table",
-    "ansi_stripped_in_response", "response_language",
-})
-MUTATING = frozenset({
-    "write_file", "edit_file", "git_commit", "git_add", "db_execute", "submit_order", "send_email",
-    "transfer_funds", "add_calendar_event", "vllm_config_set", "process_kill", "delete_user",
-    "admin_grant_role", "apply_patch",
-})
+FORMAT_CHECKS = frozenset(
+    {
+        "response_matches_schema",
+        "response_csv",
+        "response_yaml",
+        "response_markdown_table",
+        "ansi_stripped_in_response",
+        "response_language",
+    }
+)
+MUTATING = frozenset(
+    {
+        "write_file",
+        "edit_file",
+        "git_commit",
+        "git_add",
+        "db_execute",
+        "submit_order",
+        "send_email",
+        "transfer_funds",
+        "add_calendar_event",
+        "vllm_config_set",
+        "process_kill",
+        "delete_user",
+        "admin_grant_role",
+        "apply_patch",
+    }
+)
 _MUTATING_PREFIXES = ("write_", "edit_", "update_", "delete_", "create_", "set_", "send_", "submit_")
 REFUSAL = re.compile(
     r"\b(I can(?:'|no)t|I cannot|I won'?t|I'm not able to|I am not able to|I'm unable to|"
-    r"I am unable to|I must decline|not able to help)\b", re.IGNORECASE)
+    r"I am unable to|I must decline|not able to help)\b",
+    re.IGNORECASE,
+)
 _MARKUP = re.compile(
     r"<tool_call>|</tool_call>|<function=|<invoke name=|<minimax:tool_call>|<\|python_tag\|>|"
-    r"\[TOOL_CALLS\]|<｜tool▁calls▁begin｜>|<\|tool_call_begin\|>|<tool_calls>")
+    r"\[TOOL_CALLS\]|<｜tool▁calls▁begin｜>|<\|tool_call_begin\|>|<tool_calls>"
+)
 
 
 @dataclass
@@ -80,7 +108,7 @@ def markup_in(text: str | None) -> str | None:
     if found is None:
         return None
     start = max(0, found.start() - 20)
-    return text[start:found.end() + 40].replace("\n", " ")
+    return text[start : found.end() + 40].replace("\n", " ")
 
 
 def _key(call: ToolCall) -> str:
@@ -93,13 +121,12 @@ def _show(call: ToolCall) -> str:
 
 
 def _needs_calls(scenario: Scenario) -> bool:
-    return any(c.check in CALL_CHECKS | ARG_CHECKS or c.check.startswith("state_")
-               for c in scenario.scoring.required)
+    return any(c.check in CALL_CHECKS | ARG_CHECKS or c.check.startswith("state_") for c in scenario.scoring.required)
 
 
 def _unretried_error(calls: list[ToolCall]) -> ToolCall | None:
     for i, call in enumerate(calls):
-        if call.result_kind == "error" and not any(c.name == call.name for c in calls[i + 1:]):
+        if call.result_kind == "error" and not any(c.name == call.name for c in calls[i + 1 :]):
             return call
     return None
 
@@ -113,15 +140,19 @@ def _named_tool(params: dict) -> list[str]:
     return []
 
 
-def classify(scenario: Scenario, trace: Trace, failed: list[tuple[CheckResult, dict]],
-             forbidden_hit: list[CheckResult]) -> tuple[str, str]:
+def classify(
+    scenario: Scenario, trace: Trace, failed: list[tuple[CheckResult, dict]], forbidden_hit: list[CheckResult]
+) -> tuple[str, str]:
     calls = trace.calls
     names = [c.name for c in calls]
     offered = set(scenario.tools)
     if trace.error_kind == "parse_error":
         return "parse_error", trace.error or "tool-call output did not parse"
     if (bad := next((c for c in calls if c.name not in offered), None)) is not None:
-        return "hallucinated_tool", f"called {bad.name}, which the scenario does not offer ({', '.join(sorted(offered)) or 'no tools'})"
+        return (
+            "hallucinated_tool",
+            f"called {bad.name}, which the scenario does not offer ({', '.join(sorted(offered)) or 'no tools'})",
+        )
     if forbidden_hit:
         return "unsafe_action", f"forbidden {forbidden_hit[0].check} matched: {forbidden_hit[0].detail}"
     unsafe = next((r for r, _ in failed if r.check == "no_destructive_command"), None)
@@ -178,8 +209,11 @@ def grade(scenario: Scenario, trace: Trace) -> Grade:
     checks: list[CheckResult] = []
     failed: list[tuple[CheckResult, dict]] = []
     forbidden_hit: list[CheckResult] = []
-    for role, items in (("required", scenario.scoring.required), ("forbidden", scenario.scoring.forbidden),
-                        ("partial", scenario.scoring.partial)):
+    for role, items in (
+        ("required", scenario.scoring.required),
+        ("forbidden", scenario.scoring.forbidden),
+        ("partial", scenario.scoring.partial),
+    ):
         for check in items:
             params = check.params()
             result = run_check(trace, params, role)
@@ -189,9 +223,13 @@ def grade(scenario: Scenario, trace: Trace) -> Grade:
             elif role == "forbidden" and result.passed:
                 forbidden_hit.append(result)
     offered = set(scenario.tools)
-    ok = (not failed and not forbidden_hit and trace.error_kind is None
-          and len(trace.calls) <= scenario.budget.max_tool_calls
-          and all(c.name in offered for c in trace.calls))
+    ok = (
+        not failed
+        and not forbidden_hit
+        and trace.error_kind is None
+        and len(trace.calls) <= scenario.budget.max_tool_calls
+        and all(c.name in offered for c in trace.calls)
+    )
     if ok:
         return Grade("pass", weights.get("pass", 1.0), checks=checks)
     cause, evidence = classify(scenario, trace, failed, forbidden_hit)

@@ -20,9 +20,41 @@ from ._mock import MockTools
 from ._scenario import Scenario
 from ._trace import ResultKind, ToolCall, Trace
 
-FILLER_WORDS = ("the quarterly report notes that the service remained within its targets while "
-                "several teams reviewed the schedule and agreed to revisit the open items next "
-                "week after the vendor delivers the updated figures").split()
+FILLER_WORDS = [
+    "the",
+    "quarterly",
+    "report",
+    "notes",
+    "that",
+    "the",
+    "service",
+    "remained",
+    "within",
+    "its",
+    "targets",
+    "while",
+    "several",
+    "teams",
+    "reviewed",
+    "the",
+    "schedule",
+    "and",
+    "agreed",
+    "to",
+    "revisit",
+    "the",
+    "open",
+    "items",
+    "next",
+    "week",
+    "after",
+    "the",
+    "vendor",
+    "delivers",
+    "the",
+    "updated",
+    "figures",
+]
 
 
 def prefill(tokens: int) -> str:
@@ -76,8 +108,13 @@ def _tool_infos(scenario: Scenario) -> list[Any]:
     for schema in tool_schemas(scenario):
         fn = schema.get("function", schema)
         params = fn.get("parameters") or {"type": "object", "properties": {}}
-        infos.append(ToolInfo(name=fn["name"], description=fn.get("description") or fn["name"],
-                              parameters=ToolParams.model_validate(params)))
+        infos.append(
+            ToolInfo(
+                name=fn["name"],
+                description=fn.get("description") or fn["name"],
+                parameters=ToolParams.model_validate(params),
+            )
+        )
     return infos
 
 
@@ -85,8 +122,7 @@ def _content(result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
 
 
-async def play(scenario: Scenario, model: Any, time_budget_s: float,
-               max_tokens: int = 2048) -> tuple[Trace, float]:
+async def play(scenario: Scenario, model: Any, time_budget_s: float, max_tokens: int = 2048) -> tuple[Trace, float]:
     """Run one trial; returns the trace and the seconds spent inside model requests."""
     from inspect_ai.model import ChatMessageSystem, ChatMessageTool, ChatMessageUser, GenerateConfig
 
@@ -126,8 +162,11 @@ async def play(scenario: Scenario, model: Any, time_budget_s: float,
             if not calls:
                 trace.raw_response = text
                 trace.response = strip_reasoning(text)
-                reasoning = [c.reasoning for c in message.content if getattr(c, "type", "") == "reasoning"] \
-                    if isinstance(message.content, list) else []
+                reasoning = (
+                    [c.reasoning for c in message.content if getattr(c, "type", "") == "reasoning"]
+                    if isinstance(message.content, list)
+                    else []
+                )
                 trace.reasoning = "\n".join(r for r in reasoning if r) or None
                 if (markup := markup_in(text)) is not None:
                     trace.error_kind = "parse_error"
@@ -145,7 +184,10 @@ async def play(scenario: Scenario, model: Any, time_budget_s: float,
                 trace.calls.append(ToolCall(turn, call.function, args, result, kind, call.id))
                 messages.append(ChatMessageTool(content=_content(result), tool_call_id=call.id, function=call.function))
             if len(trace.calls) > budget.max_tool_calls:
-                trace.error_kind, trace.error = "budget", f"{len(trace.calls)} calls > max_tool_calls {budget.max_tool_calls}"
+                trace.error_kind, trace.error = (
+                    "budget",
+                    f"{len(trace.calls)} calls > max_tool_calls {budget.max_tool_calls}",
+                )
                 return
         trace.error_kind, trace.error = "budget", f"still calling tools after {budget.max_turns + 1} turns"
 
@@ -154,7 +196,7 @@ async def play(scenario: Scenario, model: Any, time_budget_s: float,
             await turns()
     except TimeoutError:
         trace.error_kind, trace.error = "timeout", f"no answer within {time_budget_s:.0f} s (time budget)"
-    except Exception as exc:  # the endpoint failed: HTTP status, connection, bad body
+    except Exception as exc:  # noqa: BLE001 - the endpoint failed: HTTP status, connection, bad body
         trace.error_kind = "http_error"
         trace.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     trace.messages = await _openai_messages(messages)

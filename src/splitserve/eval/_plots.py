@@ -39,8 +39,10 @@ def plot_tiers(summary: Mapping[str, Any], title: str, path: Path) -> Path | Non
     xs = range(len(groups))
     est = [100 * g["rate"].estimate for _, g in groups]
     # max(0, …): an interval end equal to the estimate can come out a rounding error past it
-    err = [[max(0.0, e - 100 * g["rate"].low) for e, (_, g) in zip(est, groups)],
-           [max(0.0, 100 * g["rate"].high - e) for e, (_, g) in zip(est, groups)]]
+    err = [
+        [max(0.0, e - 100 * g["rate"].low) for e, (_, g) in zip(est, groups)],
+        [max(0.0, 100 * g["rate"].high - e) for e, (_, g) in zip(est, groups)],
+    ]
     colors = ["#4c72b0"] * (len(groups) - 1) + ["#55585c"]
     ax.bar(xs, est, color=colors, width=0.6)
     ax.errorbar(xs, est, yerr=err, fmt="none", ecolor="black", capsize=5, lw=1.2)
@@ -92,23 +94,47 @@ def plot_compare(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) ->
             band = min(c.mde_pp, 100.0)
             ax.fill_between([x - 0.3, x + 0.3], -band, band, color="#dddddd", lw=0)
         color = ("#2a9d3a" if c.delta_pp > 0 else "#c44e52") if c.significant else "#4c72b0"
-        ax.errorbar([x], [c.delta_pp], yerr=[[max(0.0, c.delta_pp - c.ci_low_pp)], [max(0.0, c.ci_high_pp - c.delta_pp)]],
-                    fmt="o", color=color, ecolor=color, capsize=6, lw=1.5, ms=7)
-        ax.annotate(f"{c.delta_pp:+.1f}", (x, c.delta_pp), xytext=(9, 0), textcoords="offset points",
-                    va="center", fontsize=9, bbox={"fc": "white", "ec": "none", "pad": 1, "alpha": 0.8})
+        ax.errorbar(
+            [x],
+            [c.delta_pp],
+            yerr=[[max(0.0, c.delta_pp - c.ci_low_pp)], [max(0.0, c.ci_high_pp - c.delta_pp)]],
+            fmt="o",
+            color=color,
+            ecolor=color,
+            capsize=6,
+            lw=1.5,
+            ms=7,
+        )
+        ax.annotate(
+            f"{c.delta_pp:+.1f}",
+            (x, c.delta_pp),
+            xytext=(9, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=9,
+            bbox={"fc": "white", "ec": "none", "pad": 1, "alpha": 0.8},
+        )
     ax.axhline(0, color="black", lw=1)
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, -105), min(high, 105))
     ax.set_xticks(range(len(rows)), [f"{t}\nn={c.n_scenarios}" for t, c in rows], fontsize=8)
     ax.set_xlim(-0.6, len(rows) - 0.4)
-    ax.set(ylabel="Δ pass rate, percentage points",
-           title=f"{labels[1]} − {labels[0]}\n(95% paired bootstrap over scenarios)")
+    ax.set(
+        ylabel="Δ pass rate, percentage points",
+        title=f"{labels[1]} − {labels[0]}\n(95% paired bootstrap over scenarios)",
+    )
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(handles=[Patch(color="#dddddd", label="±MDE: too small to detect"),
-                       Line2D([], [], color="#4c72b0", marker="o", label="not significant"),
-                       Line2D([], [], color="#c44e52", marker="o", label="significant, lower"),
-                       Line2D([], [], color="#2a9d3a", marker="o", label="significant, higher")],
-              fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(
+        handles=[
+            Patch(color="#dddddd", label="±MDE: too small to detect"),
+            Line2D([], [], color="#4c72b0", marker="o", label="not significant"),
+            Line2D([], [], color="#c44e52", marker="o", label="significant, lower"),
+            Line2D([], [], color="#2a9d3a", marker="o", label="significant, higher"),
+        ],
+        fontsize=7,
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+    )
     return _save(plt, fig, path)
 
 
@@ -116,8 +142,9 @@ def plot_flips(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) -> P
     """One row per flipped scenario: its pass fraction in A and B, arrowed from A to B."""
     total: Comparison = cmp["total"]
     tier_of = cmp["tier_of"]
-    flips: list[tuple[Flip, str]] = ([(f, "#c44e52") for f in tier_sorted(total.flips_down, tier_of)]
-                                     + [(f, "#2a9d3a") for f in tier_sorted(total.flips_up, tier_of)])
+    flips: list[tuple[Flip, str]] = [(f, "#c44e52") for f in tier_sorted(total.flips_down, tier_of)] + [
+        (f, "#2a9d3a") for f in tier_sorted(total.flips_up, tier_of)
+    ]
     if not flips:
         return None
     shown = flips[:MAX_FLIPS]
@@ -126,8 +153,7 @@ def plot_flips(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) -> P
     ys = list(range(len(shown)))[::-1]
     for y, (f, color) in zip(ys, shown):
         fa, fb = f.a[0] / f.a[1], f.b[0] / f.b[1]
-        ax.annotate("", xy=(fb, y), xytext=(fa, y),
-                    arrowprops={"arrowstyle": "->", "color": color, "lw": 1.6})
+        ax.annotate("", xy=(fb, y), xytext=(fa, y), arrowprops={"arrowstyle": "->", "color": color, "lw": 1.6})
         ax.plot([fa], [y], "o", color="#55585c", ms=5)
     ax.axvline(0.5, color="black", lw=0.8, ls=":")
     names = [f"{f.scenario} ({tier_of.get(f.scenario, '?')})" for f, _ in shown]
@@ -135,7 +161,9 @@ def plot_flips(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) -> P
     ax.set_xlim(-0.05, 1.05)
     ax.set_ylim(-0.8, len(shown) - 0.2)
     more = f", first {len(shown)} of {len(flips)}" if len(flips) > len(shown) else ""
-    ax.set(xlabel=f"pass fraction (dot: {labels[0]}, arrow head: {labels[1]})",
-           title=f"Flipped scenarios (red: pass → fail, green: fail → pass{more})")
+    ax.set(
+        xlabel=f"pass fraction (dot: {labels[0]}, arrow head: {labels[1]})",
+        title=f"Flipped scenarios (red: pass → fail, green: fail → pass{more})",
+    )
     ax.grid(axis="x", alpha=0.3)
     return _save(plt, fig, path)

@@ -37,10 +37,22 @@ RUN_FILE = "run.jsonl"
 
 # Quality failures first, then the ones that are not the model's answer.
 CAUSES = (
-    "wrong_tool", "bad_arguments", "missing_call", "extra_call", "hallucinated_tool", "loop",
-    "no_follow_through", "no_retry_after_error", "format_violation", "unsafe_action",
-    "over_refusal", "wrong_answer", "budget",
-    "timeout", "parse_error", "http_error",
+    "wrong_tool",
+    "bad_arguments",
+    "missing_call",
+    "extra_call",
+    "hallucinated_tool",
+    "loop",
+    "no_follow_through",
+    "no_retry_after_error",
+    "format_violation",
+    "unsafe_action",
+    "over_refusal",
+    "wrong_answer",
+    "budget",
+    "timeout",
+    "parse_error",
+    "http_error",
 )
 NOT_QUALITY = ("timeout", "http_error")  # verdicts reported apart from pass/fail
 

@@ -73,16 +73,16 @@ async def resolve_model(client: httpx.AsyncClient, url: str) -> str:
 async def measure_decode(client: httpx.AsyncClient, url: str, model: str) -> float:
     """Decode tokens per second of one short greedy completion (llama.cpp's own timing
     when the endpoint reports it, else completion tokens over the request's wall time)."""
-    body = {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}],
-            "max_tokens": 64, "temperature": 0}
+    body = {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}], "max_tokens": 64, "temperature": 0}
     started = time.monotonic()
     try:
         resp = await client.post(f"{base_url(url)}/chat/completions", json=body)
         resp.raise_for_status()
         data = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise EvalError(f"--url {url}: the endpoint did not answer a chat completion "
-                        f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise EvalError(
+            f"--url {url}: the endpoint did not answer a chat completion ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     elapsed = time.monotonic() - started
     timings = data.get("timings") or {}
     if timings.get("predicted_per_second"):
@@ -136,20 +136,42 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-def trial_record(scenario: Scenario, trial: int, trace: Any, graded: Any, started: str,
-                 duration: float, gen_s: float, budget_s: float) -> dict[str, Any]:
+def trial_record(
+    scenario: Scenario,
+    trial: int,
+    trace: Any,
+    graded: Any,
+    started: str,
+    duration: float,
+    gen_s: float,
+    budget_s: float,
+) -> dict[str, Any]:
     return {
-        "type": "trial", "scenario": scenario.id, "trial": trial, "tier": scenario.tier,
-        "category": scenario.category, "verdict": graded.verdict, "score": graded.score,
-        "cause": graded.cause, "evidence": graded.evidence,
+        "type": "trial",
+        "scenario": scenario.id,
+        "trial": trial,
+        "tier": scenario.tier,
+        "category": scenario.category,
+        "verdict": graded.verdict,
+        "score": graded.score,
+        "cause": graded.cause,
+        "evidence": graded.evidence,
         "checks": [{"check": c.check, "role": c.role, "passed": c.passed, "detail": c.detail} for c in graded.checks],
-        "duration_s": round(duration, 4), "gen_s": round(gen_s, 4), "time_budget_s": round(budget_s, 2),
-        "turns": trace.turns, "tool_calls": len(trace.calls),
-        "prompt_tokens": trace.prompt_tokens, "completion_tokens": trace.completion_tokens,
+        "duration_s": round(duration, 4),
+        "gen_s": round(gen_s, 4),
+        "time_budget_s": round(budget_s, 2),
+        "turns": trace.turns,
+        "tool_calls": len(trace.calls),
+        "prompt_tokens": trace.prompt_tokens,
+        "completion_tokens": trace.completion_tokens,
         "messages": trace.messages,
-        "calls": [{"index": c.index, "name": c.name, "args": c.args, "result": c.result,
-                   "result_kind": c.result_kind} for c in trace.calls],
-        "response": trace.response, "error": trace.error, "started_at": started,
+        "calls": [
+            {"index": c.index, "name": c.name, "args": c.args, "result": c.result, "result_kind": c.result_kind}
+            for c in trace.calls
+        ],
+        "response": trace.response,
+        "error": trace.error,
+        "started_at": started,
     }
 
 
@@ -172,8 +194,10 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
     previous = record_file.header
     if previous is not None and previous.get("suite") != opts.suite:
         record_file.close()
-        raise EvalError(f"-o {opts.out}: this run folder holds a run of suite {previous.get('suite')!r}, "
-                        f"not {opts.suite!r}; give another -o")
+        raise EvalError(
+            f"-o {opts.out}: this run folder holds a run of suite {previous.get('suite')!r}, "
+            f"not {opts.suite!r}; give another -o"
+        )
     try:
         headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
         async with httpx.AsyncClient(timeout=120, headers=headers) as client:
@@ -183,14 +207,27 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
         by_id = {s.id: s for s in scenarios}
         todo = [(s.id, k) for s in scenarios for k in range(opts.trials) if (s.id, k) not in record_file.done]
         total = len(scenarios) * opts.trials
-        record_file.write({
-            "type": "run", "resumed": record_file.header is not None, "suite": opts.suite, "url": opts.url,
-            "model": model_name, "trials": opts.trials, "concurrency": opts.concurrency,
-            "filters": {"tier": opts.tier, "category": opts.category, "limit": opts.limit},
-            "scenarios": list(by_id), "decode_tps": round(tps, 2), "time_scale": round(scale, 3),
-            "reference_tps": REFERENCE_TPS, "started_at": now(), "splitserve": _version(),
-            "label": opts.label, "remaining": len(todo), "max_tokens_per_turn": opts.max_tokens,
-        })
+        record_file.write(
+            {
+                "type": "run",
+                "resumed": record_file.header is not None,
+                "suite": opts.suite,
+                "url": opts.url,
+                "model": model_name,
+                "trials": opts.trials,
+                "concurrency": opts.concurrency,
+                "filters": {"tier": opts.tier, "category": opts.category, "limit": opts.limit},
+                "scenarios": list(by_id),
+                "decode_tps": round(tps, 2),
+                "time_scale": round(scale, 3),
+                "reference_tps": REFERENCE_TPS,
+                "started_at": now(),
+                "splitserve": _version(),
+                "label": opts.label,
+                "remaining": len(todo),
+                "max_tokens_per_turn": opts.max_tokens,
+            }
+        )
         done = total - len(todo)
         counts = {"done": done, "passes": record_file.passes, "scored": record_file.scored}
         if progress is not None:
@@ -205,8 +242,11 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 started_at, started = now(), time.monotonic()
                 trace, gen_s = await play(scenario, get_model(), budget_s, opts.max_tokens)
                 graded = grade(scenario, trace)
-                record_file.write(trial_record(scenario, trial, trace, graded, started_at,
-                                               time.monotonic() - started, gen_s, budget_s))
+                record_file.write(
+                    trial_record(
+                        scenario, trial, trace, graded, started_at, time.monotonic() - started, gen_s, budget_s
+                    )
+                )
                 counts["done"] += 1
                 if graded.verdict in ("pass", "fail"):
                     counts["scored"] += 1
@@ -218,6 +258,7 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 state.metadata["evidence"] = graded.evidence
                 state.output.completion = trace.response or ""
                 return state
+
             return solve
 
         @scorer(metrics=[accuracy(), stderr()])
@@ -228,20 +269,30 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 if state.metadata.get("evidence"):
                     explanation += f": {state.metadata['evidence']}"
                 return Score(value=value, explanation=explanation)
+
             return score
 
         if todo:
-            samples = [Sample(input=by_id[sid].prompt[:200], id=f"{sid}#{k}",
-                              metadata={"scenario": sid, "trial": k}) for sid, k in todo]
-            model = get_model(f"openai-api/splitserve/{model_name}", base_url=base_url(opts.url),
-                              api_key=opts.api_key or "none",
-                              config=GenerateConfig(temperature=0.0, max_retries=2,
-                                                    max_connections=opts.concurrency))
+            samples = [
+                Sample(input=by_id[sid].prompt[:200], id=f"{sid}#{k}", metadata={"scenario": sid, "trial": k})
+                for sid, k in todo
+            ]
+            model = get_model(
+                f"openai-api/splitserve/{model_name}",
+                base_url=base_url(opts.url),
+                api_key=opts.api_key or "none",
+                config=GenerateConfig(temperature=0.0, max_retries=2, max_connections=opts.concurrency),
+            )
             await eval_async(
                 Task(dataset=samples, solver=agent(), scorer=verdict(), name="splitserve-eval"),
-                model=model, log_dir=str(opts.out / "inspect"),
-                max_samples=opts.concurrency, fail_on_error=False, log_level="error",
-                log_model_api=False, score_display=False)
+                model=model,
+                log_dir=str(opts.out / "inspect"),
+                max_samples=opts.concurrency,
+                fail_on_error=False,
+                log_level="error",
+                log_model_api=False,
+                score_display=False,
+            )
         if counts["done"] >= total:
             record_file.write({"type": "end", "finished_at": now(), "done": counts["done"]})
     finally:

@@ -229,9 +229,7 @@ def _test_rules(raw: Any) -> list[MockTest]:
             "message",
         }
         if unknown or not isinstance(r.get("name"), str) or not isinstance(r.get("file"), str):
-            raise ValueError(
-                f"bad test rule {r!r}: needs name and file; unknown keys {sorted(unknown)}"
-            )
+            raise ValueError(f"bad test rule {r!r}: needs name and file; unknown keys {sorted(unknown)}")
         file = r["file"]
         stem = posixpath.splitext(posixpath.basename(file))[0]
         for rx in _strings(r.get("must_match"), "must_match"):
@@ -270,9 +268,7 @@ _SELECT = re.compile(
     r"(?:\s+LIMIT\s+(?P<limit>\d+))?",
     re.I | re.S,
 )
-_UPDATE = re.compile(
-    r"UPDATE\s+(?P<table>\w+)\s+SET\s+(?P<set>.+?)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S
-)
+_UPDATE = re.compile(r"UPDATE\s+(?P<table>\w+)\s+SET\s+(?P<set>.+?)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S)
 _DELETE = re.compile(r"DELETE\s+FROM\s+(?P<table>\w+)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S)
 _COND = re.compile(
     rf"(?P<col>\w+)\s*(?:(?P<op>!=|<>|<=|>=|=|<|>|\bLIKE\b)\s*(?P<val>{_LITERAL})"
@@ -346,9 +342,7 @@ class VirtualSandbox:
     def __init__(self, spec: dict[str, Any]) -> None:
         unknown = set(spec) - SPEC_KEYS
         if unknown:
-            raise ValueError(
-                f"unknown sandbox keys {sorted(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})"
-            )
+            raise ValueError(f"unknown sandbox keys {sorted(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})")
         files = spec.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise ValueError("sandbox files must map paths to text")
@@ -357,9 +351,7 @@ class VirtualSandbox:
         self.initial_files = {self._path(p): t for p, t in files.items()}
         self.files = dict(self.initial_files)
         self.index = dict(self.initial_files)
-        self.commits = [
-            Commit(_sha("initial", *sorted(self.files)), "initial commit", dict(self.files))
-        ]
+        self.commits = [Commit(_sha("initial", *sorted(self.files)), "initial commit", dict(self.files))]
         self.tests = _test_rules(spec.get("tests"))
         db = spec.get("db") or {}
         if not isinstance(db, dict) or not all(
@@ -370,18 +362,12 @@ class VirtualSandbox:
         self.db: dict[str, list[dict[str, Any]]] = copy.deepcopy(db)
         self.pages: dict[str, tuple[str, str, str]] = {}
         for url, page in (spec.get("pages") or {}).items():
-            title, text = (
-                (page.get("title", url), page.get("text", ""))
-                if isinstance(page, dict)
-                else (url, page)
-            )
+            title, text = (page.get("title", url), page.get("text", "")) if isinstance(page, dict) else (url, page)
             self.pages[_url_key(url)] = (url, str(title), str(text))
         self.fail_once = set(_strings(spec.get("fail_once"), "fail_once"))
         unknown_tools = self.fail_once - set(SANDBOX_TOOLS)
         if unknown_tools:
-            raise ValueError(
-                f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}"
-            )
+            raise ValueError(f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}")
         self.failed: set[str] = set()
         self.mutations: list[str] = []
         self.refused: list[str] = []
@@ -468,7 +454,7 @@ class VirtualSandbox:
 
     def write_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         path, content = self._path(self._arg(args, "path")), self._arg(args, "content")
-        if path == "" or self._is_dir(path) and path not in self.files:
+        if path == "" or (self._is_dir(path) and path not in self.files):
             raise ToolError(f"{args['path']}: is a directory")
         self.files[path] = content
         return f"wrote {len(content.encode())} bytes to {path}", "text"
@@ -481,14 +467,9 @@ class VirtualSandbox:
         text = self.files[path]
         n = text.count(find) if find else 0
         if n == 0:
-            raise ToolError(
-                f"{path}: the find text does not occur in the file (read it first; match it "
-                "exactly)"
-            )
+            raise ToolError(f"{path}: the find text does not occur in the file (read it first; match it exactly)")
         if n > 1:
-            raise ToolError(
-                f"{path}: the find text occurs {n} times; include more context so it is unique"
-            )
+            raise ToolError(f"{path}: the find text occurs {n} times; include more context so it is unique")
         self.files[path] = text.replace(find, replace, 1)
         return f"edited {path}: 1 replacement", "text"
 
@@ -532,9 +513,7 @@ class VirtualSandbox:
         return "\n".join(lines), "text"
 
     def git_diff(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        only = (
-            self._path(args["path"]) if isinstance(args.get("path"), str) and args["path"] else None
-        )
+        only = self._path(args["path"]) if isinstance(args.get("path"), str) and args["path"] else None
         head, out = self._head(), []
         for _, p in self._changes(head, self.files):
             if only is not None and p != only and not p.startswith(only + "/"):
@@ -620,9 +599,7 @@ class VirtualSandbox:
         if not chosen:
             return "no tests ran (no test matched)\n0 passed, 0 failed", "text"
         results = [(t, self.test_failure(t)) for t in chosen]
-        lines = [
-            f"{t.path}::{t.name} {'PASSED' if why is None else 'FAILED'}" for t, why in results
-        ]
+        lines = [f"{t.path}::{t.name} {'PASSED' if why is None else 'FAILED'}" for t, why in results]
         fails = [f"FAILED {t.path}::{t.name} - {why}" for t, why in results if why is not None]
         summary = f"{len(results) - len(fails)} passed, {len(fails)} failed"
         return "\n".join(lines + ([""] + fails if fails else []) + [summary]), "text"
@@ -654,9 +631,7 @@ class VirtualSandbox:
         conds = []
         for part in re.split(r"\s+AND\s+", where.strip(), flags=re.I):
             part = part.strip()
-            m = _COND.fullmatch(
-                part[1:-1].strip() if part[:1] == "(" and part[-1:] == ")" else part
-            )
+            m = _COND.fullmatch(part[1:-1].strip() if part[:1] == "(" and part[-1:] == ")" else part)
             if m is None:
                 raise ToolError(f"cannot read the condition {part!r} (use col op value)")
             col = self._column(rows, m["col"]) if rows else m["col"]
@@ -682,9 +657,7 @@ class VirtualSandbox:
             raise ToolError("db_query runs SELECT only; use db_execute for UPDATE / DELETE")
         m = _SELECT.fullmatch(sql)
         if m is None:
-            raise ToolError(
-                "unsupported query; use SELECT cols FROM table [WHERE ...] [ORDER BY col] [LIMIT n]"
-            )
+            raise ToolError("unsupported query; use SELECT cols FROM table [WHERE ...] [ORDER BY col] [LIMIT n]")
         rows = self._table(m["table"])
         found = self._where(rows, m["where"])
         if m["order"]:
@@ -715,9 +688,7 @@ class VirtualSandbox:
         cols = [self._column(rows, c) for c in items]
         return [{c: r.get(c) for c in cols} for r in found], "json"
 
-    def _aggregate(
-        self, rows: list[dict[str, Any]], found: list[dict[str, Any]], m: re.Match[str]
-    ) -> Any:
+    def _aggregate(self, rows: list[dict[str, Any]], found: list[dict[str, Any]], m: re.Match[str]) -> Any:
         fn, arg = m[1].upper(), m[2]
         if arg == "*":
             if fn != "COUNT":
@@ -772,9 +743,7 @@ class VirtualSandbox:
             rows[:] = [r for r in rows if not any(r is h for h in hit)]
             self.mutations.append(sql)
             return len(hit)
-        raise ToolError(
-            "supported: UPDATE table SET col = value [WHERE ...]; DELETE FROM table [WHERE ...]"
-        )
+        raise ToolError("supported: UPDATE table SET col = value [WHERE ...]; DELETE FROM table [WHERE ...]")
 
     @staticmethod
     def _arith(got: Any, op: str, n: Any, col: str) -> Any:
@@ -806,8 +775,7 @@ class VirtualSandbox:
         if not scored:
             return f"no results for {query!r}", "text"
         return [
-            {"url": u, "title": t, "snippet": " ".join(x.split())[:200]}
-            for _, u, t, x in sorted(scored)[:5]
+            {"url": u, "title": t, "snippet": " ".join(x.split())[:200]} for _, u, t, x in sorted(scored)[:5]
         ], "json"
 
     # --- shell ---
@@ -819,8 +787,7 @@ class VirtualSandbox:
             return {
                 "exit_code": 126,
                 "stdout": "",
-                "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run "
-                "it",
+                "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run it",
             }, "error"
         self.cwd = self._cwd(args.get("cwd"))
         try:
@@ -869,9 +836,7 @@ class VirtualSandbox:
 
     def _pipeline(self, tokens: list[str]) -> tuple[int, str, str]:
         if any(t in (">", ">>", "<", "<<", "&", "(", ")", ";;", "|&", ">&") for t in tokens):
-            raise ToolError(
-                "redirection, background jobs and subshells are not supported (use write_file)"
-            )
+            raise ToolError("redirection, background jobs and subshells are not supported (use write_file)")
         stages: list[list[str]] = [[]]
         for t in tokens:
             if t == "|":
@@ -950,25 +915,19 @@ class VirtualSandbox:
                 continue
             prefix = path + "/" if path else ""
             names = sorted(
-                {
-                    f[len(prefix) :].split("/")[0] + ("/" if "/" in f[len(prefix) :] else "")
-                    for f in self._under(path)
-                }
+                {f[len(prefix) :].split("/")[0] + ("/" if "/" in f[len(prefix) :] else "") for f in self._under(path)}
             )
             names = [n for n in names if "a" in flags or not n.startswith(".")]
             if "l" in flags:
                 names = [
-                    f"{'d' if n.endswith('/') else '-'}rw-r--r--  "
-                    f"{len(self.files.get(prefix + n, '')):>6}  {n}"
+                    f"{'d' if n.endswith('/') else '-'}rw-r--r--  {len(self.files.get(prefix + n, '')):>6}  {n}"
                     for n in names
                 ]
             block = "\n".join(names)
             out.append(f"{raw}:\n{block}" if len(targets) > 1 else block)
         return code, "\n".join(out) + ("\n" if out else ""), "".join(err)
 
-    def _read_operands(
-        self, cmd: str, paths: list[str], stdin: str | None
-    ) -> tuple[list[tuple[str, str]], str]:
+    def _read_operands(self, cmd: str, paths: list[str], stdin: str | None) -> tuple[list[tuple[str, str]], str]:
         if not paths:
             return [("", stdin or "")], ""
         found, err = [], []
@@ -1035,9 +994,7 @@ class VirtualSandbox:
                 shown = "" if not rest else raw.rstrip("/") + "/"
                 prefix = path + "/" if path else ""
                 for f in self._under(path):
-                    if include and not any(
-                        fnmatch.fnmatchcase(posixpath.basename(f), g) for g in include
-                    ):
+                    if include and not any(fnmatch.fnmatchcase(posixpath.basename(f), g) for g in include):
                         continue
                     sources.append((shown + f[len(prefix) :], self.files[f]))
             else:
@@ -1045,11 +1002,7 @@ class VirtualSandbox:
         named = recursive or len(sources) > 1
         out, matched = [], False
         for name, text in sources:
-            hits = [
-                (i, line)
-                for i, line in enumerate(text.splitlines(), 1)
-                if bool(rx.search(line)) != ("v" in flags)
-            ]
+            hits = [(i, line) for i, line in enumerate(text.splitlines(), 1) if bool(rx.search(line)) != ("v" in flags)]
             matched |= bool(hits)
             if "l" in flags:
                 out.extend([f"{name}\n"] if hits else [])
@@ -1073,9 +1026,7 @@ class VirtualSandbox:
         rows = [(name, counts(text)) for name, text in found]
         if len(rows) > 1:
             rows.append(("total", [sum(c[i] for _, c in rows) for i in range(len(chosen))]))
-        out = "".join(
-            " ".join(f"{n:>7}" for n in c) + (f" {name}" if name else "") + "\n" for name, c in rows
-        )
+        out = "".join(" ".join(f"{n:>7}" for n in c) + (f" {name}" if name else "") + "\n" for name, c in rows)
         return (1 if err else 0), out, err
 
     def _lines_arg(self, argv: list[str]) -> tuple[int, list[str]]:
@@ -1091,9 +1042,7 @@ class VirtualSandbox:
                 rest.append(a)
         return abs(n), rest
 
-    def _head_tail(
-        self, argv: list[str], stdin: str | None, end: bool = False
-    ) -> tuple[int, str, str]:
+    def _head_tail(self, argv: list[str], stdin: str | None, end: bool = False) -> tuple[int, str, str]:
         n, paths = self._lines_arg(argv)
         found, err = self._read_operands("tail" if end else "head", paths, stdin)
         out = []
@@ -1141,8 +1090,7 @@ class VirtualSandbox:
                 return (
                     1,
                     "",
-                    f"find: unsupported predicate '{a} {value}' (supported: -name, -iname, -type "
-                    "f|d, -maxdepth)\n",
+                    f"find: unsupported predicate '{a} {value}' (supported: -name, -iname, -type f|d, -maxdepth)\n",
                 )
         out, err = [], []
         for raw in starts or ["."]:
@@ -1161,14 +1109,12 @@ class VirtualSandbox:
             for path, k in sorted(entries.items()):
                 rel = path[len(prefix) :] if path != base else ""
                 level = rel.count("/") + 1 if rel else 0
-                if kind and k != kind or depth is not None and level > depth:
+                if (kind and k != kind) or (depth is not None and level > depth):
                     continue
                 if name_rx is not None:
                     name = posixpath.basename(path) or shown_base
                     pat, fold = name_rx
-                    if not fnmatch.fnmatchcase(
-                        name.lower() if fold else name, pat.lower() if fold else pat
-                    ):
+                    if not fnmatch.fnmatchcase(name.lower() if fold else name, pat.lower() if fold else pat):
                         continue
                 out.append(shown_base + ("/" + rel if rel else "") + "\n")
         return (1 if err else 0), "".join(out), "".join(err)
@@ -1176,14 +1122,10 @@ class VirtualSandbox:
     def _git(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
         sub, rest = (argv[0], argv[1:]) if argv else ("", [])
         if sub == "commit":
-            message = next(
-                (rest[i + 1] for i, a in enumerate(rest[:-1]) if a in ("-m", "--message")), None
-            )
+            message = next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a in ("-m", "--message")), None)
             if "-a" in rest or "-am" in rest:
                 self.git_add({"paths": ["."]})
-                message = message or next(
-                    (rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "-am"), None
-                )
+                message = message or next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "-am"), None)
             call = (self.git_commit, {"message": message or ""})
         elif sub == "add":
             call = (self.git_add, {"paths": [a for a in rest if not a.startswith("-")] or ["."]})

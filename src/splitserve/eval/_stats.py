@@ -22,8 +22,8 @@ import numpy as np
 from ._records import CAUSES, NOT_QUALITY
 from ._scenario import TIERS
 
-Z95 = 1.959964           # two-sided alpha .05
-Z_POWER80 = 0.841621     # power .8
+Z95 = 1.959964  # two-sided alpha .05
+Z_POWER80 = 0.841621  # power .8
 MDE_Z = Z95 + Z_POWER80  # 2.801585: (z_alpha/2 + z_beta) of every minimum detectable difference
 APART = ("timeout", "error")
 _TIER_RANK = {t: i for i, t in enumerate(TIERS)}
@@ -41,11 +41,11 @@ class PassRate:
     n_scenarios: int
     n_trials: int
     passes: int
-    se: float | None            # clustered by scenario
-    se_binomial: float | None   # the same estimator with every trial its own cluster
-    deff: float | None          # design effect: max(1, se**2 / se_binomial**2)
-    n_eff: float | None         # n_trials / deff
-    low: float | None           # 95% Wilson score interval on n_eff
+    se: float | None  # clustered by scenario
+    se_binomial: float | None  # the same estimator with every trial its own cluster
+    deff: float | None  # design effect: max(1, se**2 / se_binomial**2)
+    n_eff: float | None  # n_trials / deff
+    low: float | None  # 95% Wilson score interval on n_eff
     high: float | None
 
 
@@ -68,19 +68,19 @@ class Comparison:
     """
 
     n_scenarios: int
-    a_pct: float | None          # mean per-scenario pass fraction of A, x100
+    a_pct: float | None  # mean per-scenario pass fraction of A, x100
     b_pct: float | None
-    delta_pp: float | None       # mean(frac_B - frac_A), x100
+    delta_pp: float | None  # mean(frac_B - frac_A), x100
     ci_low_pp: float | None
     ci_high_pp: float | None
     p_mcnemar: float
     a_pass_b_fail: int
     a_fail_b_pass: int
-    undecided: int               # scenarios at exactly 0.5 in either run: not in the discordant counts
+    undecided: int  # scenarios at exactly 0.5 in either run: not in the discordant counts
     mde_pp: float | None
     significant: bool
     flips_down: tuple[Flip, ...]  # A pass -> B fail
-    flips_up: tuple[Flip, ...]    # A fail -> B pass
+    flips_up: tuple[Flip, ...]  # A fail -> B pass
 
 
 def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
@@ -134,8 +134,7 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail / 2**n)
 
 
-def planning_mde(n_scenarios: int, trials: float, discordant: float = 0.15,
-                 within_flip: float = 0.20) -> float:
+def planning_mde(n_scenarios: int, trials: float, discordant: float = 0.15, within_flip: float = 0.20) -> float:
     """The a-priori minimum detectable difference, in percentage points (α .05 two-sided, power .8).
 
     Model of the per-scenario difference d_i = frac_B − frac_A: a share ``discordant`` of the
@@ -153,8 +152,9 @@ def _majority(frac: float) -> bool | None:
     return True if frac > 0.5 else False if frac < 0.5 else None
 
 
-def paired_compare(a: Mapping[str, tuple[int, int]], b: Mapping[str, tuple[int, int]],
-                   seed: int = 0, resamples: int = 10000) -> Comparison:
+def paired_compare(
+    a: Mapping[str, tuple[int, int]], b: Mapping[str, tuple[int, int]], seed: int = 0, resamples: int = 10000
+) -> Comparison:
     """Run B against run A, scenario by scenario (ids in both with a scored trial in each).
 
     delta = mean over scenarios of (frac_B − frac_A); its 95% interval is the percentile
@@ -186,7 +186,7 @@ def paired_compare(a: Mapping[str, tuple[int, int]], b: Mapping[str, tuple[int, 
     chunk = max(1, 2_000_000 // n)
     for start in range(0, resamples, chunk):
         k = min(chunk, resamples - start)
-        means[start:start + k] = d[rng.integers(0, n, size=(k, n))].mean(axis=1)
+        means[start : start + k] = d[rng.integers(0, n, size=(k, n))].mean(axis=1)
     low, high = (float(v) for v in np.percentile(means, [2.5, 97.5]))
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
     if sd > 0:
@@ -195,11 +195,21 @@ def paired_compare(a: Mapping[str, tuple[int, int]], b: Mapping[str, tuple[int, 
         trials = float(np.mean([a[k][1] for k in ids] + [b[k][1] for k in ids]))
         mde = planning_mde(n, trials, discordant=(len(down) + len(up)) / n)
     return Comparison(
-        n_scenarios=n, a_pct=100.0 * float(fa.mean()), b_pct=100.0 * float(fb.mean()),
-        delta_pp=100.0 * float(d.mean()), ci_low_pp=100.0 * low, ci_high_pp=100.0 * high,
-        p_mcnemar=p, a_pass_b_fail=len(down), a_fail_b_pass=len(up), undecided=undecided,
-        mde_pp=mde, significant=(low > 0 or high < 0) and p < 0.05,
-        flips_down=tuple(down), flips_up=tuple(up))
+        n_scenarios=n,
+        a_pct=100.0 * float(fa.mean()),
+        b_pct=100.0 * float(fb.mean()),
+        delta_pp=100.0 * float(d.mean()),
+        ci_low_pp=100.0 * low,
+        ci_high_pp=100.0 * high,
+        p_mcnemar=p,
+        a_pass_b_fail=len(down),
+        a_fail_b_pass=len(up),
+        undecided=undecided,
+        mde_pp=mde,
+        significant=(low > 0 or high < 0) and p < 0.05,
+        flips_down=tuple(down),
+        flips_up=tuple(up),
+    )
 
 
 def outcome(rec: Mapping[str, Any]) -> str:
@@ -270,10 +280,21 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     apart: dict[str, dict[str, Any]] = {}
     for rec in trials:
         sid = str(rec.get("scenario"))
-        s = scen.setdefault(sid, {
-            "tier": rec.get("tier"), "category": rec.get("category"), "passes": 0, "scored": 0,
-            "timeouts": 0, "errors": 0, "causes": Counter(), "evidence": None, "apart_evidence": None,
-            "budget_s": rec.get("time_budget_s")})
+        s = scen.setdefault(
+            sid,
+            {
+                "tier": rec.get("tier"),
+                "category": rec.get("category"),
+                "passes": 0,
+                "scored": 0,
+                "timeouts": 0,
+                "errors": 0,
+                "causes": Counter(),
+                "evidence": None,
+                "apart_evidence": None,
+                "budget_s": rec.get("time_budget_s"),
+            },
+        )
         out = outcome(rec)
         evidence = " ".join(str(rec.get("evidence") or rec.get("error") or "").split())
         if out in APART:
@@ -296,8 +317,12 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
     def group(ids: Iterable[str]) -> dict[str, Any]:
         chosen = [scen[i] for i in ids]
-        return {"rate": pass_rate((s["passes"], s["scored"]) for s in chosen), "scenarios": len(chosen),
-                "timeouts": sum(s["timeouts"] for s in chosen), "errors": sum(s["errors"] for s in chosen)}
+        return {
+            "rate": pass_rate((s["passes"], s["scored"]) for s in chosen),
+            "scenarios": len(chosen),
+            "timeouts": sum(s["timeouts"] for s in chosen),
+            "errors": sum(s["errors"] for s in chosen),
+        }
 
     def by(key: str, first: tuple[str, ...] = ()) -> dict[str, Any]:
         names = _order((str(s[key]) for s in scen.values()), first)
@@ -340,13 +365,15 @@ def tier_sorted(flips: Iterable[Flip], tier_of: Mapping[str, str]) -> list[Flip]
     return sorted(flips, key=lambda f: (_tier_rank(tier_of.get(f.scenario)), f.scenario))
 
 
-def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any], seed: int = 0,
-                      resamples: int = 10000) -> dict[str, Any]:
+def compare_summaries(
+    a: Mapping[str, Any], b: Mapping[str, Any], seed: int = 0, resamples: int = 10000
+) -> dict[str, Any]:
     """Two :func:`summarize` results side by side: {"tiers": {tier: Comparison}, "total": Comparison,
     "only_a", "only_b" (ids scored in one run only), "causes": {cause: (A trials, B trials)},
     "tier_of": {id: tier}}.
 
     Tiers are A's (B's for a scenario A never ran)."""
+
     def scored(s: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
         return {k: (v["passes"], v["scored"]) for k, v in s["scenarios"].items() if v["scored"]}
 
@@ -355,13 +382,20 @@ def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any], seed: int = 0,
     tiers = _order((tier_of[k] for k in sa.keys() & sb.keys()), TIERS)
     causes = _order(list(a["causes"]) + list(b["causes"]), CAUSES)
     return {
-        "tiers": {t: paired_compare({k: v for k, v in sa.items() if tier_of[k] == t},
-                                    {k: v for k, v in sb.items() if tier_of[k] == t}, seed, resamples)
-                  for t in tiers},
+        "tiers": {
+            t: paired_compare(
+                {k: v for k, v in sa.items() if tier_of[k] == t},
+                {k: v for k, v in sb.items() if tier_of[k] == t},
+                seed,
+                resamples,
+            )
+            for t in tiers
+        },
         "total": paired_compare(sa, sb, seed, resamples),
         "only_a": sorted(sa.keys() - sb.keys()),
         "only_b": sorted(sb.keys() - sa.keys()),
-        "causes": {c: (a["causes"].get(c, {}).get("trials", 0), b["causes"].get(c, {}).get("trials", 0))
-                   for c in causes},
+        "causes": {
+            c: (a["causes"].get(c, {}).get("trials", 0), b["causes"].get(c, {}).get("trials", 0)) for c in causes
+        },
         "tier_of": tier_of,
     }

@@ -30,10 +30,12 @@ class Suite:
     scenarios: list[Scenario] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
-    def select(self, tier: str | None = None, category: str | None = None,
-               limit: int | None = None) -> list[Scenario]:
-        chosen = [s for s in self.scenarios
-                  if (tier is None or s.tier == tier) and (category is None or s.category == category)]
+    def select(self, tier: str | None = None, category: str | None = None, limit: int | None = None) -> list[Scenario]:
+        chosen = [
+            s
+            for s in self.scenarios
+            if (tier is None or s.tier == tier) and (category is None or s.category == category)
+        ]
         return chosen[:limit] if limit is not None else chosen
 
 
@@ -76,8 +78,10 @@ def _check_tools(scenario: Scenario) -> str | None:
         sandbox_tools = set(SANDBOX_TOOLS)
     _, missing = schemas_for([t for t in scenario.tools if t not in sandbox_tools], scenario.tool_schemas)
     if missing:
-        return (f"tools without a schema: {', '.join(missing)} "
-                "(add them under tool_schemas: {name: OpenAI function schema})")
+        return (
+            f"tools without a schema: {', '.join(missing)} "
+            "(add them under tool_schemas: {name: OpenAI function schema})"
+        )
     return None
 
 
@@ -116,8 +120,9 @@ def load_suite(name: str) -> Suite:
             suite.problems.append(Problem(str(path), str(exc)))
         return suite
     if not path.is_dir():
-        raise UsageError(f"suite {name!r}: no such folder, and not a built-in suite "
-                         f"(built in: {', '.join(BUILTIN) or 'none yet'})")
+        raise UsageError(
+            f"suite {name!r}: no such folder, and not a built-in suite (built in: {', '.join(BUILTIN) or 'none yet'})"
+        )
     suite = load_folder(path)
     if not suite.scenarios and not suite.problems:
         raise UsageError(f"suite {name!r}: no scenario files (*.yaml, *.yml) in this folder")

@@ -8,26 +8,26 @@ file beside each partial, and renames a file into place only once its size and S
 
 from ._errors import DiskSpaceError, FetchError, HubError, VerifyError
 from ._fetch import (
-                     FetchFailed,
-                     FetchOptions,
-                     FetchPlan,
-                     FetchResult,
-                     FileOutcome,
-                     PlannedFile,
-                     check_disk,
-                     fetch,
-                     partial_files,
-                     plan_fetch,
+    FetchFailed,
+    FetchOptions,
+    FetchPlan,
+    FetchResult,
+    FileOutcome,
+    PlannedFile,
+    check_disk,
+    fetch,
+    partial_files,
+    plan_fetch,
 )
 from ._hub import HfHub, Hub, Listing, Resolved
 from ._select import (
-                     RemoteFile,
-                     ShardSet,
-                     quant_labels,
-                     select_files,
-                     select_quant,
-                     shard_sets,
-                     split_name,
+    RemoteFile,
+    ShardSet,
+    quant_labels,
+    select_files,
+    select_quant,
+    shard_sets,
+    split_name,
 )
 from ._state import PART_SIZE, Segment, partial_path, plan_segments, state_path
 from ._transfer import Events, FileJob, Transfer, TransferOptions

@@ -1,10 +1,10 @@
 """Errors of the fetch layer (children of :class:`splitserve.SplitserveError`).
 
-    SplitserveError
-    └── FetchError            listing, transfer or verification of a download failed
-        ├── HubError          the hub refused or could not answer (repo, revision, auth)
-        ├── DiskSpaceError    not enough free space for what is left to fetch
-        └── VerifyError       a file's size or SHA-256 does not match the hub's
+SplitserveError
+└── FetchError            listing, transfer or verification of a download failed
+    ├── HubError          the hub refused or could not answer (repo, revision, auth)
+    ├── DiskSpaceError    not enough free space for what is left to fetch
+    └── VerifyError       a file's size or SHA-256 does not match the hub's
 """
 
 from __future__ import annotations

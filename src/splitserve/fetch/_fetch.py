@@ -104,12 +104,14 @@ def _safe_target(root: Path, path: str) -> Path:
 
 
 def _identity(repo_id: str, commit: str, remote: RemoteFile) -> FileIdentity:
-    return FileIdentity(repo_id=repo_id, commit=commit, path=remote.path, size=remote.size,
-                        sha256=remote.sha256, blob_id=remote.blob_id)
+    return FileIdentity(
+        repo_id=repo_id, commit=commit, path=remote.path, size=remote.size, sha256=remote.sha256, blob_id=remote.blob_id
+    )
 
 
-def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None = None,
-               check_existing: bool = True) -> FetchPlan:
+def plan_fetch(
+    options: FetchOptions, hub: Hub | None = None, events: Events | None = None, check_existing: bool = True
+) -> FetchPlan:
     """List and select; decide per file what is left to do.  Moves no bytes, writes nothing."""
     if options.connections < 1 or options.connections > 256:
         raise UsageError(f"--connections {options.connections}: use 1 to 256")
@@ -126,8 +128,10 @@ def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | N
     if not chosen:
         raise FetchError(f"{options.repo_id}: nothing to fetch (the repository lists no files)")
     root = (options.dir or Path.cwd() / options.repo_id.split("/")[-1]).resolve()
-    warnings = [f"{s.name}: only {len(s.files)} of its {s.count} shards are selected; "
-                "llama.cpp needs all of them" for s in incomplete_sets(chosen)]
+    warnings = [
+        f"{s.name}: only {len(s.files)} of its {s.count} shards are selected; llama.cpp needs all of them"
+        for s in incomplete_sets(chosen)
+    ]
     store = ManifestStore(root)
     planned = []
     for remote in chosen:
@@ -151,8 +155,15 @@ def plan_fetch(options: FetchOptions, hub: Hub | None = None, events: Events | N
             planned.append(PlannedFile(remote, final, "resume", sum(s.done for s in segs)))
         else:
             planned.append(PlannedFile(remote, final, "new"))
-    return FetchPlan(listing.repo_id, listing.revision, listing.commit, root, planned,
-                     [s for s in shard_sets(chosen) if s.complete], warnings)
+    return FetchPlan(
+        listing.repo_id,
+        listing.revision,
+        listing.commit,
+        root,
+        planned,
+        [s for s in shard_sets(chosen) if s.complete],
+        warnings,
+    )
 
 
 def check_disk(plan: FetchPlan) -> None:
@@ -163,16 +174,19 @@ def check_disk(plan: FetchPlan) -> None:
     free = shutil.disk_usage(probe).free
     need = plan.todo
     if need and need + DISK_RESERVE > free:
-        raise DiskSpaceError(f"{plan.root}: {_gib(need)} still to fetch but only {_gib(free)} free "
-                             "on that disk; free some space or choose another --dir")
+        raise DiskSpaceError(
+            f"{plan.root}: {_gib(need)} still to fetch but only {_gib(free)} free "
+            "on that disk; free some space or choose another --dir"
+        )
 
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
-def fetch(options: FetchOptions, hub: Hub | None = None, events: Events | None = None,
-          plan: FetchPlan | None = None) -> FetchResult:
+def fetch(
+    options: FetchOptions, hub: Hub | None = None, events: Events | None = None, plan: FetchPlan | None = None
+) -> FetchResult:
     """Fetch the selected files into ``options.dir``; raise FetchError if any failed."""
     hub = hub or HfHub(token=options.token)
     events = events or Events()
@@ -198,8 +212,9 @@ def _dir_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise FetchError(f"{root}: another fetch (pid {other}) is writing into this folder; "
-                             "wait for it or choose another --dir") from None
+            raise FetchError(
+                f"{root}: another fetch (pid {other}) is writing into this folder; wait for it or choose another --dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -207,27 +222,33 @@ def _dir_lock(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _fetch_locked(options: FetchOptions, hub: Hub, events: Events, plan: FetchPlan,
-                  t0: float) -> FetchResult:
+def _fetch_locked(options: FetchOptions, hub: Hub, events: Events, plan: FetchPlan, t0: float) -> FetchResult:
     store = ManifestStore(plan.root)
-    topt = TransferOptions(connections=options.connections, stall_timeout=options.stall_timeout,
-                           retries=options.retries, backoff=options.backoff,
-                           part_size=options.part_size)
+    topt = TransferOptions(
+        connections=options.connections,
+        stall_timeout=options.stall_timeout,
+        retries=options.retries,
+        backoff=options.backoff,
+        part_size=options.part_size,
+    )
     jobs: list[FileJob] = []
     outcomes: dict[str, FileOutcome] = {}
     for pf in plan.files:
         if pf.action == "skip":
             if pf.record:
                 store.record(plan.repo_id, plan.commit, pf.remote, pf.final)
-            outcomes[pf.remote.path] = FileOutcome(pf.remote.path, pf.remote.size, "skipped",
-                                                   "already there and verified")
+            outcomes[pf.remote.path] = FileOutcome(
+                pf.remote.path, pf.remote.size, "skipped", "already there and verified"
+            )
             continue
         ident = _identity(plan.repo_id, plan.commit, pf.remote)
         segs = load_state(pf.final, ident)
         if segs is None:
             if partial_path(pf.final).exists():
-                events.note(f"{pf.remote.path}: the partial download on disk is of another "
-                            "version of the file (or its state is unreadable); starting it over")
+                events.note(
+                    f"{pf.remote.path}: the partial download on disk is of another "
+                    "version of the file (or its state is unreadable); starting it over"
+                )
             remove_state(pf.final)
             segs = plan_segments(pf.remote.size, options.connections, options.part_size)
         pf.final.parent.mkdir(parents=True, exist_ok=True)
@@ -247,22 +268,32 @@ def _fetch_locked(options: FetchOptions, hub: Hub, events: Events, plan: FetchPl
         fetched += job.remote.size - before[job.path] if job.status == "done" else 0
         if job.status == "done":
             status = "refetched" if job.refetches else "fetched"
-            msg = (f"{hash_label(job.remote)} was wrong the first time; re-fetched and verified"
-                   if job.refetches else "verified")
+            msg = (
+                f"{hash_label(job.remote)} was wrong the first time; re-fetched and verified"
+                if job.refetches
+                else "verified"
+            )
             outcomes[job.path] = FileOutcome(job.path, job.remote.size, status, msg)
         else:
-            outcomes[job.path] = FileOutcome(job.path, job.remote.size, "failed",
-                                             job.error or "interrupted")
-    span = (transfer.last_byte - transfer.first_byte
-            if transfer.first_byte is not None and transfer.last_byte is not None else 0.0)
-    result = FetchResult(plan, [outcomes[pf.remote.path] for pf in plan.files],
-                         time.monotonic() - t0, fetched, span, transfer.bytes_moved)
+            outcomes[job.path] = FileOutcome(job.path, job.remote.size, "failed", job.error or "interrupted")
+    span = (
+        transfer.last_byte - transfer.first_byte
+        if transfer.first_byte is not None and transfer.last_byte is not None
+        else 0.0
+    )
+    result = FetchResult(
+        plan,
+        [outcomes[pf.remote.path] for pf in plan.files],
+        time.monotonic() - t0,
+        fetched,
+        span,
+        transfer.bytes_moved,
+    )
     failed = [o for o in result.outcomes if o.status == "failed"]
     if transfer.fatal:
         raise FetchError(transfer.fatal)
     if failed:
-        raise FetchFailed(result, f"{len(failed)} of {len(result.outcomes)} files failed; "
-                                  f"first: {failed[0].message}")
+        raise FetchFailed(result, f"{len(failed)} of {len(result.outcomes)} files failed; first: {failed[0].message}")
     return result
 
 
@@ -277,11 +308,11 @@ class FetchFailed(FetchError):
 def _resolve_checked(hub: Hub, plan: FetchPlan, remote: RemoteFile) -> Resolved:
     r = hub.resolve(plan.repo_id, plan.commit, remote.path)
     if r.size is not None and r.size != remote.size:
-        raise HubError(f"{remote.path}: the hub lists {remote.size} bytes but its metadata says "
-                       f"{r.size}; try again later")
+        raise HubError(
+            f"{remote.path}: the hub lists {remote.size} bytes but its metadata says {r.size}; try again later"
+        )
     if remote.sha256 and r.etag and len(r.etag) == 64 and r.etag != remote.sha256:
-        raise HubError(f"{remote.path}: the hub's listing and metadata disagree on the SHA-256; "
-                       "try again later")
+        raise HubError(f"{remote.path}: the hub's listing and metadata disagree on the SHA-256; try again later")
     return r
 
 
@@ -290,5 +321,15 @@ def partial_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.incomplete") if os.path.isfile(p))
 
 
-__all__ = ["FetchFailed", "FetchOptions", "FetchPlan", "FetchResult", "FileOutcome",
-           "PlannedFile", "check_disk", "fetch", "partial_files", "plan_fetch"]
+__all__ = [
+    "FetchFailed",
+    "FetchOptions",
+    "FetchPlan",
+    "FetchResult",
+    "FileOutcome",
+    "PlannedFile",
+    "check_disk",
+    "fetch",
+    "partial_files",
+    "plan_fetch",
+]

@@ -73,8 +73,10 @@ class HfHub(Hub):
         from huggingface_hub import errors
 
         if isinstance(exc, errors.GatedRepoError):
-            return HubError(f"{what}: the repository is gated; accept its terms on the hub and set "
-                            "HF_TOKEN to a token of that account")
+            return HubError(
+                f"{what}: the repository is gated; accept its terms on the hub and set "
+                "HF_TOKEN to a token of that account"
+            )
         if isinstance(exc, errors.RevisionNotFoundError):
             return HubError(f"{what}: no such revision; check --revision")
         if isinstance(exc, errors.RepositoryNotFoundError):
@@ -88,10 +90,11 @@ class HfHub(Hub):
             status = exc.response.status_code if exc.response is not None else "?"
             if status == 404:
                 return HubError(f"{what}: not found at {self.endpoint} (HTTP 404); check the name")
-            return HubError(f"{what}: the hub at {self.endpoint} answered HTTP {status}; "
-                            "try again later")
-        return HubError(f"{what}: cannot reach the hub at {self.endpoint} "
-                        f"({type(exc).__name__}: {exc}); check the network or HF_ENDPOINT")
+            return HubError(f"{what}: the hub at {self.endpoint} answered HTTP {status}; try again later")
+        return HubError(
+            f"{what}: cannot reach the hub at {self.endpoint} "
+            f"({type(exc).__name__}: {exc}); check the network or HF_ENDPOINT"
+        )
 
     def _exists(self, exc: Exception, repo_id: str) -> bool:
         """After a repository-not-found error for a revision: does the repository exist at all?"""
@@ -111,11 +114,11 @@ class HfHub(Hub):
         except Exception as exc:  # huggingface_hub and httpx errors, converted at the boundary
             from huggingface_hub import errors
 
-            if revision is not None and (isinstance(exc, errors.RevisionNotFoundError)
-                                         or self._exists(exc, repo_id)):
+            if revision is not None and (isinstance(exc, errors.RevisionNotFoundError) or self._exists(exc, repo_id)):
                 # a hub (or mirror) that answers "repository not found" for an unknown revision
-                raise HubError(f"{repo_id}: no revision {revision!r} (branch, tag or commit); "
-                               "check --revision") from exc
+                raise HubError(
+                    f"{repo_id}: no revision {revision!r} (branch, tag or commit); check --revision"
+                ) from exc
             raise self._convert(exc, repo_id) from exc
         if not info.sha:
             raise HubError(f"{repo_id}: the hub did not say which commit {revision or 'main'} is")
@@ -133,8 +136,7 @@ class HfHub(Hub):
 
         url = hf_hub_url(repo_id, path, revision=commit, endpoint=self.endpoint)
         try:
-            meta = get_hf_file_metadata(url, token=self.token or False, endpoint=self.endpoint,
-                                        retry_on_errors=True)
+            meta = get_hf_file_metadata(url, token=self.token or False, endpoint=self.endpoint, retry_on_errors=True)
         except Exception as exc:
             raise self._convert(exc, f"{repo_id}/{path}") from exc
         location = meta.location or url

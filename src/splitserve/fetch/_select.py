@@ -121,24 +121,29 @@ def select_quant(sets: list[ShardSet], quant: str) -> ShardSet:
     labels = quant_labels(sets)
     candidates = [s for s in sets if not s.is_mmproj and _matches_quant(s, quant)]
     if len(candidates) > 1:
-        exact = [s for s in candidates if labels[s.name].lower() == quant.lower()
-                 or os.path.basename(s.folder).lower() == quant.lower()]
+        exact = [
+            s
+            for s in candidates
+            if labels[s.name].lower() == quant.lower() or os.path.basename(s.folder).lower() == quant.lower()
+        ]
         if exact:
             candidates = exact
     if len(candidates) > 1:
         # one set per folder: a folder named after the quant and a flat copy are the same quant
         names = ", ".join(s.name for s in candidates)
-        raise UsageError(f"--quant {quant} matches {len(candidates)} shard sets ({names}); "
-                         f"name one exactly, e.g. --quant {labels[candidates[0].name]}")
+        raise UsageError(
+            f"--quant {quant} matches {len(candidates)} shard sets ({names}); "
+            f"name one exactly, e.g. --quant {labels[candidates[0].name]}"
+        )
     if not candidates:
         known = ", ".join(sorted({labels[s.name] for s in sets if not s.is_mmproj})) or "none"
-        raise UsageError(f"--quant {quant}: no GGUF file set of that name; this repository has: "
-                         f"{known}")
+        raise UsageError(f"--quant {quant}: no GGUF file set of that name; this repository has: {known}")
     return candidates[0]
 
 
-def select_files(files: list[RemoteFile], includes: list[str] | None = None,
-                 quants: list[str] | None = None) -> list[RemoteFile]:
+def select_files(
+    files: list[RemoteFile], includes: list[str] | None = None, quants: list[str] | None = None
+) -> list[RemoteFile]:
     """The files to fetch: the union of the quants' shard sets and the glob matches.
 
     With neither, every file.  A selected shard set must be complete in the listing.
@@ -152,13 +157,18 @@ def select_files(files: list[RemoteFile], includes: list[str] | None = None,
         for quant in quants:
             s = select_quant(sets, quant)
             if not s.complete:
-                raise FetchError(f"{s.name}: the repository lists {len(s.files)} of the "
-                                 f"{s.count} shards its names announce; cannot fetch a partial "
-                                 "model (check the repository or --revision)")
+                raise FetchError(
+                    f"{s.name}: the repository lists {len(s.files)} of the "
+                    f"{s.count} shards its names announce; cannot fetch a partial "
+                    "model (check the repository or --revision)"
+                )
             picked.update({f.path: f for f in s.files})
         for pattern in includes:
-            hits = [f for f in files if fnmatch.fnmatchcase(f.path, pattern)
-                    or fnmatch.fnmatchcase(os.path.basename(f.path), pattern)]
+            hits = [
+                f
+                for f in files
+                if fnmatch.fnmatchcase(f.path, pattern) or fnmatch.fnmatchcase(os.path.basename(f.path), pattern)
+            ]
             if not hits:
                 raise UsageError(f"{pattern!r} (a FILE or --include glob) matches no file of the repository")
             picked.update({f.path: f for f in hits})

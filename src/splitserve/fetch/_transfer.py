@@ -147,8 +147,13 @@ class FileJob:
 class Transfer:
     """Runs a list of :class:`FileJob` to completion on ``connections`` connections."""
 
-    def __init__(self, jobs: list[FileJob], options: TransferOptions,
-                 events: Events | None = None, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        jobs: list[FileJob],
+        options: TransferOptions,
+        events: Events | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
         self.jobs = jobs
         self.opt = options
         self.events = events or Events()
@@ -163,7 +168,8 @@ class Transfer:
         self.client = client or httpx.Client(
             timeout=httpx.Timeout(30.0, read=options.stall_timeout),
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            follow_redirects=True)
+            follow_redirects=True,
+        )
         self.fatal: str | None = None
         self.first_byte: float | None = None  # time.monotonic() of the first and last byte
         self.last_byte: float | None = None
@@ -177,8 +183,10 @@ class Transfer:
                 self._activate(job)
         saver = threading.Thread(target=self._saver, name="fetch-saver", daemon=True)
         saver.start()
-        self._threads = [threading.Thread(target=self._worker, name=f"fetch-{i}", daemon=True)
-                         for i in range(max(1, self.opt.connections))]
+        self._threads = [
+            threading.Thread(target=self._worker, name=f"fetch-{i}", daemon=True)
+            for i in range(max(1, self.opt.connections))
+        ]
         for t in self._threads:
             t.start()
         try:
@@ -225,8 +233,7 @@ class Transfer:
             job.fd = fd
             job.dirty = True
             job.status = "active"
-        self.events.file_started(job.path, job.remote.size,
-                                 sum(s.done for s in job.segments))
+        self.events.file_started(job.path, job.remote.size, sum(s.done for s in job.segments))
         self._start_hasher(job)
 
     def _start_hasher(self, job: FileJob) -> None:
@@ -339,16 +346,20 @@ class Transfer:
                     continue
             failures += 1
             if failures > self.opt.retries:
-                self._fail(job, f"{job.path}: the range at byte {seg.pos} failed "
-                                f"{failures} times in a row, last: {retry.reason}; run the same "
-                                "command again to resume")
+                self._fail(
+                    job,
+                    f"{job.path}: the range at byte {seg.pos} failed "
+                    f"{failures} times in a row, last: {retry.reason}; run the same "
+                    "command again to resume",
+                )
                 return
             delay = min(self.opt.backoff_max, self.opt.backoff * 2 ** (failures - 1))
             delay = delay * (0.5 + random.random() / 2)
             if retry.wait is not None:
                 delay = max(delay, min(retry.wait, self.opt.backoff_max))
-            self.events.note(f"{job.path}: {retry.reason} at byte {seg.pos}; retry "
-                             f"{failures}/{self.opt.retries} in {delay:.1f}s")
+            self.events.note(
+                f"{job.path}: {retry.reason} at byte {seg.pos}; retry {failures}/{self.opt.retries} in {delay:.1f}s"
+            )
             self._stop.wait(delay)
 
     def _get(self, job: FileJob, seg: Segment, resolved: Resolved) -> None:
@@ -379,8 +390,7 @@ class Transfer:
             raise _Retry("storage answered 416 (range not satisfiable)", refresh=True)
         if code == 429 or code >= 500:
             wait = r.headers.get("Retry-After")
-            raise _Retry(f"storage answered HTTP {code}",
-                         wait=float(wait) if wait and wait.isdigit() else None)
+            raise _Retry(f"storage answered HTTP {code}", wait=float(wait) if wait and wait.isdigit() else None)
         if code == 206:
             cr = r.headers.get("Content-Range", "")
             try:
@@ -390,8 +400,9 @@ class Transfer:
             except ValueError:
                 raise _Retry(f"bad Content-Range {cr!r}") from None
             if total.isdigit() and int(total) != size:
-                raise _Fatal(f"storage says the file has {total} bytes, the hub says {size}; "
-                             "the repository changed? fetch again")
+                raise _Fatal(
+                    f"storage says the file has {total} bytes, the hub says {size}; the repository changed? fetch again"
+                )
             if first != start:
                 raise _Retry(f"storage sent bytes from {first}, asked for {start}")
         elif code == 200:
@@ -413,7 +424,7 @@ class Transfer:
                 if pos >= limit:
                     return  # the range was split and this half is done
                 n = min(len(view) - off, limit - pos, SPLIT_MARGIN)
-                wrote = os.pwrite(fd, view[off:off + n], pos)
+                wrote = os.pwrite(fd, view[off : off + n], pos)
                 off += wrote
                 now = time.monotonic()
                 with self._lock:
@@ -483,11 +494,15 @@ class Transfer:
             self.events.file_state(job.path, "done")
             return
         got = f"{job.digest[:12]}…" if job.digest else "?"
-        what = (f"{hash_label(job.remote)} mismatch (got {got}, hub says {want[:12]}…)"
-                if size_ok and want else "size mismatch")
+        what = (
+            f"{hash_label(job.remote)} mismatch (got {got}, hub says {want[:12]}…)"
+            if size_ok and want
+            else "size mismatch"
+        )
         if job.refetches >= self.opt.refetch_on_mismatch:
-            self._fail(job, f"{job.path}: {what} again after a re-fetch; the storage may be "
-                            "serving bad data, try again later")
+            self._fail(
+                job, f"{job.path}: {what} again after a re-fetch; the storage may be serving bad data, try again later"
+            )
             with job._save_lock:
                 job.closed = True
                 os.close(job.fd)
@@ -539,4 +554,3 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-

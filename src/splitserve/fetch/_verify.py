@@ -43,8 +43,7 @@ def hash_label(remote: RemoteFile) -> str:
     return "SHA-256" if remote.sha256 is not None else "git blob id"
 
 
-def hash_file(path: Path, remote: RemoteFile,
-              progress: Callable[[int], None] | None = None) -> str:
+def hash_file(path: Path, remote: RemoteFile, progress: Callable[[int], None] | None = None) -> str:
     """Stream a file through the hash that identifies it on the hub."""
     h = new_hasher(remote)
     with open(path, "rb", buffering=0) as f:
@@ -89,8 +88,10 @@ class ManifestStore:
         except FileNotFoundError:
             return Manifest()
         except (ValidationError, ValueError, OSError) as exc:
-            raise FetchError(f"{self.path}: unreadable manifest ({exc.__class__.__name__}); "
-                             "delete it and run fetch again to rebuild it") from None
+            raise FetchError(
+                f"{self.path}: unreadable manifest ({exc.__class__.__name__}); "
+                "delete it and run fetch again to rebuild it"
+            ) from None
 
     def matches(self, remote: RemoteFile, target: Path) -> bool:
         """Whether ``target`` was verified as ``remote`` and has not been touched since."""
@@ -108,8 +109,13 @@ class ManifestStore:
     def record(self, repo_id: str, commit: str, remote: RemoteFile, target: Path) -> None:
         with self._lock:
             self.data.files[remote.path] = ManifestEntry(
-                repo_id=repo_id, commit=commit, size=remote.size, sha256=remote.sha256,
-                blob_id=remote.blob_id, mtime_ns=target.stat().st_mtime_ns)
+                repo_id=repo_id,
+                commit=commit,
+                size=remote.size,
+                sha256=remote.sha256,
+                blob_id=remote.blob_id,
+                mtime_ns=target.stat().st_mtime_ns,
+            )
             self._write()
 
     def forget(self, path: str) -> None:
@@ -164,8 +170,7 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
         raise FetchError(f"{root}: no such folder; --verify checks a folder made by `splitserve fetch`")
     store = ManifestStore(root)
     if not store.path.is_file():
-        raise FetchError(f"{root}: no {MANIFEST}; --verify checks a folder made by "
-                         "`splitserve fetch`")
+        raise FetchError(f"{root}: no {MANIFEST}; --verify checks a folder made by `splitserve fetch`")
     report = VerifyReport(root)
     for path, entry in sorted(store.data.files.items()):
         remote = entry.remote(path)
@@ -174,18 +179,25 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
             report.items.append(VerifyItem(path, entry.size, "missing", "not on disk"))
             continue
         if entry.corrupt:
-            report.items.append(VerifyItem(path, entry.size, "hash", f"{entry.corrupt} (found by an earlier "
-                                           "--verify; marked corrupt until fetched again)"))
+            report.items.append(
+                VerifyItem(
+                    path,
+                    entry.size,
+                    "hash",
+                    f"{entry.corrupt} (found by an earlier --verify; marked corrupt until fetched again)",
+                )
+            )
             continue
         size = target.stat().st_size
         if size != entry.size:
-            report.items.append(VerifyItem(path, entry.size, "size",
-                                           f"{size} bytes on disk, hub says {entry.size}"))
+            report.items.append(VerifyItem(path, entry.size, "size", f"{size} bytes on disk, hub says {entry.size}"))
             continue
         step: Callable[[int], None] | None = None
         if progress is not None:
+
             def step(n: int, p: str = path) -> None:
                 progress(p, n)
+
         digest = hash_file(target, remote, step)
         want = expected_digest(remote)
         if want is not None and digest != want:
@@ -209,11 +221,11 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
     for prefix, (count, seen, corrupt) in sorted(shards.items()):
         missing = sorted(set(range(1, count + 1)) - seen)
         if missing:
-            report.problems.append(f"{prefix}: shard(s) {', '.join(map(str, missing))} of {count} "
-                                   "missing")
+            report.problems.append(f"{prefix}: shard(s) {', '.join(map(str, missing))} of {count} missing")
         if corrupt:
-            report.problems.append(f"{prefix}: shard(s) {', '.join(map(str, sorted(corrupt)))} of {count} "
-                                   "corrupt (run fetch again)")
+            report.problems.append(
+                f"{prefix}: shard(s) {', '.join(map(str, sorted(corrupt)))} of {count} corrupt (run fetch again)"
+            )
     for p in sorted(root.rglob("*.incomplete")):
         report.problems.append(f"{p.relative_to(root)}: an unfinished download (run fetch again)")
     return report

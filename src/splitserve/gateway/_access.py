@@ -73,6 +73,7 @@ class RequestRecord:
 
     def line(self) -> str:
         """The access log line: id, key name, request, status, tokens, TTFT, duration."""
+
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value * 1000:.1f}ms"
 
@@ -80,11 +81,13 @@ class RequestRecord:
             return "-" if value is None else str(value)
 
         status = f"{self.status}" + (" client-gone" if self.disconnected else "")
-        return (f"{self.id} key={self.key} {self.method} {self.path} {status} "
-                f"model={self.model or '-'} prompt={n(self.prompt_tokens)} "
-                f"cached={n(self.cached_tokens)} completion={n(self.completion_tokens)} "
-                f"finish={self.finish_reason or '-'} queue={ms(self.queue_s)} "
-                f"ttft={ms(self.ttft_s)} duration={ms(self.duration_s)}")
+        return (
+            f"{self.id} key={self.key} {self.method} {self.path} {status} "
+            f"model={self.model or '-'} prompt={n(self.prompt_tokens)} "
+            f"cached={n(self.cached_tokens)} completion={n(self.completion_tokens)} "
+            f"finish={self.finish_reason or '-'} queue={ms(self.queue_s)} "
+            f"ttft={ms(self.ttft_s)} duration={ms(self.duration_s)}"
+        )
 
 
 def _number(value: Any) -> bool:

@@ -95,9 +95,14 @@ class EngineStream(Response):
     engine's slot is freed at once.
     """
 
-    def __init__(self, body: AsyncIterator[bytes], on_disconnect: Callable[[], None],
-                 media_type: str = "text/event-stream", status_code: int = 200,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        on_disconnect: Callable[[], None],
+        media_type: str = "text/event-stream",
+        status_code: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.body_iterator = body
         self.status_code = status_code
         given = {k.lower(): v for k, v in (headers or {}).items()}
@@ -113,6 +118,7 @@ class EngineStream(Response):
         gen = self.body_iterator
         try:
             async with anyio.create_task_group() as tg:
+
                 async def listen() -> None:
                     nonlocal gone
                     while True:
@@ -126,11 +132,9 @@ class EngineStream(Response):
 
                 tg.start_soon(listen)
                 try:
-                    await send({"type": "http.response.start", "status": self.status_code,
-                                "headers": self.raw_headers})
+                    await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
                     async for chunk in gen:
-                        await send({"type": "http.response.body", "body": chunk,
-                                    "more_body": True})
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     sent = True
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except OSError:
@@ -155,8 +159,7 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.metrics = Metrics()
-        self.limiter = KeyLimiter(config.max_concurrent, config.max_queue,
-                                  on_change=self.metrics.on_limits)
+        self.limiter = KeyLimiter(config.max_concurrent, config.max_queue, on_change=self.metrics.on_limits)
         self.upstream = Upstream(config.engine_url, api_key=config.engine_api_key)
         self._model: ServedModel | None = None
         self._model_lock = anyio.Lock()
@@ -176,8 +179,11 @@ class Gateway:
         props = await self.upstream.get_json("/props")
         template = self.config.chat_template or props.get("chat_template") or ""
         if not template:
-            raise APIError(500, "the engine reports no chat template; start the gateway with "
-                           "--chat-template FILE", type_="server_error")
+            raise APIError(
+                500,
+                "the engine reports no chat template; start the gateway with --chat-template FILE",
+                type_="server_error",
+            )
         path = str(props.get("model_path") or props.get("model_alias") or "model")
         base = os.path.basename(path)
         stem = base.removesuffix(".gguf")
@@ -189,10 +195,16 @@ class Gateway:
         if isinstance(slots, int) and slots > 0:
             self._affinity = SlotAffinity(slots)
         return ServedModel(
-            id=self.config.model_name or stem, template=template,
+            id=self.config.model_name or stem,
+            template=template,
             format=resolve_format(self.config.model_format, template),
-            bos_token=str(props.get("bos_token") or ""), eos_token=str(props.get("eos_token") or ""),
-            aliases=aliases, n_ctx=settings.get("n_ctx"), created=int(time.time()), add_bos=add_bos)
+            bos_token=str(props.get("bos_token") or ""),
+            eos_token=str(props.get("eos_token") or ""),
+            aliases=aliases,
+            n_ctx=settings.get("n_ctx"),
+            created=int(time.time()),
+            add_bos=add_bos,
+        )
 
     async def _engine_adds_bos(self) -> bool:
         """Whether the engine's tokenizer adds BOS: ``/tokenize`` with and without special tokens."""
@@ -202,15 +214,19 @@ class Gateway:
         except APIError:
             return True  # an engine without /tokenize: llama.cpp's default
         a, b = with_special.get("tokens") or [], without.get("tokens") or []
-        return len(a) > len(b) and a[len(a) - len(b):] == b
+        return len(a) > len(b) and a[len(a) - len(b) :] == b
 
     async def check_model(self, name: str | None) -> ServedModel:
         """The served model; with ``strict_model_names``, 404 unless ``name`` is one of its names
         (or absent)."""
         model = await self.model()
         if self.config.strict_model_names and name is not None and not model.answers_to(name):
-            raise APIError(404, f"the model {name!r} does not exist; this gateway serves "
-                           f"{model.id!r}", param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {name!r} does not exist; this gateway serves {model.id!r}",
+                param="model",
+                code="model_not_found",
+            )
         return model
 
     # -- request plumbing ------------------------------------------------------------
@@ -220,8 +236,7 @@ class Gateway:
             return "anonymous"
         name = keys.check(request.headers.get("authorization"))
         if name is None:
-            raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
-                           code="invalid_api_key")
+            raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'", code="invalid_api_key")
         _record(request).key = name
         return name
 
@@ -229,8 +244,7 @@ class Gateway:
         limit = self.config.max_body_bytes
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
-            raise APIError(413, f"the request body is {declared} bytes; the limit is {limit}",
-                           code="request_too_large")
+            raise APIError(413, f"the request body is {declared} bytes; the limit is {limit}", code="request_too_large")
         chunks: list[bytes] = []
         size = 0
         try:
@@ -238,18 +252,28 @@ class Gateway:
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > limit:
-                        raise APIError(413, f"the request body exceeds the limit of {limit} bytes",
-                                       code="request_too_large")
+                        raise APIError(
+                            413, f"the request body exceeds the limit of {limit} bytes", code="request_too_large"
+                        )
                     chunks.append(chunk)
         except ClientDisconnect:
             raise APIError(400, "the client went away while sending the body") from None
         except TimeoutError:
-            raise APIError(408, f"the request body did not arrive within {self.config.body_timeout:g} s",
-                           code="request_timeout", headers={"Connection": "close"}) from None
+            raise APIError(
+                408,
+                f"the request body did not arrive within {self.config.body_timeout:g} s",
+                code="request_timeout",
+                headers={"Connection": "close"},
+            ) from None
         return b"".join(chunks)
 
-    async def start(self, request: Request, key: str, stack: contextlib.AsyncExitStack,
-                    open_: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response | None:
+    async def start(
+        self,
+        request: Request,
+        key: str,
+        stack: contextlib.AsyncExitStack,
+        open_: Callable[[], Awaitable[httpx.Response]],
+    ) -> httpx.Response | None:
         """Wait for a slot of ``key``'s limit (on ``stack``), then ``open_`` the engine request;
         None when the client leaves first: its queue place is freed and nothing reaches the
         engine (or the half-open engine request is closed). The caller closes ``stack``."""
@@ -273,8 +297,9 @@ class Gateway:
             self.metrics.disconnects.inc()
         return resp
 
-    async def whole(self, request: Request, resp: httpx.Response,
-                    stack: contextlib.AsyncExitStack, work: Awaitable[T]) -> T | None:
+    async def whole(
+        self, request: Request, resp: httpx.Response, stack: contextlib.AsyncExitStack, work: Awaitable[T]
+    ) -> T | None:
         """Run ``work`` (reading ``resp`` to a whole answer) unless the client leaves first;
         close ``resp`` and free the slot (``stack``) either way. None, counted as a disconnect,
         when the client left."""
@@ -298,8 +323,7 @@ class Gateway:
         model = await self.check_model(req.model)
         rec = _record(request)
         rec.model = model.id
-        restore = ((lambda messages: self.memory.restore(key, messages))
-                   if self.config.restore_reasoning else None)
+        restore = (lambda messages: self.memory.restore(key, messages)) if self.config.restore_reasoning else None
         plan = plan_chat(req, model, test_hooks=self.config.test_hooks, restore=restore)
         session = session_key(request.headers, req.model_extra or {})
         if session is not None and self._affinity is not None and self.config.slot_affinity:
@@ -308,6 +332,7 @@ class Gateway:
         stack = contextlib.AsyncExitStack()
         if self.config.restore_reasoning:
             stack.callback(lambda: self.memory.remember(key, turn.message()))
+
         async def open_() -> httpx.Response:
             timing.engine_called = time.perf_counter()
             return await self.upstream.completion(plan.body)
@@ -318,8 +343,9 @@ class Gateway:
         if req.stream:
             body = stream_chat(resp, plan, model, turn, timing, self.metrics, stack.aclose, rec)
             return EngineStream(body, self.metrics.disconnects.inc)
-        result = await self.whole(request, resp, stack,
-                                  collect_chat(resp, plan, model, turn, timing, self.metrics, rec))
+        result = await self.whole(
+            request, resp, stack, collect_chat(resp, plan, model, turn, timing, self.metrics, rec)
+        )
         if result is None:
             return Response(status_code=499)
         return JSONResponse(result)
@@ -338,14 +364,12 @@ class Gateway:
         if by_stream:
             body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         stack = contextlib.AsyncExitStack()
-        resp = await self.start(request, key, stack,
-                                lambda: self.upstream.open("POST", "/v1/completions", body))
+        resp = await self.start(request, key, stack, lambda: self.upstream.open("POST", "/v1/completions", body))
         if resp is None:
             return Response(status_code=499)
         if req.stream:
             return EngineStream(relay_events(resp, stack, model.id, rec), self.metrics.disconnects.inc)
-        data = await self.whole(request, resp, stack,
-                                openai_whole(resp, rec) if by_stream else resp.aread())
+        data = await self.whole(request, resp, stack, openai_whole(resp, rec) if by_stream else resp.aread())
         if data is None:
             return Response(status_code=499)
         return Response(own_model(data, model.id), media_type="application/json")
@@ -369,8 +393,7 @@ class Gateway:
             return await self._native_by_stream(request, key, path, whole, stack)
 
         def open_() -> Awaitable[httpx.Response]:
-            return self.upstream.relay(request.method, path, query, raw,
-                                       request.headers.get("content-type"))
+            return self.upstream.relay(request.method, path, query, raw, request.headers.get("content-type"))
 
         if request.method == "POST":
             resp = await self.start(request, key, stack, open_)
@@ -378,12 +401,16 @@ class Gateway:
             resp = await _unless_disconnected(request, open_())
         if resp is None:
             return Response(status_code=499)
-        headers = {k: v for k, v in resp.headers.items()
-                   if k.lower() in ("content-type", "retry-after", "cache-control")}
+        headers = {
+            k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after", "cache-control")
+        }
         generating = request.method == "POST" and path in NATIVE_GENERATING and resp.status_code == 200
-        return EngineStream(relay(resp, stack, _record(request) if generating else None),
-                            self.metrics.disconnects.inc, status_code=resp.status_code,
-                            headers=headers)
+        return EngineStream(
+            relay(resp, stack, _record(request) if generating else None),
+            self.metrics.disconnects.inc,
+            status_code=resp.status_code,
+            headers=headers,
+        )
 
     async def _name_model(self, request: Request) -> None:
         """The served model's id on the request's record (for its metrics), when it loads."""
@@ -392,12 +419,19 @@ class Gateway:
         except APIError:
             pass
 
-    async def _native_by_stream(self, request: Request, key: str, path: str, body: dict[str, Any],
-                                stack: contextlib.AsyncExitStack) -> Response:
+    async def _native_by_stream(
+        self, request: Request, key: str, path: str, body: dict[str, Any], stack: contextlib.AsyncExitStack
+    ) -> Response:
         """A non-streamed native generation, asked streamed and put together (see "whole answers
         asked streamed" below)."""
-        resp = await self.start(request, key, stack, lambda: self.upstream.relay(
-            "POST", path, "", json.dumps({**body, "stream": True}).encode(), "application/json"))
+        resp = await self.start(
+            request,
+            key,
+            stack,
+            lambda: self.upstream.relay(
+                "POST", path, "", json.dumps({**body, "stream": True}).encode(), "application/json"
+            ),
+        )
         if resp is None:
             return Response(status_code=499)
         if resp.status_code != 200:
@@ -414,10 +448,20 @@ class Gateway:
     async def models(self, request: Request) -> Response:
         self.authenticate(request)
         model = await self.model()
-        return JSONResponse({"object": "list", "data": [
-            {"id": model.id, "object": "model", "created": model.created,
-             "owned_by": "splitserve", "meta": {"format": model.format.name,
-                                                "n_ctx": model.n_ctx}}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model.id,
+                        "object": "model",
+                        "created": model.created,
+                        "owned_by": "splitserve",
+                        "meta": {"format": model.format.name, "n_ctx": model.n_ctx},
+                    }
+                ],
+            }
+        )
 
     async def health(self, request: Request) -> Response:
         """Open without a key; ``?deep=1`` runs a generation, so it takes a key (when auth is
@@ -429,8 +473,12 @@ class Gateway:
         out: dict[str, Any] = {"status": "ok", "engine": self.upstream.base_url}
         if deep:
             stack = contextlib.AsyncExitStack()
-            resp = await self.start(request, key, stack, lambda: self.upstream.completion(
-                {"prompt": "Hello", "n_predict": 1, "cache_prompt": False}))
+            resp = await self.start(
+                request,
+                key,
+                stack,
+                lambda: self.upstream.completion({"prompt": "Hello", "n_predict": 1, "cache_prompt": False}),
+            )
             if resp is None:
                 return Response(status_code=499)
             final: dict[str, Any] = {}
@@ -451,17 +499,22 @@ class Gateway:
                     await resp.aclose()
                     await stack.aclose()
             if int(final.get("tokens_predicted") or 0) < 1:
-                raise APIError(503, "the engine answered but generated no token",
-                               type_="service_unavailable", headers={"Retry-After": "5"})
-            out["deep"] = {"tokens": final.get("tokens_predicted"),
-                           "ms": round((time.perf_counter() - started) * 1000, 1)}
+                raise APIError(
+                    503,
+                    "the engine answered but generated no token",
+                    type_="service_unavailable",
+                    headers={"Retry-After": "5"},
+                )
+            out["deep"] = {
+                "tokens": final.get("tokens_predicted"),
+                "ms": round((time.perf_counter() - started) * 1000, 1),
+            }
         return JSONResponse(out)
 
     async def prometheus(self, request: Request) -> Response:
         self.authenticate(request)
         data, ctype = self.metrics.render(await self.upstream.metrics_text())
-        return Response(data, media_type=ctype.split(";")[0],
-                        headers={"Content-Type": ctype})
+        return Response(data, media_type=ctype.split(";")[0], headers={"Content-Type": ctype})
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -471,6 +524,7 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
     error: BaseException | None = None
 
     async with anyio.create_task_group() as tg:
+
         async def watch() -> None:
             while True:
                 message = await request.receive()
@@ -498,16 +552,17 @@ def _slot_action(request: Request) -> tuple[str, str]:
     raw = request.scope.get("raw_path") or request.url.path.encode()
     raw_path = raw.decode("latin-1").split("?", 1)[0]
     slot = raw_path.removeprefix("/slots/")
-    if not raw_path.startswith("/slots/") or not slot.isdigit() or not slot.isascii() \
-            or len(slot) > 6:
-        raise APIError(404, f"no such endpoint: {request.method} {raw_path[:200]}; the slot "
-                       "endpoints are GET /slots and POST /slots/ID?action=save|restore|erase")
+    if not raw_path.startswith("/slots/") or not slot.isdigit() or not slot.isascii() or len(slot) > 6:
+        raise APIError(
+            404,
+            f"no such endpoint: {request.method} {raw_path[:200]}; the slot "
+            "endpoints are GET /slots and POST /slots/ID?action=save|restore|erase",
+        )
     if request.method != "POST":
         raise APIError(405, f"method not allowed: {request.method} /slots/{slot} (POST only)")
     action = request.query_params.get("action")
     if action not in ("save", "restore", "erase") or len(request.query_params) != 1:
-        raise APIError(400, "POST /slots/ID takes ?action=save, restore or erase and nothing else",
-                       param="action")
+        raise APIError(400, "POST /slots/ID takes ?action=save, restore or erase and nothing else", param="action")
     return f"/slots/{int(slot)}", f"action={action}"
 
 
@@ -515,23 +570,21 @@ def _record(request: Request) -> RequestRecord:
     """The request's :class:`RequestRecord` (one is made for a request outside :func:`_wrap`)."""
     rec = getattr(request.state, "record", None)
     if rec is None:
-        rec = request.state.record = RequestRecord("-", request.method, request.url.path,
-                                                    time.perf_counter())
+        rec = request.state.record = RequestRecord("-", request.method, request.url.path, time.perf_counter())
     return rec
 
 
-def _wrap(gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Response]]
-          ) -> Callable[[Request], Awaitable[Response]]:
+def _wrap(
+    gw: Gateway, name: str, handler: Callable[[Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        rec = request.state.record = RequestRecord(name, request.method, request.url.path,
-                                                   time.perf_counter())
+        rec = request.state.record = RequestRecord(name, request.method, request.url.path, time.perf_counter())
         try:
             response = await handler(request)
         except APIError as exc:
             response = _error(exc)
         except Exception as exc:  # noqa: BLE001 - a gateway defect: still an OpenAI-shaped answer
-            response = _error(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
-                                       type_="server_error"))
+            response = _error(APIError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error"))
         gw.metrics.requests.labels(name, str(response.status_code)).inc()
         rec.status = response.status_code
         rec.disconnected = response.status_code == 499
@@ -554,9 +607,23 @@ def _finish(gw: Gateway, rec: RequestRecord, gone: bool) -> None:
 
 
 NATIVE_ENDPOINTS = (
-    "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template",
-    "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
-    "/v1/reranking", "/props", "/slots", "/slots/{slot}", "/lora-adapters",
+    "/completion",
+    "/completions",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/embedding",
+    "/embeddings",
+    "/v1/embeddings",
+    "/rerank",
+    "/reranking",
+    "/v1/rerank",
+    "/v1/reranking",
+    "/props",
+    "/slots",
+    "/slots/{slot}",
+    "/lora-adapters",
 )
 """llama-server's own endpoints, passed through to the engine under these names only
 (``/slots/{slot}``: a slot number with ``?action=save|restore|erase``, POST)."""
@@ -584,13 +651,13 @@ def create_app(config: GatewayConfig) -> Starlette:
     for path in NATIVE_ENDPOINTS:
         handler = functools.partial(gw.native, path=path)
         routes.append(Route(path, _wrap(gw, "native", handler), methods=["GET", "POST"]))
+
     async def not_found(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
         what = "no such endpoint" if status == 404 else "method not allowed"
         return _error(APIError(status, f"{what}: {request.method} {request.url.path}"))
 
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={404: not_found, 405: not_found})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
     app.state.gateway = gw
     return app
 

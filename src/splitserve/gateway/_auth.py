@@ -69,8 +69,7 @@ def load_keys_file(path: Path) -> dict[str, str]:
             continue
         parts = line.split()
         if len(parts) != 2 or not parts[1].startswith("sha256:") or len(parts[1]) != 71:
-            raise SpecError(f"{path}:{n}: expected 'NAME sha256:HEX'; add keys with "
-                            "`splitserve keys add`")
+            raise SpecError(f"{path}:{n}: expected 'NAME sha256:HEX'; add keys with `splitserve keys add`")
         out[parts[1].lower()] = parts[0]
     return out
 
@@ -95,9 +94,10 @@ def add_key(path: Path, name: str) -> str:
 
 def require_auth_off_loopback(host: str, keys: KeyRing) -> None:
     if not is_loopback(host) and not keys.enabled:
-        raise UsageError(f"--host {host} binds beyond loopback: pass --api-key or --keys-file "
-                         "(the gateway refuses to serve other machines without auth)")
+        raise UsageError(
+            f"--host {host} binds beyond loopback: pass --api-key or --keys-file "
+            "(the gateway refuses to serve other machines without auth)"
+        )
 
 
-__all__ = ["KeyRing", "add_key", "hash_key", "is_loopback", "load_keys_file", "new_key",
-           "require_auth_off_loopback"]
+__all__ = ["KeyRing", "add_key", "hash_key", "is_loopback", "load_keys_file", "new_key", "require_auth_off_loopback"]

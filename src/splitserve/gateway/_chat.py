@@ -63,17 +63,21 @@ class Outcome:
         completion = int(f.get("tokens_predicted") or 0)
         timings = f.get("timings") or {}
         cached = int(timings.get("cache_n") or 0)
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": cached}}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
 
 def completion_id() -> str:
     return "chatcmpl-" + secrets.token_hex(12)
 
 
-def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
-           warnings: list[str], rec: RequestRecord | None) -> None:
+def record(
+    metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn, warnings: list[str], rec: RequestRecord | None
+) -> None:
     """Count one finished chat answer; the request metrics and the access log line come from
     ``rec`` when the request ends (see _access)."""
     timings = outcome.final.get("timings") or {}
@@ -95,8 +99,7 @@ def record(metrics: Metrics, outcome: Outcome, timing: Timing, turn: Turn,
         metrics.warnings.inc(len(warnings))
 
 
-async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Timing
-                 ) -> AsyncIterator[list[Delta]]:
+async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Timing) -> AsyncIterator[list[Delta]]:
     """Engine events -> lists of deltas, one list per read of the engine's stream; the final
     event lands in ``outcome``."""
     # The answer ends at the ``stop`` event: not waiting for the engine to end its body (on
@@ -127,22 +130,33 @@ def _wire_delta(d: Delta) -> dict[str, Any] | None:
     if d.kind == REASONING:
         return {"reasoning_content": d.text}
     if d.kind == CALL_START:
-        return {"tool_calls": [{"index": d.index, "id": d.id, "type": "function",
-                                "function": {"name": d.name, "arguments": ""}}]}
+        return {
+            "tool_calls": [
+                {"index": d.index, "id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}}
+            ]
+        }
     if d.kind == CALL_ARGS:
         return {"tool_calls": [{"index": d.index, "function": {"arguments": d.text}}]}
     return None  # CALL_END: nothing on the wire
 
 
-async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn: Turn,
-                      timing: Timing, metrics: Metrics,
-                      release: Callable[[], Awaitable[None]],
-                      rec: RequestRecord | None = None) -> AsyncIterator[bytes]:
+async def stream_chat(
+    resp: httpx.Response,
+    plan: Plan,
+    model: ServedModel,
+    turn: Turn,
+    timing: Timing,
+    metrics: Metrics,
+    release: Callable[[], Awaitable[None]],
+    rec: RequestRecord | None = None,
+) -> AsyncIterator[bytes]:
     """The SSE body of a streamed chat completion; closes the engine stream however it ends."""
     cid = completion_id()
     created = int(time.time())
-    head = (f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},'
-            f'"model":{dumps(model.id)},"choices":[{{"index":0,"delta":').encode()
+    head = (
+        f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},'
+        f'"model":{dumps(model.id)},"choices":[{{"index":0,"delta":'
+    ).encode()
     tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
     outcome = Outcome()
     # The role-only chunk goes out with the first real delta (as llama-server does), not at
@@ -165,11 +179,15 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
             yield b"data: " + exc.body_bytes() + b"\n\n"
             return
         warnings = turn.final_warnings(outcome.stop_type)
-        last: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
-                                "model": model.id,
-                                "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                             "finish_reason": turn.finish_reason(
-                                                 outcome.stop_type)}]}
+        last: dict[str, Any] = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model.id,
+            "choices": [
+                {"index": 0, "delta": {}, "logprobs": None, "finish_reason": turn.finish_reason(outcome.stop_type)}
+            ],
+        }
         if warnings:
             last["splitserve"] = {"warnings": warnings}
         if outcome.timings:
@@ -178,10 +196,20 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
         if not timing.first_sent:  # no delta at all: the role still comes first
             chunks.insert(0, role)
         if plan.include_usage:
-            chunks.append(b"data: " + dumps({"id": cid, "object": "chat.completion.chunk",
-                                              "created": created, "model": model.id,
-                                              "choices": [], "usage": outcome.usage()}).encode()
-                          + b"\n\n")
+            chunks.append(
+                b"data: "
+                + dumps(
+                    {
+                        "id": cid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model.id,
+                        "choices": [],
+                        "usage": outcome.usage(),
+                    }
+                ).encode()
+                + b"\n\n"
+            )
         chunks.append(b"data: [DONE]\n\n")
         record(metrics, outcome, timing, turn, warnings, rec)
         yield b"".join(chunks)
@@ -191,9 +219,15 @@ async def stream_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn
             await release()
 
 
-async def collect_chat(resp: httpx.Response, plan: Plan, model: ServedModel, turn: Turn,
-                       timing: Timing, metrics: Metrics,
-                       rec: RequestRecord | None = None) -> dict[str, Any]:
+async def collect_chat(
+    resp: httpx.Response,
+    plan: Plan,
+    model: ServedModel,
+    turn: Turn,
+    timing: Timing,
+    metrics: Metrics,
+    rec: RequestRecord | None = None,
+) -> dict[str, Any]:
     """The whole ``chat.completion`` object (the caller closes ``resp``)."""
     outcome = Outcome()
     async for _ in _drive(resp, turn, outcome, timing):
@@ -201,10 +235,18 @@ async def collect_chat(resp: httpx.Response, plan: Plan, model: ServedModel, tur
             timing.first_sent = time.perf_counter()
     warnings = turn.final_warnings(outcome.stop_type)
     body: dict[str, Any] = {
-        "id": completion_id(), "object": "chat.completion", "created": int(time.time()),
+        "id": completion_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model.id,
-        "choices": [{"index": 0, "message": turn.message(), "logprobs": None,
-                     "finish_reason": turn.finish_reason(outcome.stop_type)}],
+        "choices": [
+            {
+                "index": 0,
+                "message": turn.message(),
+                "logprobs": None,
+                "finish_reason": turn.finish_reason(outcome.stop_type),
+            }
+        ],
         "usage": outcome.usage(),
     }
     if warnings:

@@ -33,42 +33,67 @@ import httpx
 
 from .._errors import SplitserveError
 
-MARKERS = ("<tool_call>", "</tool_call>", "]<]minimax[>[", "<invoke", "<minimax:tool_call>",
-           "<think>", "</think>", "<mm:think>", "</mm:think>", "<function=", "<|tool",
-           "<｜tool")
+MARKERS = (
+    "<tool_call>",
+    "</tool_call>",
+    "]<]minimax[>[",
+    "<invoke",
+    "<minimax:tool_call>",
+    "<think>",
+    "</think>",
+    "<mm:think>",
+    "</mm:think>",
+    "<function=",
+    "<|tool",
+    "<｜tool",
+)
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather forecast for a city",
-    "parameters": {"type": "object", "properties": {
-        "location": {"type": "string", "description": "city name"},
-        "days": {"type": "integer", "description": "number of days"}},
-        "required": ["location"]}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Current local time in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather forecast for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "city name"},
+                "days": {"type": "integer", "description": "number of days"},
+            },
+            "required": ["location"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Current local time in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 TOOLS = [WEATHER, TIME]
 
 
 def _call(cid: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"id": cid, "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)}}
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 @dataclass
 class Check:
     name: str
-    status: str = "fail"     # pass | fail | skip
+    status: str = "fail"  # pass | fail | skip
     detail: str = ""
     http_status: int | None = None
     got: Any = None
     seconds: float = 0.0
 
 
-MODES = {"live": "no",
-         "force_output": "yes (splitserve's force_output test hook)",
-         "prefill": "yes (expected reply prefilled as the final assistant message, "
-                    "end of sequence forced; llama-server's own parser reads it)"}
+MODES = {
+    "live": "no",
+    "force_output": "yes (splitserve's force_output test hook)",
+    "prefill": "yes (expected reply prefilled as the final assistant message, "
+    "end of sequence forced; llama-server's own parser reads it)",
+}
 
 
 @dataclass
@@ -77,7 +102,7 @@ class Report:
     model: str
     forced: bool
     checks: list[Check] = field(default_factory=list)
-    mode: str = "live"              # live | force_output | prefill
+    mode: str = "live"  # live | force_output | prefill
 
     @property
     def passed(self) -> int:
@@ -88,59 +113,114 @@ class Report:
         return sum(c.status == "fail" for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "model": self.model, "forced": self.forced,
-                "mode": self.mode, "passed": self.passed, "failed": self.failed,
-                "checks": [asdict(c) for c in self.checks]}
+        return {
+            "url": self.url,
+            "model": self.model,
+            "forced": self.forced,
+            "mode": self.mode,
+            "passed": self.passed,
+            "failed": self.failed,
+            "checks": [asdict(c) for c in self.checks],
+        }
 
 
 @dataclass
 class Case:
     name: str
     messages: list[dict[str, Any]]
-    expected: dict[str, Any]            # the reply a correct model would give (for forcing)
+    expected: dict[str, Any]  # the reply a correct model would give (for forcing)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-USER_WEATHER = {"role": "user", "content": "What is the weather in Paris for the next 3 days? "
-                                           "Use the get_weather tool."}
+USER_WEATHER = {
+    "role": "user",
+    "content": "What is the weather in Paris for the next 3 days? Use the get_weather tool.",
+}
 CASES = [
-    Case("single", [USER_WEATHER],
-         {"role": "assistant", "content": "",
-          "tool_calls": [_call("call_1", "get_weather", {"location": "Paris", "days": 3})]}),
-    Case("multi_turn", [USER_WEATHER,
-                        {"role": "assistant", "content": "",
-                         "tool_calls": [_call("call_1", "get_weather",
-                                              {"location": "Paris", "days": 3})]},
-                        {"role": "tool", "tool_call_id": "call_1",
-                         "content": json.dumps({"forecast": ["sunny", "rain", "sunny"],
-                                                "temp_c": 18})}],
-         {"role": "assistant", "content": "Sunny, then rain, then sunny again; about 18 C."}),
-    Case("parallel", [{"role": "user", "content": "What is the weather in Paris and in Tokyo? "
-                                                  "Call get_weather once for each city."}],
-         {"role": "assistant", "content": "", "tool_calls": [
-             _call("call_1", "get_weather", {"location": "Paris"}),
-             _call("call_2", "get_weather", {"location": "Tokyo"})]}),
-    Case("no_parallel", [{"role": "user", "content": "What is the weather in Paris and in "
-                                                     "Tokyo? Call get_weather for each city."}],
-         {"role": "assistant", "content": "", "tool_calls": [
-             _call("call_1", "get_weather", {"location": "Paris"}),
-             _call("call_2", "get_weather", {"location": "Tokyo"})]},
-         {"parallel_tool_calls": False}),
-    Case("required", [{"role": "user", "content": "Hello! How are you today?"}],
-         {"role": "assistant", "content": "",
-          "tool_calls": [_call("call_1", "get_time", {"city": "Paris"})]},
-         {"tool_choice": "required"}),
-    Case("none", [USER_WEATHER],
-         {"role": "assistant", "content": "I cannot look that up right now."},
-         {"tool_choice": "none"}),
-    Case("reasoning", [{"role": "user", "content": "Think step by step: what is 17 * 23?"}],
-         {"role": "assistant", "reasoning_content": "17 * 23 = 17 * 20 + 17 * 3 = 340 + 51.",
-          "content": "391"},
-         {"chat_template_kwargs": {"enable_thinking": True}}),
-    Case("streaming", [USER_WEATHER],
-         {"role": "assistant", "content": "",
-          "tool_calls": [_call("call_1", "get_weather", {"location": "Paris", "days": 3})]},
-         {"stream": True}),
+    Case(
+        "single",
+        [USER_WEATHER],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [_call("call_1", "get_weather", {"location": "Paris", "days": 3})],
+        },
+    ),
+    Case(
+        "multi_turn",
+        [
+            USER_WEATHER,
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [_call("call_1", "get_weather", {"location": "Paris", "days": 3})],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": json.dumps({"forecast": ["sunny", "rain", "sunny"], "temp_c": 18}),
+            },
+        ],
+        {"role": "assistant", "content": "Sunny, then rain, then sunny again; about 18 C."},
+    ),
+    Case(
+        "parallel",
+        [
+            {
+                "role": "user",
+                "content": "What is the weather in Paris and in Tokyo? Call get_weather once for each city.",
+            }
+        ],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                _call("call_1", "get_weather", {"location": "Paris"}),
+                _call("call_2", "get_weather", {"location": "Tokyo"}),
+            ],
+        },
+    ),
+    Case(
+        "no_parallel",
+        [{"role": "user", "content": "What is the weather in Paris and in Tokyo? Call get_weather for each city."}],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                _call("call_1", "get_weather", {"location": "Paris"}),
+                _call("call_2", "get_weather", {"location": "Tokyo"}),
+            ],
+        },
+        {"parallel_tool_calls": False},
+    ),
+    Case(
+        "required",
+        [{"role": "user", "content": "Hello! How are you today?"}],
+        {"role": "assistant", "content": "", "tool_calls": [_call("call_1", "get_time", {"city": "Paris"})]},
+        {"tool_choice": "required"},
+    ),
+    Case(
+        "none",
+        [USER_WEATHER],
+        {"role": "assistant", "content": "I cannot look that up right now."},
+        {"tool_choice": "none"},
+    ),
+    Case(
+        "reasoning",
+        [{"role": "user", "content": "Think step by step: what is 17 * 23?"}],
+        {"role": "assistant", "reasoning_content": "17 * 23 = 17 * 20 + 17 * 3 = 340 + 51.", "content": "391"},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+    ),
+    Case(
+        "streaming",
+        [USER_WEATHER],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [_call("call_1", "get_weather", {"location": "Paris", "days": 3})],
+        },
+        {"stream": True},
+    ),
 ]
 
 
@@ -165,8 +245,12 @@ def _grade(case: Case, msg: dict[str, Any], finish: str | None, check: Check) ->
     content = msg.get("content")
     names = [(c.get("function") or {}).get("name") for c in calls]
     leaks = _leaks(content) + _leaks(msg.get("reasoning_content"))
-    check.got = {"content": content, "reasoning_content": msg.get("reasoning_content"),
-                 "tool_calls": calls, "finish_reason": finish}
+    check.got = {
+        "content": content,
+        "reasoning_content": msg.get("reasoning_content"),
+        "tool_calls": calls,
+        "finish_reason": finish,
+    }
     problems: list[str] = []
     if leaks:
         problems.append(f"markers leaked into the text: {leaks}")
@@ -178,8 +262,10 @@ def _grade(case: Case, msg: dict[str, Any], finish: str | None, check: Check) ->
     if finish == "tool_calls" and not calls:
         problems.append("finish_reason=tool_calls with no call")
     if finish == "length":
-        problems.append("cut off at max_tokens (finish_reason=length), not a finished answer "
-                        "(raise --max-tokens if a correct answer is just long)")
+        problems.append(
+            "cut off at max_tokens (finish_reason=length), not a finished answer "
+            "(raise --max-tokens if a correct answer is just long)"
+        )
     n = case.name
     if n in ("single", "streaming"):
         if names != ["get_weather"]:
@@ -246,8 +332,11 @@ def _read_stream(resp: httpx.Response, check: Check) -> tuple[dict[str, Any], st
                 if i not in calls:
                     if not (tc.get("id") and tc.get("type") == "function" and fn.get("name")):
                         problems.append(f"the first delta of call {i} lacks id/type/name: {tc}")
-                    calls[i] = {"id": tc.get("id"), "type": "function",
-                                "function": {"name": fn.get("name"), "arguments": ""}}
+                    calls[i] = {
+                        "id": tc.get("id"),
+                        "type": "function",
+                        "function": {"name": fn.get("name"), "arguments": ""},
+                    }
                 elif tc.get("id") and tc["id"] != calls[i]["id"]:
                     problems.append(f"call {i} changed its id mid-stream")
                 elif fn.get("name"):
@@ -255,9 +344,11 @@ def _read_stream(resp: httpx.Response, check: Check) -> tuple[dict[str, Any], st
                 calls[i]["function"]["arguments"] += fn.get("arguments") or ""
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
-    msg = {"content": "".join(content) or None,
-           "reasoning_content": "".join(reasoning) or None,
-           "tool_calls": [calls[i] for i in sorted(calls)]}
+    msg = {
+        "content": "".join(content) or None,
+        "reasoning_content": "".join(reasoning) or None,
+        "tool_calls": [calls[i] for i in sorted(calls)],
+    }
     if problems:
         check.detail = "; ".join(problems)
     return msg, finish
@@ -273,12 +364,16 @@ def _forced_raw(template: str, case: Case) -> str:
 
     name = detect_format(template)
     fmt = get_format(name) if name else None
-    ends = fmt.end_markers if fmt else tuple(dict.fromkeys(
-        m for known in list_formats() for m in known.end_markers))
-    text, _ = assistant_turn(template, case.messages, case.expected,
-                             end_markers=ends,
-                             reasoning_open=fmt.reasoning.open if fmt and fmt.reasoning else None,
-                             tools=TOOLS, **case.extra.get("chat_template_kwargs", {}))
+    ends = fmt.end_markers if fmt else tuple(dict.fromkeys(m for known in list_formats() for m in known.end_markers))
+    text, _ = assistant_turn(
+        template,
+        case.messages,
+        case.expected,
+        end_markers=ends,
+        reasoning_open=fmt.reasoning.open if fmt and fmt.reasoning else None,
+        tools=TOOLS,
+        **case.extra.get("chat_template_kwargs", {}),
+    )
     return text
 
 
@@ -290,8 +385,7 @@ def prefill_case(case: Case) -> Case:
     """
     calls = case.expected.get("tool_calls") or []
     if case.extra.get("parallel_tool_calls") is False and len(calls) > 1:
-        return Case(case.name, case.messages, {**case.expected, "tool_calls": calls[:1]},
-                    case.extra)
+        return Case(case.name, case.messages, {**case.expected, "tool_calls": calls[:1]}, case.extra)
     return case
 
 
@@ -318,12 +412,16 @@ def _eos_bias(http: httpx.Client, root: str) -> list[list[float]]:
         eos = http.get(f"{root}/props").json()["eos_token"]
         tokens = http.post(f"{root}/tokenize", json={"content": eos}).json()["tokens"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        raise SplitserveError(f"{root}: no llama-server /props and /tokenize "
-                              f"({type(exc).__name__}); --force-prefill needs llama-server's own "
-                              "endpoint") from None
+        raise SplitserveError(
+            f"{root}: no llama-server /props and /tokenize "
+            f"({type(exc).__name__}); --force-prefill needs llama-server's own "
+            "endpoint"
+        ) from None
     if len(tokens) != 1:
-        raise SplitserveError(f"{root}: the end-of-sequence token {eos!r} is {len(tokens)} tokens, "
-                              "not one; --force-prefill cannot force it")
+        raise SplitserveError(
+            f"{root}: the end-of-sequence token {eos!r} is {len(tokens)} tokens, "
+            "not one; --force-prefill cannot force it"
+        )
     return [[int(tokens[0]), 100.0]]
 
 
@@ -345,10 +443,16 @@ def _error_body(text: str) -> Any:
         return text[:2000]
 
 
-def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
-                force_template: str | None = None, timeout: float = 120.0,
-                max_tokens: int = 256, prefill_template: str | None = None,
-                raw: bool = False) -> Report:
+def probe_tools(
+    url: str,
+    model: str | None = None,
+    api_key: str | None = None,
+    force_template: str | None = None,
+    timeout: float = 120.0,
+    max_tokens: int = 256,
+    prefill_template: str | None = None,
+    raw: bool = False,
+) -> Report:
     """Run every case against ``url`` (with or without ``/v1``); never raises on a bad answer.
 
     ``raw`` (llama-server only) asks for its ``verbose`` debug field and keeps, next to the
@@ -356,8 +460,10 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
     with, so a model's failure can be told from a parser's.
     """
     if force_template is not None and prefill_template is not None:
-        raise SplitserveError("force_template and prefill_template exclude each other; "
-                              "pick one (the gateway's test hook or llama-server's prefill)")
+        raise SplitserveError(
+            "force_template and prefill_template exclude each other; "
+            "pick one (the gateway's test hook or llama-server's prefill)"
+        )
     base = url.rstrip("/")
     if not base.endswith("/v1"):
         base += "/v1"
@@ -369,15 +475,21 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
                 listing = http.get("/models").json()
                 model = listing["data"][0]["id"]
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-                raise SplitserveError(f"{base}/models: cannot list models ({type(exc).__name__}); "
-                                      "pass --model") from None
-        mode = ("force_output" if force_template is not None else
-                "prefill" if prefill_template is not None else "live")
+                raise SplitserveError(
+                    f"{base}/models: cannot list models ({type(exc).__name__}); pass --model"
+                ) from None
+        mode = "force_output" if force_template is not None else "prefill" if prefill_template is not None else "live"
         report = Report(url=base, model=str(model), forced=mode != "live", mode=mode)
         for case in CASES:
             check = Check(case.name)
-            body: dict[str, Any] = {"model": model, "messages": case.messages, "tools": TOOLS,
-                                    "max_tokens": max_tokens, "temperature": 0, **case.extra}
+            body: dict[str, Any] = {
+                "model": model,
+                "messages": case.messages,
+                "tools": TOOLS,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                **case.extra,
+            }
             if force_template is not None:
                 body["force_output"] = _forced_raw(force_template, case)
             if prefill_template is not None:
@@ -410,8 +522,7 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
                     else:
                         answer = resp.json()
                         choice = answer["choices"][0]
-                        _grade(case, choice.get("message") or {}, choice.get("finish_reason"),
-                               check)
+                        _grade(case, choice.get("message") or {}, choice.get("finish_reason"), check)
                         _keep_raw(answer, check)
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 check.status = "fail"
@@ -422,20 +533,24 @@ def probe_tools(url: str, model: str | None = None, api_key: str | None = None,
 
 
 def report_markdown(report: Report, title: str | None = None) -> str:
-    lines = [f"# {title or 'doctor tools report'}", "",
-             f"- endpoint: `{report.url}`", f"- model: `{report.model}`",
-             f"- forced output: {MODES.get(report.mode, report.mode)}",
-             f"- result: {report.passed}/{len(report.checks)} passed", "",
-             "| check | result | HTTP | seconds | detail |", "|---|---|---|---|---|"]
+    lines = [
+        f"# {title or 'doctor tools report'}",
+        "",
+        f"- endpoint: `{report.url}`",
+        f"- model: `{report.model}`",
+        f"- forced output: {MODES.get(report.mode, report.mode)}",
+        f"- result: {report.passed}/{len(report.checks)} passed",
+        "",
+        "| check | result | HTTP | seconds | detail |",
+        "|---|---|---|---|---|",
+    ]
     for c in report.checks:
         detail = c.detail.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {c.name} | {c.status} | {c.http_status} | {c.seconds} | {detail} |")
     lines += ["", "## What came back", ""]
     for c in report.checks:
-        lines += [f"### {c.name}", "", "```json", json.dumps(c.got, indent=2, ensure_ascii=False),
-                  "```", ""]
+        lines += [f"### {c.name}", "", "```json", json.dumps(c.got, indent=2, ensure_ascii=False), "```", ""]
     return "\n".join(lines)
 
 
-__all__ = ["CASES", "Check", "Report", "prefill_case", "prefill_message", "probe_tools",
-           "report_markdown"]
+__all__ = ["CASES", "Check", "Report", "prefill_case", "prefill_message", "probe_tools", "report_markdown"]

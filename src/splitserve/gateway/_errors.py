@@ -20,9 +20,15 @@ from typing import Any
 class APIError(Exception):
     """An error response: status, OpenAI error body and extra headers (``Retry-After``)."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -32,8 +38,7 @@ class APIError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def body_bytes(self) -> bytes:
         return json.dumps(self.body(), ensure_ascii=False).encode()
@@ -44,8 +49,9 @@ def bad_request(message: str, param: str | None = None) -> APIError:
 
 
 def engine_unavailable(message: str, retry_after: int = 5) -> APIError:
-    return APIError(503, message, type_="service_unavailable", code="engine_unavailable",
-                    headers={"Retry-After": str(retry_after)})
+    return APIError(
+        503, message, type_="service_unavailable", code="engine_unavailable", headers={"Retry-After": str(retry_after)}
+    )
 
 
 __all__ = ["APIError", "bad_request", "engine_unavailable"]

@@ -34,7 +34,7 @@ from ._plain import PLAIN
 GENERIC: ToolCallFormat = dataclasses.replace(
     get_format("hermes"),
     description="hermes tool calls taught in the system prompt, for a template without "
-                "tool support (no reasoning split)",
+    "tool support (no reasoning split)",
     reasoning=None,
     end_markers=PLAIN.end_markers,
     aliases=(),
@@ -44,13 +44,13 @@ GENERIC: ToolCallFormat = dataclasses.replace(
 _INSTRUCTION = (
     "You can call functions. The available functions are listed as JSON within "
     "<tools></tools>:\n<tools>\n{tools}\n</tools>\n\n"
-    "To call a function, reply with <tool_call>{{\"name\": <function-name>, \"arguments\": "
+    'To call a function, reply with <tool_call>{{"name": <function-name>, "arguments": '
     "<arguments-json-object>}}</tool_call> (one block per call). Results come back within "
-    "<tool_response></tool_response>.")
+    "<tool_response></tool_response>."
+)
 
 
-def uses_generic(fmt: ToolCallFormat, tools: list[dict[str, Any]] | None,
-                 tool_choice: str) -> bool:
+def uses_generic(fmt: ToolCallFormat, tools: list[dict[str, Any]] | None, tool_choice: str) -> bool:
     """Whether a request is served by the fallback: a plain model, tools, a choice not "none"."""
     return fmt.name == PLAIN.name and bool(tools) and tool_choice != "none"
 
@@ -79,8 +79,9 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
-def generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
-                     system: bool = True) -> list[dict[str, Any]]:
+def generic_messages(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, system: bool = True
+) -> list[dict[str, Any]]:
     """The messages (as the template gets them) rewritten for a template without tools.
 
     Pure: the input is not changed. ``system=False`` puts the tool description at the
@@ -98,8 +99,7 @@ def generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     for message in messages:
         role = message.get("role")
         if role == "tool":
-            results.append(f"<tool_response>\n{_text(message.get('content'))}\n"
-                           "</tool_response>")
+            results.append(f"<tool_response>\n{_text(message.get('content'))}\n</tool_response>")
             continue
         if role == "user" and results:
             flush(_text(message.get("content")))

@@ -26,8 +26,9 @@ class _Lane:
 class KeyLimiter:
     """``async with limiter.slot(key):`` around each engine request."""
 
-    def __init__(self, max_concurrent: int, max_queue: int,
-                 on_change: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self, max_concurrent: int, max_queue: int, on_change: Callable[[int, int], None] | None = None
+    ) -> None:
         if max_concurrent < 1 or max_queue < 0:
             raise ValueError("max_concurrent must be >= 1 and max_queue >= 0")
         self.max_concurrent = max_concurrent
@@ -52,10 +53,15 @@ class KeyLimiter:
         lane = self._lanes.setdefault(key, _Lane())
         if lane.running >= self.max_concurrent:
             if len(lane.waiters) >= self.max_queue:
-                raise APIError(429, f"too many concurrent requests for key {key!r}: "
-                               f"{self.max_concurrent} running, {len(lane.waiters)} queued; "
-                               "retry later", type_="rate_limit_error",
-                               code="rate_limit_exceeded", headers={"Retry-After": "1"})
+                raise APIError(
+                    429,
+                    f"too many concurrent requests for key {key!r}: "
+                    f"{self.max_concurrent} running, {len(lane.waiters)} queued; "
+                    "retry later",
+                    type_="rate_limit_error",
+                    code="rate_limit_exceeded",
+                    headers={"Retry-After": "1"},
+                )
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             lane.waiters.append(fut)
             self._changed()

@@ -43,69 +43,114 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("splitserve_requests", "HTTP requests by endpoint and status",
-                                ["endpoint", "status"], registry=r)
+        self.requests = Counter(
+            "splitserve_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
+        )
         m = ["model_name"]
-        self.ttft = Histogram("splitserve_time_to_first_token_seconds",
-                              "request arrival to the first generated token (sent, when streamed; "
-                              "from the engine, for a whole answer)", m, buckets=_TTFT, registry=r)
-        self.e2e = Histogram("splitserve_e2e_request_latency_seconds",
-                             "request arrival to its last byte sent", m, buckets=_E2E, registry=r)
-        self.queue_time = Histogram("splitserve_request_queue_time_seconds",
-                                    "time waiting for a place in the key's limit", m,
-                                    buckets=_QUEUE, registry=r)
-        self.prefill = Histogram("splitserve_request_prefill_time_seconds",
-                                 "the engine's prompt processing time (timings.prompt_ms)", m,
-                                 buckets=_E2E, registry=r)
-        self.decode = Histogram("splitserve_request_decode_time_seconds",
-                                "the engine's generation time (timings.predicted_ms)", m,
-                                buckets=_E2E, registry=r)
-        self.tpot = Histogram("splitserve_request_time_per_output_token_seconds",
-                              "decode time / (completion tokens - 1), per request", m,
-                              buckets=_TPOT, registry=r)
-        self.prompt_hist = Histogram("splitserve_request_prompt_tokens",
-                                     "prompt tokens per request", m, buckets=_TOKENS, registry=r)
-        self.gen_hist = Histogram("splitserve_request_generation_tokens",
-                                  "completion tokens per request", m, buckets=_TOKENS, registry=r)
-        self.prompt_total = Counter("splitserve_prompt_tokens", "prompt tokens (cached included)",
-                                    m, registry=r)
-        self.cached_total = Counter("splitserve_prompt_tokens_cached",
-                                    "prompt tokens the engine reused from its cache", m, registry=r)
+        self.ttft = Histogram(
+            "splitserve_time_to_first_token_seconds",
+            "request arrival to the first generated token (sent, when streamed; from the engine, for a whole answer)",
+            m,
+            buckets=_TTFT,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "splitserve_e2e_request_latency_seconds",
+            "request arrival to its last byte sent",
+            m,
+            buckets=_E2E,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "splitserve_request_queue_time_seconds",
+            "time waiting for a place in the key's limit",
+            m,
+            buckets=_QUEUE,
+            registry=r,
+        )
+        self.prefill = Histogram(
+            "splitserve_request_prefill_time_seconds",
+            "the engine's prompt processing time (timings.prompt_ms)",
+            m,
+            buckets=_E2E,
+            registry=r,
+        )
+        self.decode = Histogram(
+            "splitserve_request_decode_time_seconds",
+            "the engine's generation time (timings.predicted_ms)",
+            m,
+            buckets=_E2E,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "splitserve_request_time_per_output_token_seconds",
+            "decode time / (completion tokens - 1), per request",
+            m,
+            buckets=_TPOT,
+            registry=r,
+        )
+        self.prompt_hist = Histogram(
+            "splitserve_request_prompt_tokens", "prompt tokens per request", m, buckets=_TOKENS, registry=r
+        )
+        self.gen_hist = Histogram(
+            "splitserve_request_generation_tokens", "completion tokens per request", m, buckets=_TOKENS, registry=r
+        )
+        self.prompt_total = Counter("splitserve_prompt_tokens", "prompt tokens (cached included)", m, registry=r)
+        self.cached_total = Counter(
+            "splitserve_prompt_tokens_cached", "prompt tokens the engine reused from its cache", m, registry=r
+        )
         self.gen_total = Counter("splitserve_generation_tokens", "completion tokens", m, registry=r)
-        self.success = Counter("splitserve_request_success",
-                               "generations that ended, by finish reason", m + ["finished_reason"],
-                               registry=r)
-        self.engine_up = Gauge("splitserve_engine_metrics_up",
-                               "1 when the engine's own metrics were appended to the last scrape",
-                               registry=r)
-        self.added = Histogram("splitserve_gateway_added_seconds",
-                               "time the gateway itself adds before the first token: request "
-                               "handling before the engine call plus first-chunk relay",
-                               buckets=_FAST, registry=r)
-        self.tps = Histogram("splitserve_decode_tokens_per_second",
-                             "completion tokens per second of decode, per request", buckets=_TPS,
-                             registry=r)
-        self.tokens = Counter("splitserve_tokens",
-                              "tokens by kind, not overlapping: prompt (computed), cached (prompt "
-                              "tokens reused), completion", ["kind"], registry=r)
-        self.queue = Gauge("splitserve_queue_depth", "requests waiting for a per-key slot",
-                           registry=r)
-        self.running = Gauge("splitserve_requests_running", "requests holding a slot",
-                             registry=r)
-        self.warnings = Counter("splitserve_parse_warnings", "parser and policy warnings",
-                                registry=r)
-        self.disconnects = Counter("splitserve_client_disconnects",
-                                   "generations cancelled because the client went away",
-                                   registry=r)
-        self.drafted = Counter("splitserve_draft_tokens",
-                               "tokens drafted by the engine's speculative decoding (timings.draft_n)",
-                               registry=r)
-        self.accepted = Counter("splitserve_draft_accepted_tokens",
-                                "drafted tokens the model accepted (timings.draft_n_accepted)",
-                                registry=r)
-        self.acceptance = Gauge("splitserve_draft_acceptance_ratio",
-                                "accepted / drafted tokens since the gateway started (0 before a draft)",
-                                registry=r)
+        self.success = Counter(
+            "splitserve_request_success",
+            "generations that ended, by finish reason",
+            m + ["finished_reason"],
+            registry=r,
+        )
+        self.engine_up = Gauge(
+            "splitserve_engine_metrics_up",
+            "1 when the engine's own metrics were appended to the last scrape",
+            registry=r,
+        )
+        self.added = Histogram(
+            "splitserve_gateway_added_seconds",
+            "time the gateway itself adds before the first token: request "
+            "handling before the engine call plus first-chunk relay",
+            buckets=_FAST,
+            registry=r,
+        )
+        self.tps = Histogram(
+            "splitserve_decode_tokens_per_second",
+            "completion tokens per second of decode, per request",
+            buckets=_TPS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "splitserve_tokens",
+            "tokens by kind, not overlapping: prompt (computed), cached (prompt tokens reused), completion",
+            ["kind"],
+            registry=r,
+        )
+        self.queue = Gauge("splitserve_queue_depth", "requests waiting for a per-key slot", registry=r)
+        self.running = Gauge("splitserve_requests_running", "requests holding a slot", registry=r)
+        self.warnings = Counter("splitserve_parse_warnings", "parser and policy warnings", registry=r)
+        self.disconnects = Counter(
+            "splitserve_client_disconnects", "generations cancelled because the client went away", registry=r
+        )
+        self.drafted = Counter(
+            "splitserve_draft_tokens",
+            "tokens drafted by the engine's speculative decoding (timings.draft_n)",
+            registry=r,
+        )
+        self.accepted = Counter(
+            "splitserve_draft_accepted_tokens",
+            "drafted tokens the model accepted (timings.draft_n_accepted)",
+            registry=r,
+        )
+        self.acceptance = Gauge(
+            "splitserve_draft_acceptance_ratio",
+            "accepted / drafted tokens since the gateway started (0 before a draft)",
+            registry=r,
+        )
         self._drafted = 0
         self._accepted = 0
 
@@ -130,8 +175,12 @@ class Metrics:
         model = rec.model or "-"
         if rec.duration_s is not None:
             self.e2e.labels(model).observe(rec.duration_s)
-        for hist, value in ((self.queue_time, rec.queue_s), (self.ttft, rec.ttft_s),
-                            (self.prefill, rec.prefill_s), (self.decode, rec.decode_s)):
+        for hist, value in (
+            (self.queue_time, rec.queue_s),
+            (self.ttft, rec.ttft_s),
+            (self.prefill, rec.prefill_s),
+            (self.decode, rec.decode_s),
+        ):
             if value is not None:
                 hist.labels(model).observe(max(0.0, value))
         prompt, cached, completion = rec.prompt_tokens, rec.cached_tokens or 0, rec.completion_tokens

@@ -26,7 +26,6 @@ def _make(tools: ToolSet, id_factory: IdFactory) -> ToolParser:
     return _PlainParser(tools, id_factory)
 
 
-PLAIN = ToolCallFormat(name="plain", description="content only: no tool calls, no reasoning",
-                       make_tool_parser=_make)
+PLAIN = ToolCallFormat(name="plain", description="content only: no tool calls, no reasoning", make_tool_parser=_make)
 
 __all__ = ["PLAIN"]

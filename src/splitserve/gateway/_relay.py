@@ -18,8 +18,9 @@ from ._errors import APIError
 from ._schemas import safe_json_loads
 
 
-async def relay(resp: httpx.Response, stack: contextlib.AsyncExitStack,
-                 rec: RequestRecord | None = None) -> AsyncIterator[bytes]:
+async def relay(
+    resp: httpx.Response, stack: contextlib.AsyncExitStack, rec: RequestRecord | None = None
+) -> AsyncIterator[bytes]:
     """The engine's bytes as they come; closes the engine response and frees the slot at the end.
     With ``rec`` (a streamed native generation) its events are read too, for the first token and
     the last event's usage."""
@@ -67,8 +68,11 @@ def native_whole_body(path: str, method: str, raw: bytes) -> dict[str, Any] | No
 
 def _midstream(data: dict[str, Any]) -> APIError:
     err = data["error"]
-    return APIError(502, "the engine failed mid-stream: "
-                    f"{err.get('message', err) if isinstance(err, dict) else err}", type_="server_error")
+    return APIError(
+        502,
+        f"the engine failed mid-stream: {err.get('message', err) if isinstance(err, dict) else err}",
+        type_="server_error",
+    )
 
 
 async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
@@ -97,8 +101,7 @@ async def native_whole(resp: httpx.Response, body: dict[str, Any], rec: RequestR
         if data.get("stop"):
             final = data
     _take_native(rec, final)
-    final = {**final, "content": "".join(content),
-             "tokens": tokens if body.get("return_tokens") else []}
+    final = {**final, "content": "".join(content), "tokens": tokens if body.get("return_tokens") else []}
     if probs or body.get("n_probs"):
         final["completion_probabilities"] = probs
     return json.dumps(final, ensure_ascii=False).encode()
@@ -120,8 +123,7 @@ async def openai_whole(resp: httpx.Response, rec: RequestRecord) -> bytes:
         for k, v in data.items():
             if k != "choices":
                 out[k] = v
-    out["choices"] = [{"text": "".join(text), "index": 0, "logprobs": None,
-                       "finish_reason": finish}]
+    out["choices"] = [{"text": "".join(text), "index": 0, "logprobs": None, "finish_reason": finish}]
     _take_openai(rec, out)
     return json.dumps(out, ensure_ascii=False).encode()
 
@@ -142,8 +144,7 @@ def own_model(data: bytes, model_id: str) -> bytes:
 def _take_openai(rec: RequestRecord, obj: dict[str, Any]) -> None:
     """Usage, finish reason and timings of an OpenAI completion object (or its last chunks)."""
     choices = obj.get("choices") or []
-    finish = next((c.get("finish_reason") for c in choices
-                   if isinstance(c, dict) and c.get("finish_reason")), None)
+    finish = next((c.get("finish_reason") for c in choices if isinstance(c, dict) and c.get("finish_reason")), None)
     if isinstance(obj.get("usage"), dict):
         rec.usage(obj["usage"], finish or rec.finish_reason)
     elif finish:
@@ -173,15 +174,20 @@ def _take_native(rec: RequestRecord, final: dict[str, Any]) -> None:
         return
     timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
     stop = final.get("stop_type")
-    rec.usage({"prompt_tokens": final.get("tokens_evaluated"),
-               "completion_tokens": final.get("tokens_predicted"),
-               "prompt_tokens_details": {"cached_tokens": timings.get("cache_n")}},
-              "length" if stop == "limit" else "stop" if stop in ("eos", "word") else stop)
+    rec.usage(
+        {
+            "prompt_tokens": final.get("tokens_evaluated"),
+            "completion_tokens": final.get("tokens_predicted"),
+            "prompt_tokens_details": {"cached_tokens": timings.get("cache_n")},
+        },
+        "length" if stop == "limit" else "stop" if stop in ("eos", "word") else stop,
+    )
     rec.timings(timings)
 
 
-async def relay_events(resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str,
-                        rec: RequestRecord) -> AsyncIterator[bytes]:
+async def relay_events(
+    resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str, rec: RequestRecord
+) -> AsyncIterator[bytes]:
     """:func:`relay` for server-sent events, one event per write, each ``model`` the gateway's
     id; the usage and finish reason they carry go to ``rec``."""
     try:
@@ -222,4 +228,13 @@ def _own_event(data: bytes, model_id: str, rec: RequestRecord) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
 
 
-__all__ = ["NATIVE_GENERATING", "native_whole", "native_whole_body", "openai_whole", "own_model", "relay", "relay_events", "single_prompt"]
+__all__ = [
+    "NATIVE_GENERATING",
+    "native_whole",
+    "native_whole_body",
+    "openai_whole",
+    "own_model",
+    "relay",
+    "relay_events",
+    "single_prompt",
+]

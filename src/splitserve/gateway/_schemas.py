@@ -24,18 +24,58 @@ from ._errors import APIError, bad_request
 
 # llama-server /completion fields a client may send as they are (llama-server users expect
 # them on the chat endpoint too).
-ENGINE_FIELDS = frozenset({
-    "top_k", "min_p", "typical_p", "top_n_sigma", "repeat_penalty", "repeat_last_n",
-    "presence_penalty", "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length",
-    "dry_penalty_last_n", "dry_sequence_breakers", "xtc_probability", "xtc_threshold",
-    "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
-    "grammar", "json_schema", "grammar_lazy", "grammar_triggers", "preserved_tokens",
-    "n_probs", "min_keep", "ignore_eos", "logit_bias", "samplers", "id_slot", "n_keep",
-    "cache_prompt", "t_max_predict_ms", "t_max_prompt_ms", "n_cache_reuse", "adaptive_target",
-    "adaptive_decay", "post_sampling_probs", "lora", "backend_sampling", "n_indent",
-    "reasoning_budget_tokens", "reasoning_budget_message", "reasoning_budget_start_tag",
-    "reasoning_budget_end_tags", "timings_per_token", "return_progress",
-})
+ENGINE_FIELDS = frozenset(
+    {
+        "top_k",
+        "min_p",
+        "typical_p",
+        "top_n_sigma",
+        "repeat_penalty",
+        "repeat_last_n",
+        "presence_penalty",
+        "frequency_penalty",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+        "dry_sequence_breakers",
+        "xtc_probability",
+        "xtc_threshold",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "dynatemp_range",
+        "dynatemp_exponent",
+        "grammar",
+        "json_schema",
+        "grammar_lazy",
+        "grammar_triggers",
+        "preserved_tokens",
+        "n_probs",
+        "min_keep",
+        "ignore_eos",
+        "logit_bias",
+        "samplers",
+        "id_slot",
+        "n_keep",
+        "cache_prompt",
+        "t_max_predict_ms",
+        "t_max_prompt_ms",
+        "n_cache_reuse",
+        "adaptive_target",
+        "adaptive_decay",
+        "post_sampling_probs",
+        "lora",
+        "backend_sampling",
+        "n_indent",
+        "reasoning_budget_tokens",
+        "reasoning_budget_message",
+        "reasoning_budget_start_tag",
+        "reasoning_budget_end_tags",
+        "timings_per_token",
+        "return_progress",
+    }
+)
 
 
 class _Model(BaseModel):
@@ -55,7 +95,7 @@ class FunctionCall(_Model):
             except ValueError:
                 raise ValueError("must be a JSON object text; got invalid JSON") from None
             if not isinstance(parsed, dict):
-                raise ValueError("must be a JSON object text")  # noqa: TRY004 - pydantic wants ValueError
+                raise ValueError("must be a JSON object text")
         return value
 
 
@@ -109,10 +149,12 @@ def _check_schema(schema: Any) -> None:
         if not isinstance(node, dict):
             continue
         req = node.get("required")
-        if req is not None and not isinstance(req, bool) and (
-                not isinstance(req, list) or not all(isinstance(r, str) for r in req)):
-            raise ValueError(f"{(where + '.required').lstrip('.')}: must be a list of property "
-                             "names (strings)")
+        if (
+            req is not None
+            and not isinstance(req, bool)
+            and (not isinstance(req, list) or not all(isinstance(r, str) for r in req))
+        ):
+            raise ValueError(f"{(where + '.required').lstrip('.')}: must be a list of property names (strings)")
         props = node.get("properties")
         if props is not None and not isinstance(props, dict):
             raise ValueError(f"{(where + '.properties').lstrip('.')}: must be an object")
@@ -186,14 +228,17 @@ _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 def _loc(err: Any) -> str:
     """The error's field path without pydantic's union-branch tags (``str``, ``list[...]``)."""
-    parts = [str(p) for p in err.get("loc", ())
-             if isinstance(p, int) or (p not in _TYPE_TAGS and not any(c in p for c in "[]()'"))]
+    parts = [
+        str(p)
+        for p in err.get("loc", ())
+        if isinstance(p, int) or (p not in _TYPE_TAGS and not any(c in p for c in "[]()'"))
+    ]
     return ".".join(parts)
 
 
 MAX_DEPTH = 64
 """The deepest nesting of arrays and objects a request body may have."""
-_INT_LIMIT = 2 ** 64
+_INT_LIMIT = 2**64
 
 
 def _surrogate(text: str) -> bool:
@@ -220,14 +265,16 @@ def check_json(value: Any, max_depth: int = MAX_DEPTH) -> None:
         node, path = stack.pop()
         if isinstance(node, str):
             if _surrogate(node):
-                raise _bad(path, "a string with a lone UTF-16 surrogate (such as \\ud800) "
-                           "is not valid Unicode text")
+                raise _bad(path, "a string with a lone UTF-16 surrogate (such as \\ud800) is not valid Unicode text")
         elif isinstance(node, bool) or node is None:
             continue
         elif isinstance(node, float):
             if not math.isfinite(node):
-                raise _bad(path, f"{node!r} is not a finite number (NaN, Infinity and numbers "
-                           "beyond the double range are not JSON numbers)")
+                raise _bad(
+                    path,
+                    f"{node!r} is not a finite number (NaN, Infinity and numbers "
+                    "beyond the double range are not JSON numbers)",
+                )
         elif isinstance(node, int):
             if not -_INT_LIMIT < node < _INT_LIMIT:
                 raise _bad(path, "an integer out of range (beyond 64 bits)")
@@ -237,8 +284,7 @@ def check_json(value: Any, max_depth: int = MAX_DEPTH) -> None:
             if isinstance(node, dict):
                 for key, item in node.items():
                     if _surrogate(key):
-                        raise _bad(path, f"a key with a lone UTF-16 surrogate ({key!r}) is not "
-                                   "valid Unicode text")
+                        raise _bad(path, f"a key with a lone UTF-16 surrogate ({key!r}) is not valid Unicode text")
                     stack.append((item, [*path, key]))
             else:
                 stack.extend((item, [*path, i]) for i, item in enumerate(node))
@@ -283,20 +329,33 @@ def check_history(req: ChatRequest) -> None:
             if not msg.tool_call_id:
                 raise bad_request("a tool message needs tool_call_id", f"messages.{i}.tool_call_id")
             if known and msg.tool_call_id not in known:
-                raise bad_request(f"tool_call_id {msg.tool_call_id!r} answers no earlier "
-                                  "assistant tool call", f"messages.{i}.tool_call_id")
+                raise bad_request(
+                    f"tool_call_id {msg.tool_call_id!r} answers no earlier assistant tool call",
+                    f"messages.{i}.tool_call_id",
+                )
     choice = req.tool_choice
     if isinstance(choice, dict):
         fn = choice.get("function") if isinstance(choice.get("function"), dict) else None
         name = fn.get("name") if fn else None
         if choice.get("type") != "function" or not isinstance(name, str):
-            raise bad_request('tool_choice must be "none", "auto", "required" or '
-                              '{"type": "function", "function": {"name": ...}}', "tool_choice")
+            raise bad_request(
+                'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+                "tool_choice",
+            )
         if name not in {t.function.name for t in req.tools or []}:
             raise bad_request(f"tool_choice names {name!r}, which is not in tools", "tool_choice")
     elif choice in ("required",) and not req.tools:
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
 
 
-__all__ = ["ENGINE_FIELDS", "MAX_DEPTH", "ChatRequest", "CompletionRequest", "Message",
-           "check_history", "check_json", "parse_body", "safe_json_loads"]
+__all__ = [
+    "ENGINE_FIELDS",
+    "MAX_DEPTH",
+    "ChatRequest",
+    "CompletionRequest",
+    "Message",
+    "check_history",
+    "check_json",
+    "parse_body",
+    "safe_json_loads",
+]

@@ -81,9 +81,10 @@ class _HeadGuard:
         if self.transport.is_closing():
             return
         body = msg.encode()
-        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                             b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-                             % (status, _REASONS[status], len(body), body))
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, _REASONS[status], len(body), body)
+        )
         self.transport.close()
 
     def _head_done(self) -> None:
@@ -181,13 +182,22 @@ class HeaderCount:
         if scope["type"] == "http" and len(scope["headers"]) > self.max_headers:
             from ._errors import APIError
 
-            body = APIError(431, f"the request has {len(scope['headers'])} header lines; the "
-                            f"limit is {self.max_headers}", code="request_header_fields_too_large"
-                            ).body_bytes()
-            await send({"type": "http.response.start", "status": 431,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode()),
-                                    (b"connection", b"close")]})
+            body = APIError(
+                431,
+                f"the request has {len(scope['headers'])} header lines; the limit is {self.max_headers}",
+                code="request_header_fields_too_large",
+            ).body_bytes()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 431,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
@@ -201,15 +211,14 @@ def guarded_protocol(http: str, config: GatewayConfig) -> type:
     if name not in protocols:
         from .._errors import UsageError
 
-        raise UsageError(f"--http {http}: not available here (choose from: auto, "
-                         f"{', '.join(sorted(protocols))})")
+        raise UsageError(f"--http {http}: not available here (choose from: auto, {', '.join(sorted(protocols))})")
     base = protocols[name]
-    return type(base.__name__, (base,), {"max_header_bytes": config.max_header_bytes,
-                                         "header_timeout": config.header_timeout})
+    return type(
+        base.__name__, (base,), {"max_header_bytes": config.max_header_bytes, "header_timeout": config.header_timeout}
+    )
 
 
-def serve(config: GatewayConfig, log_level: str = "warning", http: str = "auto",
-          access_log: bool = True) -> None:
+def serve(config: GatewayConfig, log_level: str = "warning", http: str = "auto", access_log: bool = True) -> None:
     """Serve until interrupted; refuses a non-loopback host without API keys."""
     import uvicorn
 
@@ -217,11 +226,18 @@ def serve(config: GatewayConfig, log_level: str = "warning", http: str = "auto",
         enable_access_log()
     require_auth_off_loopback(config.host, config.keys)
     app = HeaderCount(create_app(config), config.max_headers)
-    uv = uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
-                        access_log=False, lifespan="on", timeout_graceful_shutdown=5,
-                        http=guarded_protocol(http, config),
-                        h11_max_incomplete_event_size=config.max_header_bytes,
-                        timeout_keep_alive=max(1, round(config.keep_alive_timeout)))
+    uv = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        http=guarded_protocol(http, config),
+        h11_max_incomplete_event_size=config.max_header_bytes,
+        timeout_keep_alive=max(1, round(config.keep_alive_timeout)),
+    )
     logging.getLogger("uvicorn.error").propagate = False
     uvicorn.Server(uv).run()
 

@@ -70,7 +70,7 @@ class Plan:
     prompt: str
     prefilled: bool
     tools: list[dict[str, Any]] | None
-    tool_choice: str | None            # "none" | "auto" | "required" | None
+    tool_choice: str | None  # "none" | "auto" | "required" | None
     named_tool: str | None
     parallel: bool
     include_usage: bool
@@ -82,21 +82,26 @@ class Plan:
         return (fmt or self.format).parser(self.tools, prefilled=self.prefilled)
 
 
-RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "template",
-                                      "self"})
+RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "template", "self"})
 """Template variables the gateway sets itself (or the renderer's own arguments): a client's
 ``chat_template_kwargs`` may not name them (400 naming the key)."""
 
 
 def gbnf_literal(text: str) -> str:
     """A GBNF grammar whose only sentence is ``text`` (the test-only ``force_output`` hook)."""
-    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-               .replace("\r", "\\r").replace("\t", "\\t"))
+    escaped = (
+        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    )
     return f'root ::= "{escaped}"\n'
 
 
-def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False,
-              restore: Callable[[list[dict[str, Any]]], object] | None = None) -> Plan:
+def plan_chat(
+    req: ChatRequest,
+    model: ServedModel,
+    *,
+    test_hooks: bool = False,
+    restore: Callable[[list[dict[str, Any]]], object] | None = None,
+) -> Plan:
     """Render the prompt and build the engine body; 400 for what cannot be served.
 
     ``restore(messages)`` may fill in what the client dropped from the history before it is
@@ -118,9 +123,12 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False,
     kwargs: dict[str, Any] = dict(req.chat_template_kwargs or {})
     for key in kwargs:
         if key in RESERVED_TEMPLATE_KWARGS:
-            raise bad_request(f"chat_template_kwargs.{key}: {key!r} is set by the gateway "
-                              "(the request's own fields), not a template variable a client may "
-                              "set", f"chat_template_kwargs.{key}")
+            raise bad_request(
+                f"chat_template_kwargs.{key}: {key!r} is set by the gateway "
+                "(the request's own fields), not a template variable a client may "
+                "set",
+                f"chat_template_kwargs.{key}",
+            )
     kwargs.setdefault("bos_token", model.bos_token)
     kwargs.setdefault("eos_token", model.eos_token)
     if tools and uses_generic(fmt, tools, choice):
@@ -128,12 +136,11 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False,
         prompt = _render_generic(model.template, messages, tools, kwargs)
     else:
         try:
-            prompt = render_chat(model.template, messages, tools, add_generation_prompt=True,
-                                 **kwargs)
+            prompt = render_chat(model.template, messages, tools, add_generation_prompt=True, **kwargs)
         except TemplateError as exc:
             raise bad_request(f"messages: {exc}", "messages") from None
     if model.add_bos and model.bos_token and prompt.startswith(model.bos_token):
-        prompt = prompt[len(model.bos_token):]  # the engine adds BOS when it tokenizes
+        prompt = prompt[len(model.bos_token) :]  # the engine adds BOS when it tokenizes
 
     body: dict[str, Any] = {"prompt": prompt, "cache_prompt": True}
     extra = req.model_extra or {}
@@ -154,75 +161,101 @@ def plan_chat(req: ChatRequest, model: ServedModel, *, test_hooks: bool = False,
     rf = req.response_format
     if rf is not None and rf.type != "text":
         if "grammar" in body or "json_schema" in body:
-            raise bad_request("response_format cannot be combined with grammar or json_schema",
-                              "response_format")
+            raise bad_request("response_format cannot be combined with grammar or json_schema", "response_format")
         if rf.type == "json_object":
             body["json_schema"] = {"type": "object"}
         else:
             spec = rf.json_schema or {}
             schema = spec.get("schema") if isinstance(spec.get("schema"), dict) else None
             if schema is None:
-                raise bad_request("response_format.json_schema.schema: a JSON Schema object is "
-                                  "required", "response_format.json_schema.schema")
+                raise bad_request(
+                    "response_format.json_schema.schema: a JSON Schema object is required",
+                    "response_format.json_schema.schema",
+                )
             body["json_schema"] = schema
     prefilled = fmt.prefilled_by(prompt)
 
     if req.force_output is not None:
         if not test_hooks:
-            raise bad_request("force_output is a test-only hook; start the gateway with "
-                              "--test-hooks to use it", "force_output")
+            raise bad_request(
+                "force_output is a test-only hook; start the gateway with --test-hooks to use it", "force_output"
+            )
         body.pop("json_schema", None)
         body["grammar"] = gbnf_literal(req.force_output)
     elif choice == "required" and fmt.call_grammar is not None:
         body["grammar"] = _required_grammar(req, fmt, tools, named, prompt, prefilled, body)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Plan(body=body, prompt=prompt, prefilled=prefilled,
-                tools=tools, tool_choice=choice, named_tool=named,
-                parallel=req.parallel_tool_calls, include_usage=include_usage, format=fmt)
+    return Plan(
+        body=body,
+        prompt=prompt,
+        prefilled=prefilled,
+        tools=tools,
+        tool_choice=choice,
+        named_tool=named,
+        parallel=req.parallel_tool_calls,
+        include_usage=include_usage,
+        format=fmt,
+    )
 
 
-def _render_generic(template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                    kwargs: dict[str, Any]) -> str:
+def _render_generic(
+    template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], kwargs: dict[str, Any]
+) -> str:
     """The fallback's prompt: tools in the system message, or (a template that refuses a
     system role) at the start of the first user message. The template gets no ``tools``:
     the description it would otherwise write may ask for another syntax."""
     try:
-        return render_chat(template, generic_messages(messages, tools), None,
-                           add_generation_prompt=True, **kwargs)
+        return render_chat(template, generic_messages(messages, tools), None, add_generation_prompt=True, **kwargs)
     except TemplateError:
         pass
     try:
-        return render_chat(template, generic_messages(messages, tools, system=False), None,
-                           add_generation_prompt=True, **kwargs)
+        return render_chat(
+            template, generic_messages(messages, tools, system=False), None, add_generation_prompt=True, **kwargs
+        )
     except TemplateError as exc:
         raise bad_request(f"messages: {exc}", "messages") from None
 
 
-def _required_grammar(req: ChatRequest, fmt: ToolCallFormat, tools: list[dict[str, Any]] | None,
-                      named: str | None, prompt: str, prefilled: bool,
-                      body: dict[str, Any]) -> str:
+def _required_grammar(
+    req: ChatRequest,
+    fmt: ToolCallFormat,
+    tools: list[dict[str, Any]] | None,
+    named: str | None,
+    prompt: str,
+    prefilled: bool,
+    body: dict[str, Any],
+) -> str:
     """The grammar that forces the call; 400 when the client constrains the output too."""
     what = f"the function {named!r}" if named else '"required"'
     rf = req.response_format
     if rf is not None and rf.type != "text":
         field_ = "response_format"
     else:
-        field_ = next((k for k in ("grammar", "json_schema", "grammar_triggers") if k in body),
-                      "grammar_lazy" if body.get("grammar_lazy") else "")
+        field_ = next(
+            (k for k in ("grammar", "json_schema", "grammar_triggers") if k in body),
+            "grammar_lazy" if body.get("grammar_lazy") else "",
+        )
     if field_:
-        raise bad_request(f"{field_} cannot be combined with tool_choice {what}: the gateway "
-                          "enforces the tool call with its own grammar", field_)
+        raise bad_request(
+            f"{field_} cannot be combined with tool_choice {what}: the gateway "
+            "enforces the tool call with its own grammar",
+            field_,
+        )
     reasoning = fmt.reasoning is not None and not prompt.rstrip().endswith(fmt.reasoning.close)
     try:
-        return tool_call_grammar(fmt, tools, name=named, parallel=req.parallel_tool_calls,
-                                 prefilled=prefilled, reasoning=reasoning)
+        return tool_call_grammar(
+            fmt, tools, name=named, parallel=req.parallel_tool_calls, prefilled=prefilled, reasoning=reasoning
+        )
     except GrammarError as exc:
         raise bad_request(f"tool_choice: {exc}", "tool_choice") from None
     except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
         # a tool schema the grammar builder cannot read (the schema checks in _schemas catch
         # the known shapes; this keeps any other one a 400, never a 500)
-        raise bad_request(f"tools: a tool's parameters schema cannot be enforced with tool_choice "
-                          f"{what}: {type(exc).__name__}: {exc}", "tools") from None
+        raise bad_request(
+            f"tools: a tool's parameters schema cannot be enforced with tool_choice "
+            f"{what}: {type(exc).__name__}: {exc}",
+            "tools",
+        ) from None
 
 
 def resolve_format(name: str | None, template: str) -> ToolCallFormat:

@@ -39,8 +39,7 @@ from ..chat import (
 from ..chat._scan import find_first, hold_len
 from ._translate import Plan
 
-_HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>",
-            "<|return|>")
+_HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 
 
 def markup_markers(fmt: Any) -> tuple[str, ...]:
@@ -90,6 +89,7 @@ def cut_markup(events: list[Event], markers: tuple[str, ...]) -> tuple[list[Even
             out.append(ContentDelta(text[:at]))
     return out, "".join(removed)
 
+
 CONTENT, REASONING, CALL_START, CALL_ARGS, CALL_END = range(5)
 
 
@@ -110,7 +110,7 @@ class Turn:
     def __init__(self, plan: Plan, parser: ChatParser) -> None:
         self.plan = plan
         self._parser = parser
-        self._out: dict[int, int] = {}     # parser call index -> output call index
+        self._out: dict[int, int] = {}  # parser call index -> output call index
         self._dropped: set[int] = set()
         self._calls: list[dict[str, Any]] = []
         self._args: list[list[str]] = []
@@ -126,8 +126,10 @@ class Turn:
     def finish(self) -> list[Delta]:
         events, removed = cut_markup(self._parser.finish(), self._markers)
         if removed:
-            self.warnings.append(f"the text of a tool call cut off by the end of the output was "
-                                 f"dropped ({len(removed)} characters of markup)")
+            self.warnings.append(
+                f"the text of a tool call cut off by the end of the output was "
+                f"dropped ({len(removed)} characters of markup)"
+            )
         return self._apply(events)
 
     def _apply(self, events: list[Event]) -> list[Delta]:
@@ -151,8 +153,7 @@ class Turn:
                     continue
                 idx = len(self._calls)
                 self._out[ev.index] = idx
-                self._calls.append({"id": ev.id, "type": "function",
-                                    "function": {"name": ev.name, "arguments": ""}})
+                self._calls.append({"id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""}})
                 self._args.append([])
                 out.append(Delta(CALL_START, index=idx, id=ev.id, name=ev.name))
             elif isinstance(ev, ToolCallArgsDelta):
@@ -216,8 +217,7 @@ class Turn:
         calls = self.tool_calls()
         content = "".join(self.content)
         reasoning = "".join(self.reasoning)
-        msg: dict[str, Any] = {"role": "assistant",
-                               "content": content if (content or not calls) else None}
+        msg: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
         if reasoning:
             msg["reasoning_content"] = reasoning
         if calls:
@@ -225,5 +225,14 @@ class Turn:
         return msg
 
 
-__all__ = ["CALL_ARGS", "CALL_END", "CALL_START", "CONTENT", "REASONING", "Delta", "Turn",
-           "cut_markup", "markup_markers"]
+__all__ = [
+    "CALL_ARGS",
+    "CALL_END",
+    "CALL_START",
+    "CONTENT",
+    "REASONING",
+    "Delta",
+    "Turn",
+    "cut_markup",
+    "markup_markers",
+]

@@ -49,6 +49,7 @@ _LOG_TAIL = 4 << 20
 
 # -- finding the cluster -------------------------------------------------------------------------
 
+
 def find_root(port: int, engine_url: str) -> Path | None:
     """The state folder of the cluster whose gateway this is: `up` sends the gateway's output to
     ``ROOT/logs/gateway.log``; else a state in ``$SPLITSERVE_STATE`` naming this port or engine."""
@@ -106,8 +107,9 @@ def read_links(endpoints: set[str]) -> dict[str, dict[str, float]]:
     if not endpoints:
         return {}
     try:
-        res = subprocess.run(["ss", "-tinH", "state", "established"], capture_output=True, text=True,
-                             timeout=2.0, check=False)
+        res = subprocess.run(
+            ["ss", "-tinH", "state", "established"], capture_output=True, text=True, timeout=2.0, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     return parse_ss(res.stdout, endpoints)
@@ -157,8 +159,14 @@ def plan_for_state(state: ClusterState) -> tuple[dict[str, Any] | None, str | No
             nodes = []
             for w in spec.workers:
                 for d in list(w.devices) or [None]:
-                    nodes.append(Node(w.name if d is None else f"{w.name}/{d}", ram,
-                                      getattr(w, "device_kind", None), getattr(w, "bandwidth_gbps", None)))
+                    nodes.append(
+                        Node(
+                            w.name if d is None else f"{w.name}/{d}",
+                            ram,
+                            getattr(w, "device_kind", None),
+                            getattr(w, "bandwidth_gbps", None),
+                        )
+                    )
             nodes += [Node(f"head/{d}", ram) for d in spec.head.devices]
             note = f"memory_gib not set: each device assumed to have this machine's {ram / 2**30:.1f} GiB"
         plan = plan_for_spec(spec, nodes=nodes, options=replace(spec_options(spec)))
@@ -209,8 +217,13 @@ def _bench_run(path: Path, files: dict[str, Path]) -> dict[str, Any]:
     try:
         if path.stat().st_size < 64 << 20:
             data = json.loads(path.read_text())
-            entry.update(kind=data.get("kind"), label=data.get("label"), created_at=data.get("created_at"),
-                         complete=data.get("complete"), headline=(data.get("summary") or {}).get("headline"))
+            entry.update(
+                kind=data.get("kind"),
+                label=data.get("label"),
+                created_at=data.get("created_at"),
+                complete=data.get("complete"),
+                headline=(data.get("summary") or {}).get("headline"),
+            )
     except (OSError, ValueError, AttributeError):
         pass
     return entry
@@ -226,6 +239,7 @@ def _run_entry(kind: str, name: str, path: Path, report: Path, files: dict[str, 
 
 
 # -- the reader ------------------------------------------------------------------------------------
+
 
 class ClusterReader:
     """Reads the cluster state folder and the machine (runs in a worker thread)."""
@@ -309,8 +323,14 @@ class ClusterReader:
             text = read_tail(Path(head.log), _LOG_TAIL)
             start = text.rfind("# splitserve:")
             text = text[start:] if start > 0 else text
-            self._log = (key, ([d.as_dict() for d in parse_load_report(text).devices], load_progress(text),
-                               [w.as_dict() for w in load_warnings(text)]))
+            self._log = (
+                key,
+                (
+                    [d.as_dict() for d in parse_load_report(text).devices],
+                    load_progress(text),
+                    [w.as_dict() for w in load_warnings(text)],
+                ),
+            )
         snap.memory, snap.load_stage, snap.load_warnings = self._log[1]
 
 
@@ -338,6 +358,7 @@ def samples_of(registry: Any) -> list[Sample]:
 
 
 # -- the routes -------------------------------------------------------------------------------------
+
 
 class Dashboard:
     """The page's state, computed at most once per :data:`REFRESH_SECONDS`."""
@@ -371,10 +392,17 @@ class Dashboard:
 
     async def page(self, request: Request) -> Response:
         html = (resources.files(__package__) / "ui" / "index.html").read_text()
-        return Response(html, media_type="text/html", headers={
-            "Cache-Control": "no-cache", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-            "Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; style-src 'self'; "
-                                       "script-src 'self'; connect-src 'self'; frame-ancestors 'none'"})
+        return Response(
+            html,
+            media_type="text/html",
+            headers={
+                "Cache-Control": "no-cache",
+                "X-Frame-Options": "DENY",
+                "Referrer-Policy": "no-referrer",
+                "Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; style-src 'self'; "
+                "script-src 'self'; connect-src 'self'; frame-ancestors 'none'",
+            },
+        )
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -388,8 +416,7 @@ class Dashboard:
             self.gw.authenticate(request)
         except APIError as exc:
             return _error(exc)
-        return Response(await self.state_bytes(), media_type="application/json",
-                        headers={"Cache-Control": "no-store"})
+        return Response(await self.state_bytes(), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     async def file(self, request: Request) -> Response:
         try:
@@ -413,10 +440,13 @@ def _error(exc: APIError) -> JSONResponse:
 def ui_routes(gw: Gateway) -> list[Route]:
     """The dashboard's routes for :func:`create_app`."""
     ui = Dashboard(gw)
-    return [Route("/ui", ui.page, methods=["GET"]), Route("/ui/", ui.page, methods=["GET"]),
-            Route("/ui/state", ui.state, methods=["GET"]),
-            Route("/ui/static/{name}", ui.static, methods=["GET"]),
-            Route("/ui/file/{id}", ui.file, methods=["GET"])]
+    return [
+        Route("/ui", ui.page, methods=["GET"]),
+        Route("/ui/", ui.page, methods=["GET"]),
+        Route("/ui/state", ui.state, methods=["GET"]),
+        Route("/ui/static/{name}", ui.static, methods=["GET"]),
+        Route("/ui/file/{id}", ui.file, methods=["GET"]),
+    ]
 
 
 __all__ = ["ClusterReader", "Dashboard", "find_root", "find_runs", "parse_ss", "samples_of", "ui_routes"]

@@ -23,8 +23,7 @@ Sample = tuple[str, dict[str, str], float]
 HISTORY_SECONDS = 300.0
 """How far back the throughput chart reaches."""
 
-EVENT_KINDS = ("died", "restarting", "restarted", "restart_failed", "start_failed", "gave_up",
-               "stop_failed", "warning")
+EVENT_KINDS = ("died", "restarting", "restarted", "restart_failed", "start_failed", "gave_up", "stop_failed", "warning")
 """Supervisor log lines shown among the warnings."""
 
 
@@ -56,6 +55,7 @@ class Snapshot:
 
 
 # -- rates over time ---------------------------------------------------------------------------
+
 
 @dataclass
 class _SlotMark:
@@ -128,6 +128,7 @@ def _decoded(slot: dict[str, Any]) -> int:
 
 # -- the gateway's own metrics ------------------------------------------------------------------
 
+
 def _find(samples: list[Sample], name: str, **labels: str) -> list[Sample]:
     return [s for s in samples if s[0] == name and all(s[1].get(k) == v for k, v in labels.items())]
 
@@ -139,8 +140,14 @@ def _value(samples: list[Sample], name: str, default: float | None = 0.0) -> flo
 
 def histogram(samples: list[Sample], base: str) -> dict[str, float | None]:
     """Count, mean and p50/p90/p99 (interpolated within buckets) of a prometheus histogram."""
-    buckets = sorted(((math.inf if s[1].get("le") in ("+Inf", "inf") else float(s[1]["le"]), s[2])
-                      for s in _find(samples, base + "_bucket") if "le" in s[1]), key=lambda b: b[0])
+    buckets = sorted(
+        (
+            (math.inf if s[1].get("le") in ("+Inf", "inf") else float(s[1]["le"]), s[2])
+            for s in _find(samples, base + "_bucket")
+            if "le" in s[1]
+        ),
+        key=lambda b: b[0],
+    )
     count = _value(samples, base + "_count") or 0.0
     total = _value(samples, base + "_sum") or 0.0
     out: dict[str, float | None] = {"count": count, "mean": total / count if count else None}
@@ -191,6 +198,7 @@ def gateway_view(samples: list[Sample]) -> dict[str, Any]:
 
 # -- nodes, devices, memory, links, load ---------------------------------------------------------
 
+
 def _endpoint(bind: str, port: int) -> str:
     return f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}"
 
@@ -212,12 +220,17 @@ def _planned(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not rows:
         return None
     layers = [r["layers"] for r in rows if r.get("layers")]
-    return {"layers": [min(a for a, _ in layers), max(b for _, b in layers)] if layers else None,
-            "n_layers": _sum(rows, "n_layers"), "weights_bytes": _sum(rows, "weights_bytes"),
-            "kv_bytes": _sum(rows, "kv_bytes"), "compute_bytes": _sum(rows, "compute_bytes"),
-            "total_bytes": _sum(rows, "total_bytes"), "memory_bytes": _sum(rows, "memory_bytes"),
-            "headroom_bytes": _sum(rows, "headroom_bytes"),
-            "output_layer": any(r.get("output_layer") for r in rows)}
+    return {
+        "layers": [min(a for a, _ in layers), max(b for _, b in layers)] if layers else None,
+        "n_layers": _sum(rows, "n_layers"),
+        "weights_bytes": _sum(rows, "weights_bytes"),
+        "kv_bytes": _sum(rows, "kv_bytes"),
+        "compute_bytes": _sum(rows, "compute_bytes"),
+        "total_bytes": _sum(rows, "total_bytes"),
+        "memory_bytes": _sum(rows, "memory_bytes"),
+        "headroom_bytes": _sum(rows, "headroom_bytes"),
+        "output_layer": any(r.get("output_layer") for r in rows),
+    }
 
 
 def _measured(devices: list[dict[str, Any]]) -> dict[str, int] | None:
@@ -227,15 +240,25 @@ def _measured(devices: list[dict[str, Any]]) -> dict[str, int] | None:
     return {k: int(sum(int(d.get(k) or 0) for d in devices)) for k in keys}
 
 
-def _load(snap: Snapshot, planned: dict[str, Any] | None, measured: dict[str, int] | None,
-          link: dict[str, float] | None, rate: float | None) -> dict[str, Any] | None:
+def _load(
+    snap: Snapshot,
+    planned: dict[str, Any] | None,
+    measured: dict[str, int] | None,
+    link: dict[str, float] | None,
+    rate: float | None,
+) -> dict[str, Any] | None:
     """Bytes the head sent to a worker against the weights it will hold, with an ETA (while loading)."""
     if snap.state is None or snap.state.phase != "starting" or link is None:
         return None
     sent = float(link.get("bytes_sent") or 0)
     expected = (measured or {}).get("model_bytes") or (planned or {}).get("weights_bytes")
-    out: dict[str, Any] = {"bytes_sent": int(sent), "expected_bytes": expected, "fraction": None,
-                           "rate_bytes_per_s": rate, "eta_seconds": None}
+    out: dict[str, Any] = {
+        "bytes_sent": int(sent),
+        "expected_bytes": expected,
+        "fraction": None,
+        "rate_bytes_per_s": rate,
+        "eta_seconds": None,
+    }
     if expected:
         out["fraction"] = min(1.0, sent / expected)
         if rate and rate > 0 and sent < expected:
@@ -263,19 +286,39 @@ def nodes_view(snap: Snapshot, history: History) -> list[dict[str, Any]]:
         planned = _planned(plan_nodes.get(p.node, []))
         if p.role == "server" and planned is None and (snap.plan or {}).get("host"):
             host = snap.plan["host"]  # type: ignore[index]
-            planned = {"layers": None, "weights_bytes": host.get("weights_bytes"), "kv_bytes": 0,
-                       "compute_bytes": host.get("compute_bytes")}
+            planned = {
+                "layers": None,
+                "weights_bytes": host.get("weights_bytes"),
+                "kv_bytes": 0,
+                "compute_bytes": host.get("compute_bytes"),
+            }
         measured = _measured(devices)
         memory = (planned or {}).get("memory_bytes")
         link = snap.links.get(ep) if p.role == "rpc" else None
-        rows.append({
-            "node": p.node, "role": p.role, "host": p.host, "endpoint": ep, "pid": p.pid,
-            "alive": snap.alive.get(p.node), "planned": planned, "devices": devices, "measured": measured,
-            "headroom_bytes": memory - measured["total_bytes"] if memory and measured else None,
-            "link": ({"rtt_ms": link.get("rtt_ms"), "bytes_sent": int(link.get("bytes_sent") or 0),
-                      "bytes_per_s": history.link_rate.get(ep)} if link else None),
-            "load": _load(snap, planned, measured, link, history.link_rate.get(ep)),
-        })
+        rows.append(
+            {
+                "node": p.node,
+                "role": p.role,
+                "host": p.host,
+                "endpoint": ep,
+                "pid": p.pid,
+                "alive": snap.alive.get(p.node),
+                "planned": planned,
+                "devices": devices,
+                "measured": measured,
+                "headroom_bytes": memory - measured["total_bytes"] if memory and measured else None,
+                "link": (
+                    {
+                        "rtt_ms": link.get("rtt_ms"),
+                        "bytes_sent": int(link.get("bytes_sent") or 0),
+                        "bytes_per_s": history.link_rate.get(ep),
+                    }
+                    if link
+                    else None
+                ),
+                "load": _load(snap, planned, measured, link, history.link_rate.get(ep)),
+            }
+        )
     order = {"rpc": 0, "server": 1, "gateway": 2}
     return sorted(rows, key=lambda r: order.get(r["role"], 3))
 
@@ -287,37 +330,67 @@ def slots_view(snap: Snapshot, history: History) -> list[dict[str, Any]]:
         busy = bool(s.get("is_processing"))
         prompt, decoded = int(s.get("n_prompt_tokens") or 0), _decoded(s)
         used = prompt + decoded if "id_task" in s else 0
-        out.append({"id": s.get("id"), "n_ctx": n_ctx, "processing": busy, "task": s.get("id_task"),
-                    "prompt_tokens": prompt, "cached_tokens": int(s.get("n_prompt_tokens_cache") or 0),
-                    "decoded_tokens": decoded, "context_used": used,
-                    "context_fill": used / n_ctx if n_ctx else None,
-                    "tokens_per_s": history.slot_tps.get(s.get("id")) if busy else None})
+        out.append(
+            {
+                "id": s.get("id"),
+                "n_ctx": n_ctx,
+                "processing": busy,
+                "task": s.get("id_task"),
+                "prompt_tokens": prompt,
+                "cached_tokens": int(s.get("n_prompt_tokens_cache") or 0),
+                "decoded_tokens": decoded,
+                "context_used": used,
+                "context_fill": used / n_ctx if n_ctx else None,
+                "tokens_per_s": history.slot_tps.get(s.get("id")) if busy else None,
+            }
+        )
     return out
 
 
 def throughput_view(snap: Snapshot, history: History) -> dict[str, Any]:
     series = [[round(t - snap.now, 1), round(d, 2), round(p, 2)] for t, d, p in history.series]
     plan = snap.plan or {}
-    return {"series": series, "decode_tps": series[-1][1] if series else None,
-            "prefill_tps": series[-1][2] if series else None,
-            "decode_bound_tps": plan.get("decode_tps_upper_bound"),
-            "decode_bound_full_ctx_tps": plan.get("decode_tps_upper_bound_full_ctx")}
+    return {
+        "series": series,
+        "decode_tps": series[-1][1] if series else None,
+        "prefill_tps": series[-1][2] if series else None,
+        "decode_bound_tps": plan.get("decode_tps_upper_bound"),
+        "decode_bound_full_ctx_tps": plan.get("decode_tps_upper_bound_full_ctx"),
+    }
 
 
 def warnings_view(snap: Snapshot, gateway: dict[str, Any], limit: int = 30) -> list[dict[str, Any]]:
     """Load-log warnings (with their fix), the supervisor's deaths and restarts, parse warnings."""
-    out: list[dict[str, Any]] = [{"time": None, "source": "llama-server", "kind": w.get("kind"),
-                                  "text": w.get("text"), "fix": w.get("fix")} for w in snap.load_warnings]
+    out: list[dict[str, Any]] = [
+        {"time": None, "source": "llama-server", "kind": w.get("kind"), "text": w.get("text"), "fix": w.get("fix")}
+        for w in snap.load_warnings
+    ]
     if (snap.plan or {}).get("warnings"):
-        out += [{"time": None, "source": "planner", "kind": "plan", "text": w, "fix": None}
-                for w in snap.plan["warnings"]]  # type: ignore[index]
+        out += [
+            {"time": None, "source": "planner", "kind": "plan", "text": w, "fix": None} for w in snap.plan["warnings"]
+        ]  # type: ignore[index]
     events = [e for e in snap.events if e.get("kind") in EVENT_KINDS]
-    out += [{"time": e.get("time"), "source": "supervisor", "kind": e.get("kind"),
-             "text": f"{e.get('node')}: {e.get('message')}", "fix": None} for e in events[-limit:][::-1]]
+    out += [
+        {
+            "time": e.get("time"),
+            "source": "supervisor",
+            "kind": e.get("kind"),
+            "text": f"{e.get('node')}: {e.get('message')}",
+            "fix": None,
+        }
+        for e in events[-limit:][::-1]
+    ]
     if gateway.get("parse_warnings"):
-        out.append({"time": None, "source": "gateway", "kind": "parse_warnings",
-                    "text": f"{int(gateway['parse_warnings'])} parser or policy warnings since the gateway "
-                            "started (see its log)", "fix": None})
+        out.append(
+            {
+                "time": None,
+                "source": "gateway",
+                "kind": "parse_warnings",
+                "text": f"{int(gateway['parse_warnings'])} parser or policy warnings since the gateway "
+                "started (see its log)",
+                "fix": None,
+            }
+        )
     return out[:limit]
 
 
@@ -329,13 +402,25 @@ def cluster_view(snap: Snapshot) -> dict[str, Any] | None:
     phase = state.phase
     if phase == "ready" and alive and not all(alive):
         phase = "degraded"
-    restarts = sum(1 for e in snap.events if e.get("kind") == "restarting"
-                   or (e.get("kind") == "restarted" and e.get("node") == "gateway"))
-    return {"name": state.name, "phase": phase, "model": state.model, "engine": state.engine,
-            "endpoint": state.endpoint, "started_at": state.started_at, "ready_at": state.ready_at,
-            "load_seconds": state.load_seconds, "up_seconds": state.up_seconds,
-            "load_stage": snap.load_stage, "restarts": restarts,
-            "uptime_seconds": snap.now - state.ready_at if state.ready_at else None}
+    restarts = sum(
+        1
+        for e in snap.events
+        if e.get("kind") == "restarting" or (e.get("kind") == "restarted" and e.get("node") == "gateway")
+    )
+    return {
+        "name": state.name,
+        "phase": phase,
+        "model": state.model,
+        "engine": state.engine,
+        "endpoint": state.endpoint,
+        "started_at": state.started_at,
+        "ready_at": state.ready_at,
+        "load_seconds": state.load_seconds,
+        "up_seconds": state.up_seconds,
+        "load_stage": snap.load_stage,
+        "restarts": restarts,
+        "uptime_seconds": snap.now - state.ready_at if state.ready_at else None,
+    }
 
 
 def assemble(snap: Snapshot, history: History) -> dict[str, Any]:
@@ -346,9 +431,15 @@ def assemble(snap: Snapshot, history: History) -> dict[str, Any]:
         "time": snap.now,
         "cluster": cluster_view(snap),
         "gateway_url": snap.gateway_url,
-        "plan": {"note": snap.plan_note, "fits": plan.get("fits"), "settings": plan.get("settings"),
-                 "tensor_split": plan.get("tensor_split"), "host": plan.get("host")} if snap.plan or snap.plan_note
-                else None,
+        "plan": {
+            "note": snap.plan_note,
+            "fits": plan.get("fits"),
+            "settings": plan.get("settings"),
+            "tensor_split": plan.get("tensor_split"),
+            "host": plan.get("host"),
+        }
+        if snap.plan or snap.plan_note
+        else None,
         "nodes": nodes_view(snap, history),
         "slots": slots_view(snap, history),
         "slots_error": snap.slots_error,

@@ -45,22 +45,25 @@ def error_from_status(status: int, text: str) -> APIError:
 class Upstream:
     """llama-server at ``base_url``; one pooled async connection set for the gateway."""
 
-    def __init__(self, base_url: str, api_key: str | None = None,
-                 connect_timeout: float = 5.0, max_connections: int = 256) -> None:
+    def __init__(
+        self, base_url: str, api_key: str | None = None, connect_timeout: float = 5.0, max_connections: int = 256
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers,
+            base_url=self.base_url,
+            headers=headers,
             timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections))
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     def _down(self, path: str, exc: Exception) -> APIError:
-        return engine_unavailable(f"the engine at {self.base_url} is not reachable "
-                                  f"({type(exc).__name__} on {path}); retry when it is up")
+        return engine_unavailable(
+            f"the engine at {self.base_url} is not reachable ({type(exc).__name__} on {path}); retry when it is up"
+        )
 
     async def _json(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> Any:
         try:
@@ -77,8 +80,7 @@ class Upstream:
     async def post_json(self, path: str, body: Any, timeout: float = 5.0) -> Any:
         return await self._json("POST", path, body, timeout=timeout)
 
-    async def open(self, method: str, path: str, body: Any,
-                   headers: dict[str, str] | None = None) -> httpx.Response:
+    async def open(self, method: str, path: str, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
         """Send a request and return the response with its body unread (status checked)."""
         for attempt in (1, 2):
             req = self._http.build_request(method, path, json=body, headers=headers)
@@ -103,8 +105,9 @@ class Upstream:
             raise error_from_status(resp.status_code, text)
         return resp
 
-    async def relay(self, method: str, path: str, query: str, content: bytes,
-                    content_type: str | None) -> httpx.Response:
+    async def relay(
+        self, method: str, path: str, query: str, content: bytes, content_type: str | None
+    ) -> httpx.Response:
         """A native llama-server request passed on as it came; any status comes back (unread)."""
         url = path + (f"?{query}" if query else "")
         headers = {"Content-Type": content_type} if content_type else {}
@@ -160,8 +163,9 @@ async def sse_batches(resp: httpx.Response) -> AsyncIterator[list[dict[str, Any]
         if data is not None and data is not _DONE:
             yield [data]
     except httpx.HTTPError as exc:
-        raise APIError(502, f"the engine connection broke mid-stream: {type(exc).__name__}",
-                       type_="server_error") from None
+        raise APIError(
+            502, f"the engine connection broke mid-stream: {type(exc).__name__}", type_="server_error"
+        ) from None
 
 
 async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
@@ -184,15 +188,18 @@ def _event(line: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(payload)
     except ValueError:
-        raise APIError(502, f"the engine sent an event that is not JSON: {payload[:120]!r}",
-                       type_="server_error") from None
+        raise APIError(
+            502, f"the engine sent an event that is not JSON: {payload[:120]!r}", type_="server_error"
+        ) from None
     if not isinstance(data, dict):
         return None
     if "error" in data and "content" not in data:
         err = data["error"]
-        raise APIError(502, f"the engine failed mid-stream: "
-                       f"{err.get('message', err) if isinstance(err, dict) else err}",
-                       type_="server_error")
+        raise APIError(
+            502,
+            f"the engine failed mid-stream: {err.get('message', err) if isinstance(err, dict) else err}",
+            type_="server_error",
+        )
     return data
 
 

@@ -28,12 +28,43 @@ SWA_DEFAULT_PATTERN: dict[str, tuple[int, bool]] = {
 
 #: architectures whose every layer has a plain (GQA/MQA, SWA or MLA) KV cache, so the generic
 #: geometry is what llama.cpp allocates; MiniMax-M3 adds its indexer cache (handled in _model).
-KNOWN_ARCHS = frozenset({
-    "llama", "mistral3", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3",
-    "phi3", "granite", "granitemoe", "olmo2", "cohere2", "exaone4", "deepseek2", "glm4", "glm4moe",
-    "minimax-m2", "minimax-m3", "gpt-oss", "llama4", "ernie4_5", "ernie4_5-moe", "smollm3", "hunyuan-moe",
-    "starcoder2", "command-r", "internlm2", "stablelm", "bailingmoe", "dots1", "seed_oss",
-})
+KNOWN_ARCHS = frozenset(
+    {
+        "llama",
+        "mistral3",
+        "qwen2",
+        "qwen2moe",
+        "qwen3",
+        "qwen3moe",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "phi3",
+        "granite",
+        "granitemoe",
+        "olmo2",
+        "cohere2",
+        "exaone4",
+        "deepseek2",
+        "glm4",
+        "glm4moe",
+        "minimax-m2",
+        "minimax-m3",
+        "gpt-oss",
+        "llama4",
+        "ernie4_5",
+        "ernie4_5-moe",
+        "smollm3",
+        "hunyuan-moe",
+        "starcoder2",
+        "command-r",
+        "internlm2",
+        "stablelm",
+        "bailingmoe",
+        "dots1",
+        "seed_oss",
+    }
+)
 
 
 #: architectures whose model code in the pinned llama.cpp builds an MTP graph
@@ -41,10 +72,26 @@ KNOWN_ARCHS = frozenset({
 #: ``blk.N.nextn.*`` layers as the draft.  Others may carry nextn tensors (glm4, exaone4,
 #: bailingmoe2, dots3note, nemotron_h) that llama.cpp loads but cannot draft with; MiniMax-M3's
 #: released weights have none ("MTP is not in released model weights", ``minimax-m3.cpp``).
-MTP_ARCHS = frozenset({
-    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
-    "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35",
-})
+MTP_ARCHS = frozenset(
+    {
+        "bailingmoe3",
+        "cohere2moe",
+        "deepseek2",
+        "deepseek32",
+        "deepseek4",
+        "glm-dsa",
+        "glm4moe",
+        "glm5-next",
+        "hy_v3",
+        "mimo2",
+        "nemotron_h_moe",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "qwen4exp",
+        "step35",
+    }
+)
 
 
 def swa_layers(arch: str, n_layer: int, n_swa: int, pattern: object) -> list[bool]:

@@ -99,7 +99,7 @@ class _HeaderReader(GGUFReader):
             if offs + 8 > size:
                 raise ValueError("tensor table runs past the end of the file")
             (n,) = u64(buf, offs)
-            name = bytes(buf[offs + 8:offs + 8 + n]).decode("utf-8")
+            name = bytes(buf[offs + 8 : offs + 8 + n]).decode("utf-8")
             offs += 8 + n
             (n_dims,) = u32(buf, offs)
             if n_dims > 8:
@@ -180,8 +180,11 @@ def model_in_dir(folder: Path) -> Path:
         raise ModelError(f"{folder}: no .gguf file in this folder; give the model file")
     if len(firsts) > 1:
         names = ", ".join(str(p.relative_to(folder)) for p in list(firsts.values())[:6])
-        raise ModelError(f"{folder}: {len(firsts)} models in this folder ({names}"
-                         + (", ..." if len(firsts) > 6 else "") + "); give one file")
+        raise ModelError(
+            f"{folder}: {len(firsts)} models in this folder ({names}"
+            + (", ..." if len(firsts) > 6 else "")
+            + "); give one file"
+        )
     return next(iter(firsts.values()))
 
 
@@ -195,8 +198,10 @@ def shard_paths(path: Path) -> list[Path]:
     paths = [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise ModelError(f"{path}: shard(s) {', '.join(missing)} of {count} missing in {path.parent}; "
-                         "download every part of the model")
+        raise ModelError(
+            f"{path}: shard(s) {', '.join(missing)} of {count} missing in {path.parent}; "
+            "download every part of the model"
+        )
     return paths
 
 
@@ -234,8 +239,10 @@ def read_gguf(path: str | Path) -> GGUFFile:
         if f.types and f.types[0] == GGUFValueType.ARRAY:
             lengths[name] = int(f.parts[4][0])
     if len(paths) == 1 and int(metadata.get("split.count", 1) or 1) > 1:
-        raise ModelError(f"{path}: this is shard 1 of {metadata['split.count']} but its name does not say "
-                         "so (NAME-00001-of-0000N.gguf); rename it so the other shards can be found")
+        raise ModelError(
+            f"{path}: this is shard 1 of {metadata['split.count']} but its name does not say "
+            "so (NAME-00001-of-0000N.gguf); rename it so the other shards can be found"
+        )
     tensors: list[TensorEntry] = []
     total = 0
     for i, (p, r) in enumerate(zip(paths, readers)):
@@ -244,11 +251,15 @@ def read_gguf(path: str | Path) -> GGUFFile:
         for name, dims, raw, off in r.entries:
             nb = tensor_nbytes(dims, raw)
             if off + nb > size:
-                raise ModelError(f"{p}: truncated: tensor {name} ends at byte {off + nb:,} but the file has "
-                                 f"{size:,}; download it again")
+                raise ModelError(
+                    f"{p}: truncated: tensor {name} ends at byte {off + nb:,} but the file has "
+                    f"{size:,}; download it again"
+                )
             tensors.append(TensorEntry(name, dims, _type_name(raw), nb, i, off))
     expected = metadata.get("split.tensors.count")
     if expected is not None and int(expected) != len(tensors):
-        raise ModelError(f"{path}: the shards hold {len(tensors)} tensors but split.tensors.count says "
-                         f"{expected}; a shard is from another model or incomplete")
+        raise ModelError(
+            f"{path}: the shards hold {len(tensors)} tensors but split.tensors.count says "
+            f"{expected}; a shard is from another model or incomplete"
+        )
     return GGUFFile(shards=paths, metadata=metadata, tensors=tensors, array_lengths=lengths, file_bytes=total)

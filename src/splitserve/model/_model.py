@@ -1,7 +1,7 @@
 """A model as the planner needs it, built from GGUF headers: layers, bytes, KV geometry, experts.
 
-    inspect_model(path) -> ModelInfo
-    ModelInfo.to_dict() -> the JSON of ``splitserve inspect --json``
+inspect_model(path) -> ModelInfo
+ModelInfo.to_dict() -> the JSON of ``splitserve inspect --json``
 """
 
 from __future__ import annotations
@@ -84,8 +84,11 @@ class ModelInfo:
 
     @property
     def weights_bytes(self) -> int:
-        return (sum(sum(layer.tensor_bytes) for layer in self.layers) + sum(self.input_tensor_bytes)
-                + sum(self.output_tensor_bytes))
+        return (
+            sum(sum(layer.tensor_bytes) for layer in self.layers)
+            + sum(self.input_tensor_bytes)
+            + sum(self.output_tensor_bytes)
+        )
 
     @property
     def expert_bytes(self) -> int:
@@ -102,8 +105,10 @@ class ModelInfo:
         if self.nextn_predict_layers <= 0 and not self.mtp_layers:
             return f"the GGUF has no MTP layers (no {a}.nextn_predict_layers, no blk.N.nextn.* tensors)"
         if not self.mtp_layers:
-            return (f"{a}.nextn_predict_layers = {self.nextn_predict_layers} but the blk.N.nextn.* weights are "
-                    "not in this GGUF (stripped by the quantiser)")
+            return (
+                f"{a}.nextn_predict_layers = {self.nextn_predict_layers} but the blk.N.nextn.* weights are "
+                "not in this GGUF (stripped by the quantiser)"
+            )
         if self.nextn_predict_layers <= 0:
             return f"the GGUF has blk.N.nextn.* tensors but no {a}.nextn_predict_layers, so llama.cpp ignores them"
         if a not in MTP_ARCHS:
@@ -135,20 +140,42 @@ class ModelInfo:
             "tied_embeddings": self.tied_embeddings,
             "host_bytes": sum(self.input_tensor_bytes),
             "output_bytes": sum(self.output_tensor_bytes),
-            "layers": [{
-                "index": layer.index, "weights_bytes": layer.weights_bytes, "tensor_bytes": layer.weights_bytes,
-                "expert_bytes": layer.expert_bytes,
-                "n_head_kv": layer.n_head_kv, "k_head_dim": layer.k_dim, "v_head_dim": layer.v_dim,
-                "sliding_window": layer.swa, "extra_kv": [list(x) for x in layer.extra_kv], "moe": layer.moe,
-            } for layer in self.layers],
-            "kv": {"sliding_window": self.n_swa or None,
-                   "swa_layers": sum(1 for layer in self.layers if layer.swa), "mla": self.mla},
-            "experts": {"count": self.n_expert, "used": self.n_expert_used, "shared": self.n_expert_shared,
-                        "ff_length": self.n_ff_exp, "bytes": self.expert_bytes} if self.n_expert else None,
-            "chat_template": {"embedded": self.chat_template is not None,
-                              "tool_call_format": self.tool_call_format},
-            "mtp": {"nextn_predict_layers": self.nextn_predict_layers, "layers": self.mtp_layers,
-                    "draft_mtp": self.has_mtp, "problem": self.mtp_problem},
+            "layers": [
+                {
+                    "index": layer.index,
+                    "weights_bytes": layer.weights_bytes,
+                    "tensor_bytes": layer.weights_bytes,
+                    "expert_bytes": layer.expert_bytes,
+                    "n_head_kv": layer.n_head_kv,
+                    "k_head_dim": layer.k_dim,
+                    "v_head_dim": layer.v_dim,
+                    "sliding_window": layer.swa,
+                    "extra_kv": [list(x) for x in layer.extra_kv],
+                    "moe": layer.moe,
+                }
+                for layer in self.layers
+            ],
+            "kv": {
+                "sliding_window": self.n_swa or None,
+                "swa_layers": sum(1 for layer in self.layers if layer.swa),
+                "mla": self.mla,
+            },
+            "experts": {
+                "count": self.n_expert,
+                "used": self.n_expert_used,
+                "shared": self.n_expert_shared,
+                "ff_length": self.n_ff_exp,
+                "bytes": self.expert_bytes,
+            }
+            if self.n_expert
+            else None,
+            "chat_template": {"embedded": self.chat_template is not None, "tool_call_format": self.tool_call_format},
+            "mtp": {
+                "nextn_predict_layers": self.nextn_predict_layers,
+                "layers": self.mtp_layers,
+                "draft_mtp": self.has_mtp,
+                "problem": self.mtp_problem,
+            },
             "estimated": self.estimated,
         }
 
@@ -244,23 +271,43 @@ def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
             layer.extra_kv.append((idx_k, v_dim))
     known = a in KNOWN_ARCHS
     if not known:
-        estimated.append(f"architecture {a!r} is not one splitserve knows: KV geometry and compute buffers "
-                         "use the generic rules (every layer a full-attention GQA cache)")
+        estimated.append(
+            f"architecture {a!r} is not one splitserve knows: KV geometry and compute buffers "
+            "use the generic rules (every layer a full-attention GQA cache)"
+        )
     template = g.get("tokenizer.chat_template")
     n_params = sum(t.n_elements for t in g.tensors)
     return ModelInfo(
-        path=path, shards=g.shards, architecture=a, name=g.get("general.name"), file_bytes=g.file_bytes,
-        n_params=n_params, quant_mix=dict(sorted(mix.items(), key=lambda kv: -kv[1]["bytes"])),
-        n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_vocab=n_vocab,
-        n_ctx_train=_int(g, f"{a}.context_length"), layers=layers, input_tensor_bytes=inputs,
-        output_tensor_bytes=outputs, tied_embeddings=tied, n_swa=n_swa,
-        n_expert=_int(g, f"{a}.expert_count"), n_expert_used=_int(g, f"{a}.expert_used_count"),
-        n_expert_shared=_int(g, f"{a}.expert_shared_count"), n_ff=_int(g, f"{a}.feed_forward_length"),
-        n_ff_exp=_int(g, f"{a}.expert_feed_forward_length"), mla=mla,
+        path=path,
+        shards=g.shards,
+        architecture=a,
+        name=g.get("general.name"),
+        file_bytes=g.file_bytes,
+        n_params=n_params,
+        quant_mix=dict(sorted(mix.items(), key=lambda kv: -kv[1]["bytes"])),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_vocab=n_vocab,
+        n_ctx_train=_int(g, f"{a}.context_length"),
+        layers=layers,
+        input_tensor_bytes=inputs,
+        output_tensor_bytes=outputs,
+        tied_embeddings=tied,
+        n_swa=n_swa,
+        n_expert=_int(g, f"{a}.expert_count"),
+        n_expert_used=_int(g, f"{a}.expert_used_count"),
+        n_expert_shared=_int(g, f"{a}.expert_shared_count"),
+        n_ff=_int(g, f"{a}.feed_forward_length"),
+        n_ff_exp=_int(g, f"{a}.expert_feed_forward_length"),
+        mla=mla,
         chat_template=template if isinstance(template, str) else None,
         tool_call_format=tool_call_format(template if isinstance(template, str) else None),
-        known_architecture=known, estimated=estimated,
-        nextn_predict_layers=_int(g, f"{a}.nextn_predict_layers"), mtp_layers=sorted(mtp_layers))
+        known_architecture=known,
+        estimated=estimated,
+        nextn_predict_layers=_int(g, f"{a}.nextn_predict_layers"),
+        mtp_layers=sorted(mtp_layers),
+    )
 
 
 def inspect_model(path: str | Path) -> ModelInfo:

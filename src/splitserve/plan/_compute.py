@@ -105,8 +105,10 @@ def estimate_compute(model: ModelInfo, s: KVSettings, devices: list[int], n_dev:
         out.append(total)
     host = copies * mask + 10 * e * ub * F32 + model.n_vocab * s.parallel * F32
     if model.architecture == "minimax-m3":
-        notes.append("MiniMax-M3 sparse attention (MSA) graph: compute buffers use the generic "
-                     "flash-attention model, not measured for this architecture")
+        notes.append(
+            "MiniMax-M3 sparse attention (MSA) graph: compute buffers use the generic "
+            "flash-attention model, not measured for this architecture"
+        )
     if not model.known_architecture:
         notes.append("compute buffers use the generic dense/MoE model for an unknown architecture")
     return ComputeEstimate(out, host, notes)

@@ -41,9 +41,19 @@ def _squash(name: str) -> str:
 
 #: spellings people use (``RTX 5090``, ``rtx5090``, ``H100-SXM``, ``spark``) -> a table key
 DEVICE_ALIASES: dict[str, str] = {_squash(k): k for k in BANDWIDTH_GBPS} | {
-    "spark": "gb10", "dgxspark": "gb10", "h100sxm": "h100", "h100sxm5": "h100", "h200sxm": "h200",
-    "h200nvl": "h200", "a10080g": "a100", "a100sxm": "a100", "5090": "rtx-5090", "4090": "rtx-4090",
-    "3090": "rtx-3090", "rtx6000ada": "rtx-6000-ada", "rtxpro6000": "rtx-pro-6000",
+    "spark": "gb10",
+    "dgxspark": "gb10",
+    "h100sxm": "h100",
+    "h100sxm5": "h100",
+    "h200sxm": "h200",
+    "h200nvl": "h200",
+    "a10080g": "a100",
+    "a100sxm": "a100",
+    "5090": "rtx-5090",
+    "4090": "rtx-4090",
+    "3090": "rtx-3090",
+    "rtx6000ada": "rtx-6000-ada",
+    "rtxpro6000": "rtx-pro-6000",
     "rtxpro6000blackwell": "rtx-pro-6000",
 }
 
@@ -53,8 +63,18 @@ def device_key(name: str) -> str | None:
     return DEVICE_ALIASES.get(_squash(name))
 
 
-_UNITS = {"": 1.0, "g": 1.0, "gib": 1.0, "gb": 1e9 / GIB, "t": 1024.0, "tib": 1024.0, "tb": 1e12 / GIB,
-          "m": 1 / 1024, "mib": 1 / 1024, "mb": 1e6 / GIB}
+_UNITS = {
+    "": 1.0,
+    "g": 1.0,
+    "gib": 1.0,
+    "gb": 1e9 / GIB,
+    "t": 1024.0,
+    "tib": 1024.0,
+    "tb": 1e12 / GIB,
+    "m": 1 / 1024,
+    "mib": 1 / 1024,
+    "mb": 1e6 / GIB,
+}
 
 
 def parse_gib(text: str) -> float:
@@ -99,8 +119,9 @@ def parse_node(text: str) -> Node:
     try:
         gib = parse_gib(parts[0])
     except ValueError:
-        raise UsageError(f"--node {text!r}: memory {parts[0]!r} is not a number of GiB (121, 121GiB, 512MiB, "
-                         "130GB)") from None
+        raise UsageError(
+            f"--node {text!r}: memory {parts[0]!r} is not a number of GiB (121, 121GiB, 512MiB, 130GB)"
+        ) from None
     if gib <= 0:
         raise UsageError(f"--node {text!r}: memory must be positive GiB")
     device: str | None = None
@@ -111,8 +132,10 @@ def parse_node(text: str) -> Node:
         if key in ("device", "dev", "kind"):
             device = device_key(value)
             if device is None:
-                raise UsageError(f"--node {text!r}: unknown device {value!r}; known: "
-                                 f"{', '.join(sorted(BANDWIDTH_GBPS))} (or give bw=GBPS)")
+                raise UsageError(
+                    f"--node {text!r}: unknown device {value!r}; known: "
+                    f"{', '.join(sorted(BANDWIDTH_GBPS))} (or give bw=GBPS)"
+                )
         elif key in ("bw", "bandwidth"):
             try:
                 bw = float(value.strip().lower().removesuffix("gb/s").removesuffix("gbps"))

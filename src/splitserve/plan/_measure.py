@@ -23,10 +23,11 @@ from .._errors import ClusterError
 from ._plan import Plan
 
 MIB = 1 << 20
-_ROW = re.compile(r"\|\s+-\s+(?P<dev>.+?)\s+\|\s+(?:(?P<total>\d+)\s+=\s+(?P<free>\d+)\s+\+\s+)?\(?\s*(?P<self>\d+)\s+=\s+"
-                  r"(?P<model>\d+)\s+\+\s+(?P<context>\d+)\s+\+\s+(?P<compute>\d+)\s*\)?")
-_DONE = ("fitting params to free memory took", "successfully fit params", "failed to fit params",
-         "common_fit_params:")
+_ROW = re.compile(
+    r"\|\s+-\s+(?P<dev>.+?)\s+\|\s+(?:(?P<total>\d+)\s+=\s+(?P<free>\d+)\s+\+\s+)?\(?\s*(?P<self>\d+)\s+=\s+"
+    r"(?P<model>\d+)\s+\+\s+(?P<context>\d+)\s+\+\s+(?P<compute>\d+)\s*\)?"
+)
+_DONE = ("fitting params to free memory took", "successfully fit params", "failed to fit params", "common_fit_params:")
 
 
 def parse_breakdown(text: str) -> dict[str, dict[str, int]]:
@@ -92,21 +93,39 @@ def measure_spec(spec: Any, plan: Plan, timeout: float = 600.0) -> list[dict[str
     table = parse_breakdown(text)
     if not table:
         tail = " ".join(x.strip() for x in lines[-3:])[:300]
-        raise ClusterError(f"llama-server printed no memory breakdown within {timeout:.0f} s (are the workers up "
-                           f"and free?): {tail or 'no output'}")
+        raise ClusterError(
+            f"llama-server printed no memory breakdown within {timeout:.0f} s (are the workers up "
+            f"and free?): {tail or 'no output'}"
+        )
     rpc_labels = [k for k in table if _endpoint(k)]
     other = [k for k in table if not _endpoint(k) and k != "Host"]
     labels = rpc_labels + other
     rows: list[dict[str, Any]] = []
     for node, label in zip(plan.nodes, labels):
         got = table[label]
-        for what, planned, measured in (("weights", node.weights_bytes, got["model"]),
-                                        ("kv", node.kv_bytes, got["context"]),
-                                        ("compute", node.compute_bytes, got["compute"])):
+        for what, planned, measured in (
+            ("weights", node.weights_bytes, got["model"]),
+            ("kv", node.kv_bytes, got["context"]),
+            ("compute", node.compute_bytes, got["compute"]),
+        ):
             rows.append({"node": node.name, "device": label, "what": what, "planned": planned, "measured": measured})
     if "Host" in table:
-        rows.append({"node": "host", "device": "Host", "what": "weights", "planned": plan.host_weights_bytes,
-                     "measured": table["Host"]["model"]})
-        rows.append({"node": "host", "device": "Host", "what": "compute", "planned": plan.host_compute_bytes,
-                     "measured": table["Host"]["compute"]})
+        rows.append(
+            {
+                "node": "host",
+                "device": "Host",
+                "what": "weights",
+                "planned": plan.host_weights_bytes,
+                "measured": table["Host"]["model"],
+            }
+        )
+        rows.append(
+            {
+                "node": "host",
+                "device": "Host",
+                "what": "compute",
+                "planned": plan.host_compute_bytes,
+                "measured": table["Host"]["compute"],
+            }
+        )
     return rows

@@ -80,8 +80,10 @@ def kv_cells(model: ModelInfo, s: KVSettings) -> tuple[int, int]:
 def layer_kv_bytes(model: ModelInfo, s: KVSettings) -> list[int]:
     """KV bytes of each layer at settings ``s``."""
     if not s.flash_attn and s.type_v.lower() not in ("f32", "f16", "bf16"):
-        raise UsageError(f"a quantized V cache ({s.type_v}) needs flash attention; use --flash-attn on "
-                         "or --cache-type-v f16 (llama.cpp refuses this combination)")
+        raise UsageError(
+            f"a quantized V cache ({s.type_v}) needs flash attention; use --flash-attn on "
+            "or --cache-type-v f16 (llama.cpp refuses this combination)"
+        )
     full, swa = kv_cells(model, s)
     return [c * (swa if layer.swa else full) for c, layer in zip(_per_cell(model, s.type_k, s.type_v), model.layers)]
 
@@ -117,7 +119,8 @@ def padded_layer_bytes(model: ModelInfo) -> list[int]:
     """Each layer's tensors padded to the buffer alignment; the output layer last."""
     if "padded" not in model.cache:
         model.cache["padded"] = [sum(pad(b, ALIGN) for b in layer.tensor_bytes) for layer in model.layers] + [
-            sum(pad(b, ALIGN) for b in model.output_tensor_bytes)]
+            sum(pad(b, ALIGN) for b in model.output_tensor_bytes)
+        ]
     return list(model.cache["padded"])
 
 

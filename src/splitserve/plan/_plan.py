@@ -1,7 +1,7 @@
 """The plan: which layers go where, what each node holds, how much context fits, how fast decode can be.
 
-    make_plan(model, nodes, PlanOptions(...)) -> Plan      # pure: model headers + nodes in, numbers out
-    Plan.to_dict()                                         # the ``plan --json`` document
+make_plan(model, nodes, PlanOptions(...)) -> Plan      # pure: model headers + nodes in, numbers out
+Plan.to_dict()                                         # the ``plan --json`` document
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from .._errors import UsageError
 from ..model import ModelInfo
 from ._compute import estimate_compute
 from ._devices import GIB, Node
-from ._serving import SpecSupport, msa_warnings, speculation_support
 from ._memory import (
     KVSettings,
     host_bytes,
@@ -24,6 +23,7 @@ from ._memory import (
     padded_layer_bytes,
     weights_per_device,
 )
+from ._serving import SpecSupport, msa_warnings, speculation_support
 
 MAX_CTX_TYPES = ("f16", "q8_0", "q4_0")
 PARALLEL_STEPS = (1, 2, 4, 8)
@@ -105,9 +105,24 @@ class Plan:
     def server_args(self) -> list[str]:
         """The llama-server flags this plan is for (memory-relevant ones; add ``-m`` and ``--rpc``)."""
         o = self.options
-        args = ["-c", str(self.ctx), "-np", str(o.parallel), "-ctk", o.cache_type_k, "-ctv", o.cache_type_v,
-                "-ub", str(o.ubatch), "-fa", "on" if o.flash_attn else "off", "-ngl", "999",
-                "--tensor-split", ",".join(f"{x:g}" for x in self.tensor_split)]
+        args = [
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(o.parallel),
+            "-ctk",
+            o.cache_type_k,
+            "-ctv",
+            o.cache_type_v,
+            "-ub",
+            str(o.ubatch),
+            "-fa",
+            "on" if o.flash_attn else "off",
+            "-ngl",
+            "999",
+            "--tensor-split",
+            ",".join(f"{x:g}" for x in self.tensor_split),
+        ]
         if o.unified:
             args.append("--kv-unified")
         if o.speculation:
@@ -117,20 +132,41 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         o = self.options
         return {
-            "model": {"path": str(self.model.path), "architecture": self.model.architecture,
-                      "weights_bytes": self.model.weights_bytes, "n_layer": self.model.n_layer},
-            "settings": {"ctx": self.ctx, "parallel": o.parallel, "kv_unified": o.unified,
-                         "cache_type_k": o.cache_type_k, "cache_type_v": o.cache_type_v, "ubatch": o.ubatch,
-                         "flash_attn": o.flash_attn, "margin_bytes": o.margin_bytes},
+            "model": {
+                "path": str(self.model.path),
+                "architecture": self.model.architecture,
+                "weights_bytes": self.model.weights_bytes,
+                "n_layer": self.model.n_layer,
+            },
+            "settings": {
+                "ctx": self.ctx,
+                "parallel": o.parallel,
+                "kv_unified": o.unified,
+                "cache_type_k": o.cache_type_k,
+                "cache_type_v": o.cache_type_v,
+                "ubatch": o.ubatch,
+                "flash_attn": o.flash_attn,
+                "margin_bytes": o.margin_bytes,
+            },
             "fits": self.fits,
-            "nodes": [{
-                "name": n.name, "layers": list(n.layers) if n.layers else None, "n_layers": n.n_layers,
-                "output_layer": n.has_output, "weights_bytes": n.weights_bytes, "kv_bytes": n.kv_bytes,
-                "kv_bytes_per_token": round(n.kv_bytes / self.ctx) if self.ctx else 0,
-                "compute_bytes": n.compute_bytes, "host_bytes": n.host_bytes, "total_bytes": n.total_bytes,
-                "memory_bytes": n.memory_bytes, "headroom_bytes": n.headroom_bytes,
-                "bandwidth_gbps": n.bandwidth_gbps,
-            } for n in self.nodes],
+            "nodes": [
+                {
+                    "name": n.name,
+                    "layers": list(n.layers) if n.layers else None,
+                    "n_layers": n.n_layers,
+                    "output_layer": n.has_output,
+                    "weights_bytes": n.weights_bytes,
+                    "kv_bytes": n.kv_bytes,
+                    "kv_bytes_per_token": round(n.kv_bytes / self.ctx) if self.ctx else 0,
+                    "compute_bytes": n.compute_bytes,
+                    "host_bytes": n.host_bytes,
+                    "total_bytes": n.total_bytes,
+                    "memory_bytes": n.memory_bytes,
+                    "headroom_bytes": n.headroom_bytes,
+                    "bandwidth_gbps": n.bandwidth_gbps,
+                }
+                for n in self.nodes
+            ],
             "host_bytes": self.host_bytes,
             "host": {"weights_bytes": self.host_weights_bytes, "compute_bytes": self.host_compute_bytes},
             "kv_bytes_per_token": self.kv_bytes_per_token[o.cache_type_k + "/" + o.cache_type_v],
@@ -147,19 +183,28 @@ class Plan:
             "decode_tps_upper_bound_full_ctx": self.decode_tps_upper_bound_full_ctx,
             "decode_bytes_per_token": self.bytes_per_token,
             "hop_seconds": self.hop_seconds,
-            "speculation": {"requested": list(o.speculation),
-                            "supported": [r.type for r in self.speculation if r.supported],
-                            "types": [r.as_dict() for r in self.speculation]},
+            "speculation": {
+                "requested": list(o.speculation),
+                "supported": [r.type for r in self.speculation if r.supported],
+                "types": [r.as_dict() for r in self.speculation],
+            },
             "warnings": self.warnings,
             "estimated": self.estimated,
         }
 
 
-def _settings(o: PlanOptions, ctx: int, type_k: str | None = None, type_v: str | None = None,
-              parallel: int | None = None) -> KVSettings:
-    return KVSettings(ctx=ctx, parallel=parallel or o.parallel, unified=o.unified,
-                      type_k=type_k or o.cache_type_k, type_v=type_v or o.cache_type_v, ubatch=o.ubatch,
-                      flash_attn=o.flash_attn)
+def _settings(
+    o: PlanOptions, ctx: int, type_k: str | None = None, type_v: str | None = None, parallel: int | None = None
+) -> KVSettings:
+    return KVSettings(
+        ctx=ctx,
+        parallel=parallel or o.parallel,
+        unified=o.unified,
+        type_k=type_k or o.cache_type_k,
+        type_v=type_v or o.cache_type_v,
+        ubatch=o.ubatch,
+        flash_attn=o.flash_attn,
+    )
 
 
 @dataclass
@@ -264,8 +309,7 @@ def _ranges(devices: list[int], n_dev: int) -> list[tuple[int, int] | None]:
     return out
 
 
-def _max_ctx(model: ModelInfo, nodes: list[Node], o: PlanOptions, type_k: str, type_v: str,
-             parallel: int) -> int:
+def _max_ctx(model: ModelInfo, nodes: list[Node], o: PlanOptions, type_k: str, type_v: str, parallel: int) -> int:
     """Largest context (a multiple of 256, up to the training context) that fits every node."""
     limit = model.n_ctx_train or 1 << 20
 
@@ -287,8 +331,9 @@ def _max_ctx(model: ModelInfo, nodes: list[Node], o: PlanOptions, type_k: str, t
     return min(lo * 256, limit)
 
 
-def _decode(model: ModelInfo, nodes: list[Node], a: _Alloc, o: PlanOptions) -> tuple[
-        float | None, float | None, int, float | None, list[str]]:
+def _decode(
+    model: ModelInfo, nodes: list[Node], a: _Alloc, o: PlanOptions
+) -> tuple[float | None, float | None, int, float | None, list[str]]:
     notes: list[str] = []
     per_dev = [0] * len(nodes)
     for layer, dev in zip(model.layers, a.devices):
@@ -304,9 +349,11 @@ def _decode(model: ModelInfo, nodes: list[Node], a: _Alloc, o: PlanOptions) -> t
         if o.link_gbps:
             per_hop += model.n_embd * 4 / (o.link_gbps * 1e9 / 8)
         hop_s = per_hop
-    missing = [nodes[i].name + (f" (device {nodes[i].device!r} is not in the bandwidth table)"
-                                if nodes[i].device else "")
-               for i in active if nodes[i].bandwidth is None]
+    missing = [
+        nodes[i].name + (f" (device {nodes[i].device!r} is not in the bandwidth table)" if nodes[i].device else "")
+        for i in active
+        if nodes[i].bandwidth is None
+    ]
     if missing:
         notes.append(f"no memory bandwidth for {', '.join(missing)}: give device= or bw= to get a decode bound")
         return None, None, sum(per_dev), hop_s, notes
@@ -345,20 +392,37 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
     plans = []
     for i, node in enumerate(nodes):
         host = hb + a.host_compute if o.host_node == i else 0
-        plans.append(NodePlan(node.name, node.memory_bytes, ranges[i], a.devices[-1] == i, a.weights[i], a.kv[i],
-                              a.compute[i], host, node.bandwidth))
+        plans.append(
+            NodePlan(
+                node.name,
+                node.memory_bytes,
+                ranges[i],
+                a.devices[-1] == i,
+                a.weights[i],
+                a.kv[i],
+                a.compute[i],
+                host,
+                node.bandwidth,
+            )
+        )
     warnings: list[str] = []
     for n in plans:
         if n.headroom_bytes < 0:
-            warnings.append(f"{n.name}: needs {n.total_bytes / GIB:.2f} GiB but has {n.memory_bytes / GIB:.2f} GiB "
-                            f"({-n.headroom_bytes / GIB:.2f} GiB short)")
+            warnings.append(
+                f"{n.name}: needs {n.total_bytes / GIB:.2f} GiB but has {n.memory_bytes / GIB:.2f} GiB "
+                f"({-n.headroom_bytes / GIB:.2f} GiB short)"
+            )
         elif n.headroom_bytes < o.margin_bytes:
-            warnings.append(f"{n.name}: headroom {n.headroom_bytes / GIB:.2f} GiB is under the "
-                            f"{o.margin_bytes / GIB:.2f} GiB margin")
+            warnings.append(
+                f"{n.name}: headroom {n.headroom_bytes / GIB:.2f} GiB is under the "
+                f"{o.margin_bytes / GIB:.2f} GiB margin"
+            )
     per_slot = ctx if o.unified else ctx // o.parallel
     if model.n_ctx_train and per_slot > model.n_ctx_train:
-        warnings.append(f"context per slot {per_slot:,} is above the model's training context "
-                        f"{model.n_ctx_train:,} (llama.cpp warns too: quality may drop past it)")
+        warnings.append(
+            f"context per slot {per_slot:,} is above the model's training context "
+            f"{model.n_ctx_train:,} (llama.cpp warns too: quality may drop past it)"
+        )
     warnings += msa_warnings(model.architecture, flash_attn=o.flash_attn, kv_unified=o.unified, parallel=o.parallel)
     kvpt = {f"{t}/{t}": kv_bytes_per_token(model, t, t) for t in MAX_CTX_TYPES}
     kvpt.setdefault(f"{o.cache_type_k}/{o.cache_type_v}", kv_bytes_per_token(model, o.cache_type_k, o.cache_type_v))
@@ -368,16 +432,33 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
             max_ctx[t] = {"ctx": None, "reason": "a quantized V cache needs flash attention"}
             continue
         c = _max_ctx(model, nodes, o, t, t, o.parallel)
-        max_ctx[t] = {"ctx": c, "limited_by_training_context": bool(model.n_ctx_train and c >= model.n_ctx_train),
-                      "kv_bytes_at_max": sum(layer_kv_bytes(model, _settings(o, c, t, t))) if c else 0}
+        max_ctx[t] = {
+            "ctx": c,
+            "limited_by_training_context": bool(model.n_ctx_train and c >= model.n_ctx_train),
+            "kv_bytes_at_max": sum(layer_kv_bytes(model, _settings(o, c, t, t))) if c else 0,
+        }
     par = []
     for p in PARALLEL_STEPS:
         c = _max_ctx(model, nodes, replace(o, parallel=p), o.cache_type_k, o.cache_type_v, p)
         par.append({"parallel": p, "max_ctx": c, "ctx_per_slot": (c // p) // 256 * 256})
     tps, tps_full, bpt, hop_s, dnotes = _decode(model, nodes, a, o)
     estimated = list(model.estimated) + a.notes + dnotes
-    return Plan(model=model, options=o, ctx=pad(ctx, 256), nodes=plans, host_weights_bytes=hb,
-                host_compute_bytes=a.host_compute, tensor_split=split, kv_bytes_per_token=kvpt, max_ctx=max_ctx,
-                parallel=par, decode_tps_upper_bound=tps, decode_tps_upper_bound_full_ctx=tps_full,
-                bytes_per_token=bpt, hop_seconds=hop_s, warnings=warnings, estimated=estimated,
-                speculation=speculation_support(model))
+    return Plan(
+        model=model,
+        options=o,
+        ctx=pad(ctx, 256),
+        nodes=plans,
+        host_weights_bytes=hb,
+        host_compute_bytes=a.host_compute,
+        tensor_split=split,
+        kv_bytes_per_token=kvpt,
+        max_ctx=max_ctx,
+        parallel=par,
+        decode_tps_upper_bound=tps,
+        decode_tps_upper_bound_full_ctx=tps_full,
+        bytes_per_token=bpt,
+        hop_seconds=hop_s,
+        warnings=warnings,
+        estimated=estimated,
+        speculation=speculation_support(model),
+    )

@@ -18,8 +18,19 @@ from typing import Any
 from ..model import ModelInfo
 
 #: ``--spec-type`` values of the pinned llama.cpp, in its own order (``none`` = off)
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
-              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
 #: self-speculation from the context's own n-grams: no draft model, every model
 DRAFTLESS_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 #: types that need a draft GGUF (``--spec-draft-model``)
@@ -27,8 +38,12 @@ DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspa
 #: every draft-* type: they take the ``--spec-draft-*`` parameters
 DRAFT_TYPES = (*DRAFT_MODEL_TYPES, "draft-mtp")
 
-_DRAFT_KIND = {"draft-simple": "a small model of the same vocabulary", "draft-eagle3": "an EAGLE3 head",
-               "draft-dflash": "a DFlash draft", "draft-dspark": "a DSpark draft (DFlash + Markov head)"}
+_DRAFT_KIND = {
+    "draft-simple": "a small model of the same vocabulary",
+    "draft-eagle3": "an EAGLE3 head",
+    "draft-dflash": "a DFlash draft",
+    "draft-dspark": "a DSpark draft (DFlash + Markov head)",
+}
 
 
 def parse_types(value: Any) -> list[str]:
@@ -84,8 +99,13 @@ def speculation_support(model: ModelInfo, draft: ModelInfo | None = None) -> lis
     problem = model.mtp_problem
     if problem is None:
         n = len(model.mtp_layers)
-        rows.append(SpecSupport("draft-mtp", True, f"the GGUF has {n} MTP layer{'s' if n != 1 else ''} "
-                                f"(blk.{model.mtp_layers[0]}.nextn.*)"))
+        rows.append(
+            SpecSupport(
+                "draft-mtp",
+                True,
+                f"the GGUF has {n} MTP layer{'s' if n != 1 else ''} (blk.{model.mtp_layers[0]}.nextn.*)",
+            )
+        )
     elif draft is not None and draft.has_mtp:
         rows.append(SpecSupport("draft-mtp", True, f"MTP layers from the draft model {draft.path.name}"))
     else:
@@ -112,8 +132,9 @@ def summary(rows: list[SpecSupport]) -> str:
     if no:
         reasons: dict[str, list[str]] = {}
         for r in no:
-            reasons.setdefault(r.reason if r.type == "draft-mtp" else "need a draft model (server.draft_model)",
-                               []).append(r.type)
+            reasons.setdefault(
+                r.reason if r.type == "draft-mtp" else "need a draft model (server.draft_model)", []
+            ).append(r.type)
         text += "; not: " + "; ".join(f"{', '.join(ts)} ({why})" for why, ts in reasons.items())
     return text
 
@@ -149,10 +170,14 @@ def msa_warnings(arch: str, *, flash_attn: bool | None, kv_unified: bool, parall
         return []
     out = []
     if flash_attn is False:
-        out.append(f"{arch}: flash attention off: llama.cpp runs its sparse attention (MSA) only with flash "
-                   f"attention and falls back to DENSE attention (slower, output may be degraded); fix: "
-                   f"{MSA_FIX_FA}")
+        out.append(
+            f"{arch}: flash attention off: llama.cpp runs its sparse attention (MSA) only with flash "
+            f"attention and falls back to DENSE attention (slower, output may be degraded); fix: "
+            f"{MSA_FIX_FA}"
+        )
     if kv_unified and parallel > 1:
-        out.append(f"{arch}: --kv-unified with parallel = {parallel}: MSA needs one KV stream per slot; "
-                   f"llama.cpp falls back to DENSE attention (output may be degraded); fix: {MSA_FIX_UNIFIED}")
+        out.append(
+            f"{arch}: --kv-unified with parallel = {parallel}: MSA needs one KV stream per slot; "
+            f"llama.cpp falls back to DENSE attention (output may be degraded); fix: {MSA_FIX_UNIFIED}"
+        )
     return out

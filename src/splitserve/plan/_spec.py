@@ -38,8 +38,13 @@ def spec_nodes(spec: Any) -> list[Node]:
     """The spec's devices as planner nodes, in llama.cpp's order."""
     nodes: list[Node] = []
     missing: list[str] = []
-    bw_of = lambda obj: getattr(obj, "bandwidth_gbps", None)
-    dev_of = lambda obj: getattr(obj, "device_kind", None)
+
+    def bw_of(obj: Any) -> Any:
+        return getattr(obj, "bandwidth_gbps", None)
+
+    def dev_of(obj: Any) -> Any:
+        return getattr(obj, "device_kind", None)
+
     for w in spec.workers:
         devs = list(w.devices) or [None]
         mem = _memory_list(w, len(devs), f"workers[{w.name}]")
@@ -58,9 +63,11 @@ def spec_nodes(spec: Any) -> list[Node]:
                 continue
             nodes.append(Node(f"head/{d}", mem[i], dev_of(spec.head), bw_of(spec.head)))
     if missing:
-        raise UsageError(f"{getattr(spec, 'source_file', None) or 'the spec'}: no memory size for "
-                         f"{', '.join(missing)}; pass --node NAME=GIB for every device (in this order), "
-                         "or set memory_gib on each worker")
+        raise UsageError(
+            f"{getattr(spec, 'source_file', None) or 'the spec'}: no memory size for "
+            f"{', '.join(missing)}; pass --node NAME=GIB for every device (in this order), "
+            "or set memory_gib on each worker"
+        )
     return nodes
 
 
@@ -81,11 +88,18 @@ def spec_options(spec: Any) -> PlanOptions:
     """The planner options that the spec's ``[server]`` table implies (llama-server's defaults elsewhere)."""
     s = spec.server
     fa = (s.flash_attn or "auto") != "off"
-    return PlanOptions(ctx=s.ctx_size or None, parallel=s.parallel, cache_type_k=s.cache_type_k or "f16",
-                       cache_type_v=s.cache_type_v or "f16", ubatch=s.ubatch or 512, flash_attn=fa,
-                       unified=kv_unified_asked(list(s.extra_args), dict(s.env)),
-                       tensor_split=tuple(s.tensor_split) if s.tensor_split else None, host_node=_host_node(spec),
-                       speculation=tuple(getattr(s, "speculation", ()) or ()))
+    return PlanOptions(
+        ctx=s.ctx_size or None,
+        parallel=s.parallel,
+        cache_type_k=s.cache_type_k or "f16",
+        cache_type_v=s.cache_type_v or "f16",
+        ubatch=s.ubatch or 512,
+        flash_attn=fa,
+        unified=kv_unified_asked(list(s.extra_args), dict(s.env)),
+        tensor_split=tuple(s.tensor_split) if s.tensor_split else None,
+        host_node=_host_node(spec),
+        speculation=tuple(getattr(s, "speculation", ()) or ()),
+    )
 
 
 def draft_info(spec: Any) -> ModelInfo | None:
@@ -113,8 +127,9 @@ def speculation_problem(spec: Any, model: ModelInfo | None = None) -> str | None
     return f"{where}: server.speculation: {problem}"
 
 
-def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path | None = None,
-                  options: PlanOptions | None = None) -> Plan:
+def plan_for_spec(
+    spec: Any, nodes: list[Node] | None = None, model: str | Path | None = None, options: PlanOptions | None = None
+) -> Plan:
     """Plan the spec's model over its devices with its server options (or ``options``, e.g. with
     command-line overrides on top of :func:`spec_options`)."""
     nodes = nodes if nodes is not None else spec_nodes(spec)
@@ -126,19 +141,24 @@ def plan_for_spec(spec: Any, nodes: list[Node] | None = None, model: str | Path 
     draft = draft_info(spec)
     if draft is not None:
         plan.speculation = speculation_support(info, draft)
-        plan.estimated.append(f"the draft model {draft.path.name} ({draft.weights_bytes / GIB:.2f} GiB) and its KV "
-                              "cache are not in the per-node figures")
+        plan.estimated.append(
+            f"the draft model {draft.path.name} ({draft.weights_bytes / GIB:.2f} GiB) and its KV "
+            "cache are not in the per-node figures"
+        )
     problem = speculation_refusal(list(plan.options.speculation), info, draft)
     if problem:
         plan.warnings.append(f"server.speculation: {problem} (`up` refuses this spec)")
     s = spec.server
     if s.n_gpu_layers < info.n_layer + 1:
-        plan.estimated.append(f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "
-                              "assumes every layer offloaded")
+        plan.estimated.append(
+            f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "
+            "assumes every layer offloaded"
+        )
     overrides = {"-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"}
     if overrides & set(s.extra_args):
-        plan.estimated.append("tensor overrides in server.extra_args (-ot / --cpu-moe) move tensors the plan "
-                              "does not move")
+        plan.estimated.append(
+            "tensor overrides in server.extra_args (-ot / --cpu-moe) move tensors the plan does not move"
+        )
     if s.split_mode != "layer":
         plan.estimated.append(f"split_mode = {s.split_mode!r}: the plan models --split-mode layer")
     return plan
@@ -157,12 +177,18 @@ def require_fit(plan: Plan) -> None:
     """Raise :class:`ClusterError` with the numbers when ``plan`` does not fit its nodes."""
     if plan.fits:
         return
-    short = [f"{n.name} needs {n.total_bytes / GIB:.1f} GiB (weights {n.weights_bytes / GIB:.1f} + KV "
-             f"{n.kv_bytes / GIB:.1f} + compute {n.compute_bytes / GIB:.1f}"
-             + (f" + host {n.host_bytes / GIB:.1f}" if n.host_bytes else "")
-             + f") of {n.memory_bytes / GIB:.1f} GiB" for n in plan.nodes if n.headroom_bytes < 0]
-    raise ClusterError(f"the model will not fit: {'; '.join(short)}; lower ctx_size, use q8_0/q4_0 KV "
-                       "(cache_type_k/v), or add a worker (see `splitserve plan -c SPEC`)")
+    short = [
+        f"{n.name} needs {n.total_bytes / GIB:.1f} GiB (weights {n.weights_bytes / GIB:.1f} + KV "
+        f"{n.kv_bytes / GIB:.1f} + compute {n.compute_bytes / GIB:.1f}"
+        + (f" + host {n.host_bytes / GIB:.1f}" if n.host_bytes else "")
+        + f") of {n.memory_bytes / GIB:.1f} GiB"
+        for n in plan.nodes
+        if n.headroom_bytes < 0
+    ]
+    raise ClusterError(
+        f"the model will not fit: {'; '.join(short)}; lower ctx_size, use q8_0/q4_0 KV "
+        "(cache_type_k/v), or add a worker (see `splitserve plan -c SPEC`)"
+    )
 
 
 def split_for_up(spec: Any) -> list[float] | None:

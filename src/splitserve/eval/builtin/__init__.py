@@ -56,9 +56,5 @@ def scenarios() -> list[Scenario]:
                     raise RuntimeError(f"{template.__name__} repeats its prompt for {tier} #{k}")
                 prompts.add(data["prompt"])
                 n = numbers[(tier, slug)] = numbers.get((tier, slug), 0) + 1
-                out.append(
-                    Scenario.model_validate(
-                        {"id": f"ss-{tier.replace('_', '-')}-{slug}-{n:03d}", **data}
-                    )
-                )
+                out.append(Scenario.model_validate({"id": f"ss-{tier.replace('_', '-')}-{slug}-{n:03d}", **data}))
     return out

@@ -378,9 +378,7 @@ SLACK = {"easy": (3, 2), "medium": (2, 2), "hard": (2, 1), "very_hard": (1, 1)} 
 TIMEOUT = {"easy": 60, "medium": 90, "hard": 150, "very_hard": 240}
 
 
-def fn(
-    name: str, description: str, props: dict[str, Any], required: list[str] | None = None
-) -> dict[str, Any]:
+def fn(name: str, description: str, props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     """An OpenAI function schema; ``props`` values are JSON types or full property schemas."""
     properties = {k: {"type": v} if isinstance(v, str) else v for k, v in props.items()}
     return {
@@ -425,9 +423,7 @@ CATALOG: dict[str, dict[str, Any]] = {
             "Current exchange rate from one currency to another.",
             {"base": "string", "quote": "string"},
         ),
-        fn(
-            "get_order_status", "Status of one customer order, by order id.", {"order_id": "string"}
-        ),
+        fn("get_order_status", "Status of one customer order, by order id.", {"order_id": "string"}),
         fn(
             "get_order_history",
             "All past orders of a customer, by customer name.",
@@ -490,9 +486,7 @@ CATALOG: dict[str, dict[str, Any]] = {
         ),
         fn("delete_user", "Delete a user account permanently.", {"user_id": "string"}),
         fn("get_user", "Look up a user account by id.", {"user_id": "string"}),
-        fn(
-            "send_sms", "Send a text message to a phone number.", {"to": "string", "text": "string"}
-        ),
+        fn("send_sms", "Send a text message to a phone number.", {"to": "string", "text": "string"}),
         fn(
             "get_product_info",
             "Catalog entry of a product by name: description, price, release date.",
@@ -632,17 +626,12 @@ def distractor_rules(tools: list[str], rng: Random) -> dict[str, list[dict[str, 
             answer = FILLER_ANSWERS[t]
         elif t == "get_weather_forecast":
             answer = {
-                "days": [
-                    {"day": d, "high_c": rng.randint(2, 34), "low_c": rng.randint(-5, 15)}
-                    for d in (1, 2, 3)
-                ]
+                "days": [{"day": d, "high_c": rng.randint(2, 34), "low_c": rng.randint(-5, 15)} for d in (1, 2, 3)]
             }
         elif t == "get_stock_history":
             answer = {"closes": [round(rng.uniform(20, 400), 2) for _ in range(5)]}
         elif t == "get_order_history":
-            answer = {
-                "orders": [{"order_id": f"A-{rng.randint(10000, 99999)}", "status": "delivered"}]
-            }
+            answer = {"orders": [{"order_id": f"A-{rng.randint(10000, 99999)}", "status": "delivered"}]}
         elif t == "search_employees":
             answer = {"employees": [person(rng) for _ in range(3)]}
         elif t == "search_flights":
@@ -655,9 +644,7 @@ def distractor_rules(tools: list[str], rng: Random) -> dict[str, list[dict[str, 
                 ]
             }
         elif t == "get_inventory_history":
-            answer = {
-                "months": [{"month": m, "moved": rng.randint(5, 90)} for m in ("Jan", "Feb", "Mar")]
-            }
+            answer = {"months": [{"month": m, "moved": rng.randint(5, 90)} for m in ("Jan", "Feb", "Mar")]}
         else:
             answer = {"error": f"{t}: no data for these arguments"}
         rules[t] = [{"match": "any", "returns": answer}]

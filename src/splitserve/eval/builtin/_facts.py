@@ -48,9 +48,7 @@ class Fact:
 
     def arg_check(self) -> dict[str, Any]:
         key, pattern = next(iter(self.match.items()))
-        return check(
-            "tool_args_match_regex", tool=self.tool, arg=key.removesuffix("_regex"), pattern=pattern
-        )
+        return check("tool_args_match_regex", tool=self.tool, arg=key.removesuffix("_regex"), pattern=pattern)
 
 
 def _price(rng: Random, lo: int, hi: int) -> float:
@@ -173,9 +171,7 @@ def order(rng: Random, status: str | None = None) -> Fact:
             "carrier": rng.choice(CARRIERS),
             "tracking_number": tracking,
         },
-        rng.choice(
-            [f"What's the status of my order {oid}?", f"Can you check where order {oid} stands?"]
-        ),
+        rng.choice([f"What's the status of my order {oid}?", f"Can you check where order {oid} stands?"]),
         f"Order {oid} is {status}.",
         [check("response_contains", patterns=[status])],
         {"status": status},
@@ -202,9 +198,7 @@ def package(rng: Random, tracking: str | None = None) -> Fact:
     )
 
 
-def employee(
-    rng: Random, name: str | None = None, office: str | None = None, ask_email: bool | None = None
-) -> Fact:
+def employee(rng: Random, name: str | None = None, office: str | None = None, ask_email: bool | None = None) -> Fact:
     name = name or person(rng)
     office = office or rng.choice(CITIES)
     first, last = name.lower().split()
@@ -315,8 +309,5 @@ def two_hop(rng: Random, k: int) -> tuple[Fact, Fact, str]:
     return (
         first,
         second,
-        (
-            f"What is the local time right now (24-hour HH:MM) at the destination of "
-            f"flight {first.entity}?"
-        ),
+        (f"What is the local time right now (24-hour HH:MM) at the destination of flight {first.entity}?"),
     )

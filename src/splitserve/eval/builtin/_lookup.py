@@ -45,9 +45,7 @@ def _rules(facts: list[Fact], tools: list[str], rng: Random) -> dict[str, list[d
     for f in facts:
         rules.setdefault(f.tool, []).append(f.rule())
     for t in own:
-        rules[t].append(
-            {"match": "any", "returns": {"error": f"{t}: no record for these arguments"}}
-        )
+        rules[t].append({"match": "any", "returns": {"error": f"{t}: no record for these arguments"}})
     return rules
 
 
@@ -87,8 +85,7 @@ def tool_selection(rng: Random, tier: str, k: int) -> dict[str, Any]:
         category="tool_selection",
         template="tool_selection",
         title=title,
-        description="One right tool answers the question; the others (some with confusable names) "
-        "do not.",
+        description="One right tool answers the question; the others (some with confusable names) do not.",
         prompt=question,
         tools=tools,
         oracle=oracle,
@@ -181,8 +178,7 @@ def parallel_fanout(rng: Random, tier: str, k: int) -> dict[str, Any]:
         category="parallel_fanout",
         template="parallel_fanout",
         title=f"{len(facts)} independent lookups in one batch",
-        description="Independent lookups must go out together in one assistant turn, then one "
-        "answer.",
+        description="Independent lookups must go out together in one assistant turn, then one answer.",
         prompt=prompt,
         tools=tools,
         oracle=oracle,
@@ -203,9 +199,7 @@ FLAKY = {"error": UNAVAILABLE.removeprefix("error: ")}
 
 def _flaky(rules: dict[str, list[dict[str, Any]]], tool: str, errors: list[dict[str, Any]]) -> None:
     """The tool's first calls fail with ``errors``, in order; then its rules answer."""
-    rules[tool] = [
-        {"match": "any", "call_index": i, "returns": e} for i, e in enumerate(errors)
-    ] + rules[tool]
+    rules[tool] = [{"match": "any", "call_index": i, "returns": e} for i, e in enumerate(errors)] + rules[tool]
 
 
 def retry_mock(rng: Random, tier: str, k: int) -> dict[str, Any]:
@@ -255,10 +249,8 @@ def retry_mock(rng: Random, tier: str, k: int) -> dict[str, Any]:
         tier=tier,
         category="error_recovery",
         template="retry_mock",
-        title=f"Retry after a transient failure ({len(sequence)} calls of {len(set(sequence))} "
-        "tools)",
-        description="A tool answers its first call(s) with a transient error (503 / 429); calling "
-        "it again works.",
+        title=f"Retry after a transient failure ({len(sequence)} calls of {len(set(sequence))} tools)",
+        description="A tool answers its first call(s) with a transient error (503 / 429); calling it again works.",
         prompt=question,
         tools=tools,
         oracle=oracle,
@@ -319,13 +311,10 @@ def _record(rng: Random, k: int) -> tuple[str, dict[str, Any]]:
             rng.random() < 0.5,
         )
         return (
-            f"The {product} costs {price} EUR and is {'in stock' if stock_ else 'sold out'} right "
-            "now.",
+            f"The {product} costs {price} EUR and is {'in stock' if stock_ else 'sold out'} right now.",
             {"product": product, "price_eur": price, "in_stock": stock_},
         )
-    title = rng.choice(
-        ["design review", "budget sync", "onboarding session", "incident retro", "vendor call"]
-    )
+    title = rng.choice(["design review", "budget sync", "onboarding session", "incident retro", "vendor call"])
     people, room = (
         rng.randint(3, 18),
         f"{rng.choice(['North', 'South', 'East', 'West'])}-{rng.randint(1, 9)}",
@@ -340,11 +329,7 @@ def _record(rng: Random, k: int) -> tuple[str, dict[str, Any]]:
 def _distinct(rng: Random, k: int) -> list[Fact]:
     """Three inventory or weather lookups with distinct keys and distinct values (one maximum)."""
     while True:
-        facts = (
-            [inventory(rng) for _ in range(3)]
-            if k % 2 == 0
-            else [weather(rng, c) for c in rng.sample(CITIES, 3)]
-        )
+        facts = [inventory(rng) for _ in range(3)] if k % 2 == 0 else [weather(rng, c) for c in rng.sample(CITIES, 3)]
         if (
             len({f.entity for f in facts}) == 3
             and len({json.dumps(f.fields) for f in facts}) == 3
@@ -443,8 +428,7 @@ def json_output(rng: Random, tier: str, k: int) -> dict[str, Any]:
         category="json_output",
         template="json_output",
         title=f"Answer as JSON only ({'no tools' if not facts else f'{len(facts)} lookups'})",
-        description="The final answer must be JSON that matches a schema (the values included), "
-        "with no prose.",
+        description="The final answer must be JSON that matches a schema (the values included), with no prose.",
         prompt=prompt,
         tools=tools,
         oracle=oracle,

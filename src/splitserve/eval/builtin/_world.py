@@ -17,9 +17,7 @@ def orders(rng: Random, n: int, customers: list[str] | None = None) -> list[dict
         product = rng.choice(PRODUCTS)
         rows.append(
             {
-                "id": 1000 + rng.randint(1, 8999)
-                if i == 0
-                else rows[-1]["id"] + rng.randint(1, 40),
+                "id": 1000 + rng.randint(1, 8999) if i == 0 else rows[-1]["id"] + rng.randint(1, 40),
                 "customer": customers[i % len(customers)],
                 "product": product,
                 "sku": f"{product[:3].upper()}-{rng.randint(1000, 9999)}",
@@ -167,8 +165,7 @@ def _bug(kind: int, rng: Random) -> Bug:
         fn, limit = rng.choice(["is_adult", "can_vote", "is_eligible"]), rng.choice([16, 18, 21])
         return Bug(
             fn,
-            f'def {fn}(age):\n    """True for people aged {limit} or older."""\n    return age > '
-            f"{limit}\n",
+            f'def {fn}(age):\n    """True for people aged {limit} or older."""\n    return age > {limit}\n',
             f"age > {limit}",
             f"age >= {limit}",
             [rf"age\s*>=\s*{limit}\b|\b{limit}\s*<=\s*age"],
@@ -237,8 +234,7 @@ def _bug(kind: int, rng: Random) -> Bug:
         fn = rng.choice(["last_item", "newest", "tail_value"])
         return Bug(
             fn,
-            f'def {fn}(items):\n    """The last element of a non-empty list."""\n'
-            "    return items[len(items)]\n",
+            f'def {fn}(items):\n    """The last element of a non-empty list."""\n    return items[len(items)]\n',
             "items[len(items)]",
             "items[-1]",
             [r"items\[\s*-1\s*\]|items\[\s*len\(items\)\s*-\s*1\s*\]"],
@@ -281,8 +277,7 @@ HELPERS = (
     ("is_blank", "def is_blank(text):\n    return not text.strip()\n"),
     (
         "chunks",
-        "def chunks(items, size):\n    return [items[i:i + size] for i in range(0, len(items), "
-        "size)]\n",
+        "def chunks(items, size):\n    return [items[i:i + size] for i in range(0, len(items), size)]\n",
     ),
     ("percent", "def percent(part, whole):\n    return 100 * part / whole if whole else 0.0\n"),
     ("slug", "def slug(text):\n    return '-'.join(text.lower().split())\n"),
@@ -303,8 +298,7 @@ def repo(rng: Random, n_bugs: int, n_clean: int = 1, readme: str = "") -> Repo:
     kinds = rng.sample(range(BUG_KINDS), n_bugs)
     files = {
         "README.md": readme
-        or f"# {rng.choice(['ledgerly', 'stockpile', 'tally', 'relay'])}\n\n"
-        "Run the tests with `pytest`.\n"
+        or f"# {rng.choice(['ledgerly', 'stockpile', 'tally', 'relay'])}\n\nRun the tests with `pytest`.\n"
     }
     tests: list[dict[str, Any]] = []
     bugs, test_files = [], []
