@@ -128,6 +128,24 @@ def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def runtime() -> dict[str, Any]:
+    """What the gateway process runs on (it has this interpreter and path): uvicorn picks
+    uvloop and httptools when they are importable, else asyncio and h11."""
+    import importlib.metadata
+    import importlib.util
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(),
+            "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+            "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+            **{name: version(name) for name in ("uvicorn", "starlette", "httpx", "anyio", "pydantic")}}
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     k = max(0, min(len(s) - 1, round(q / 100 * (len(s) - 1))))
@@ -213,6 +231,7 @@ def main() -> None:
             "bench": "gateway", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                         "loadavg_start": os.getloadavg()},
+            "gateway_runtime": runtime(),
             "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "model": model_path.name, "throughput": {}, "ttft": {}}
         for conc in [int(c) for c in args.concurrency.split(",")]:

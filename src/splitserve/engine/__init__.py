@@ -2,26 +2,75 @@
 
 from __future__ import annotations
 
+from ._backend import (
+    DOWN_RETRY_AFTER,
+    CompletionStream,
+    EngineBackend,
+    EngineHealth,
+    EngineReply,
+    EngineStreamError,
+    engine_message,
+)
 from ._build import BuildOptions, BuildPlan, build_engine, cmake_arguments, plan_build
-from ._client import EngineClient, EngineHTTPError, EngineUnavailable
+from ._client import EngineClient, EngineHTTPError, EngineUnavailable, SyncEngine, connect
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
+from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
+from ._llamacpp import LlamaCppBackend
+from ._smoke import (
+    Check,
+    LocalRunner,
+    RunResult,
+    SmokeReport,
+    check_rpc,
+    machine_fingerprint,
+    smoke_test,
+    wait_port,
+)
 from ._source import DEFAULT_SOURCE, SourceTree, resolve_source
+from ._tiny import tiny_model
+from ._vllm import VllmBackend, backend_for, split_engine_url
 
 __all__ = [
     "DEFAULT_SOURCE",
+    "DOWN_RETRY_AFTER",
     "BuildOptions",
     "BuildPlan",
+    "Check",
+    "CompletionStream",
     "Engine",
+    "EngineBackend",
     "EngineClient",
     "EngineHTTPError",
+    "EngineHealth",
+    "EngineReply",
+    "EngineStreamError",
     "EngineUnavailable",
+    "FakeEngine",
+    "FakeFailure",
+    "FakeOutput",
+    "FakeRequest",
+    "LlamaCppBackend",
+    "LocalRunner",
+    "RunResult",
+    "SmokeReport",
     "SourceTree",
+    "SyncEngine",
+    "VllmBackend",
+    "backend_for",
     "build_engine",
+    "check_rpc",
     "cmake_arguments",
+    "connect",
+    "engine_message",
     "get_engine",
     "list_engines",
     "load_engine",
+    "machine_fingerprint",
     "plan_build",
     "resolve_source",
+    "smoke_test",
+    "split_engine_url",
+    "tiny_model",
     "version_text",
+    "wait_port",
 ]

@@ -1,79 +1,113 @@
-"""A small HTTP client for llama-server: health, one-shot completions, slots, props.
+"""The engine for blocking callers (the cluster's readiness wait, ``splitserve status``).
 
-Connection failures and HTTP errors become :class:`EngineUnavailable` /
-:class:`EngineHTTPError` at this boundary.
+:class:`SyncEngine` runs any :class:`~._backend.EngineBackend` on an event loop of its own (an
+anyio blocking portal, started on the first call) and offers its calls as plain functions::
+
+    with connect("http://127.0.0.1:8080", timeout=3.0) as engine:
+        engine.slots()
+
+Connection failures and HTTP errors are :class:`EngineUnavailable` / :class:`EngineHTTPError`.
+:class:`EngineClient` is the older name, kept: a :class:`SyncEngine` of llama-server at a URL.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
 
-import httpx
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from .._errors import EngineError
+from ._backend import EngineBackend, EngineHealth, EngineHTTPError, EngineUnavailable
+from ._llamacpp import LlamaCppBackend
 
-
-class EngineUnavailable(EngineError):
-    """The engine did not answer (not started, crashed, or still binding)."""
-
-
-class EngineHTTPError(EngineError):
-    """The engine answered with an error status."""
-
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"engine answered HTTP {status}: {body[:300]}")
-        self.status = status
-        self.body = body
+T = TypeVar("T")
 
 
-class EngineClient:
-    """llama-server at ``base_url`` (e.g. ``http://127.0.0.1:8080``)."""
+class SyncEngine:
+    """A blocking facade over ``backend``; close it (or use it as a context manager)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+    def __init__(self, backend: EngineBackend) -> None:
+        self.backend = backend
+        self._portal_cm: contextlib.AbstractContextManager[BlockingPortal] | None = None
+        self._portal: BlockingPortal | None = None
+
+    @property
+    def url(self) -> str:
+        return self.backend.url
+
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        if self._portal is None:
+            self._portal_cm = start_blocking_portal()
+            self._portal = self._portal_cm.__enter__()
+        return self._portal.call(fn, *args)
 
     def close(self) -> None:
-        self._http.close()
+        if self._portal is None or self._portal_cm is None:
+            return
+        try:
+            self._portal.call(self.backend.aclose)
+        finally:
+            cm, self._portal_cm, self._portal = self._portal_cm, None, None
+            cm.__exit__(None, None, None)
+
+    def __enter__(self) -> SyncEngine:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def health(self) -> EngineHealth:
+        return self._call(self.backend.health)
+
+    def health_status(self) -> int:
+        """HTTP status of the health check: 200 ready, 503 loading; :class:`EngineUnavailable`
+        when the engine does not answer."""
+        health = self.health()
+        if health.status == "down":
+            raise EngineUnavailable(health.message, url=self.url, path="/health")
+        return health.http_status
+
+    def complete(self, prompt: str, n_predict: int = 1, **fields: Any) -> dict[str, Any]:
+        """A non-streamed completion of ``prompt``; ``fields`` go into the body as they are."""
+        body = {"prompt": prompt, "n_predict": n_predict, **fields}
+        return self._call(self.backend.complete, body)
+
+    def props(self) -> dict[str, Any]:
+        """The server's effective settings."""
+        return self._call(self.backend.props)
+
+    def slots(self) -> list[dict[str, Any]]:
+        """One entry per parallel slot."""
+        return self._call(self.backend.slots)
+
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        return self._call(self.backend.tokenize, text, add_special)
+
+    def metrics(self) -> bytes | None:
+        """The engine's Prometheus text, None when it has none."""
+        return self._call(self.backend.metrics)
+
+
+def connect(url: str, api_key: str | None = None, timeout: float = 30.0) -> SyncEngine:
+    """A :class:`SyncEngine` of llama-server at ``url``; ``timeout`` bounds connecting and each
+    read of a completion (the small requests have their own 5 s)."""
+    return SyncEngine(LlamaCppBackend(url, api_key=api_key, connect_timeout=timeout, timeout=timeout))
+
+
+class EngineClient(SyncEngine):
+    """llama-server at ``base_url`` (e.g. ``http://127.0.0.1:8080``): :func:`connect` under its
+    older name."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
+        super().__init__(LlamaCppBackend(base_url, api_key=api_key, connect_timeout=timeout, timeout=timeout))
+        self.base_url = self.backend.url
 
     def __enter__(self) -> EngineClient:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            return self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from None
-
-    def health_status(self) -> int:
-        """HTTP status of ``/health``: 200 ready, 503 loading."""
-        return self._request("GET", "/health", timeout=5.0).status_code
-
-    def complete(self, prompt: str, n_predict: int = 1, **fields: Any) -> dict[str, Any]:
-        """A non-streamed ``/completion``."""
-        body = {"prompt": prompt, "n_predict": n_predict, **fields}
-        resp = self._request("POST", "/completion", json=body)
-        if resp.status_code != 200:
-            raise EngineHTTPError(resp.status_code, resp.text)
-        data: dict[str, Any] = resp.json()
-        return data
-
-    def _get_json(self, path: str) -> Any:
-        resp = self._request("GET", path, timeout=5.0)
-        if resp.status_code != 200:
-            raise EngineHTTPError(resp.status_code, resp.text)
-        return resp.json()
-
-    def slots(self) -> list[dict[str, Any]]:
-        """``/slots``: one entry per parallel slot."""
-        data = self._get_json("/slots")
-        return data if isinstance(data, list) else []
-
-    def props(self) -> dict[str, Any]:
-        """``/props``: the server's effective settings."""
-        data = self._get_json("/props")
-        return data if isinstance(data, dict) else {}
+__all__ = ["EngineClient", "EngineHTTPError", "EngineUnavailable", "SyncEngine", "connect"]

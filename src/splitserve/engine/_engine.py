@@ -50,7 +50,7 @@ class Engine:
     def path(self, role: str) -> Path:
         """Where the ``server``, ``rpc_server`` or ``bench`` binary is (not checked: it may be
         another node's path)."""
-        name = self.provenance.get("binaries", {}).get(role)
+        name: str | None = self.provenance.get("binaries", {}).get(role)
         if not name:
             raise EngineError(f"engine {self.key} has no {role} binary (see {self.root / PROVENANCE})")
         return self.bin_dir / name

@@ -7,6 +7,7 @@
 
 from ._app import EngineStream, Gateway, GatewayConfig, create_app, load_template
 from ._auth import KeyRing, add_key, hash_key, is_loopback, require_auth_off_loopback
+from ._doctor import probe_tools, report_markdown
 from ._errors import APIError
 from ._limits import KeyLimiter
 from ._plain import PLAIN
@@ -33,6 +34,8 @@ __all__ = [
     "is_loopback",
     "load_template",
     "plan_chat",
+    "probe_tools",
+    "report_markdown",
     "require_auth_off_loopback",
     "serve",
 ]

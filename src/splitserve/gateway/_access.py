@@ -61,9 +61,9 @@ class RequestRecord:
         if not timings:
             return
         prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
-        if _number(prompt_ms):
+        if isinstance(prompt_ms, (int, float)) and _number(prompt_ms):
             self.prefill_s = float(prompt_ms) / 1000
-        if _number(predicted_ms):
+        if isinstance(predicted_ms, (int, float)) and _number(predicted_ms):
             self.decode_s = float(predicted_ms) / 1000
 
     def close(self) -> float:

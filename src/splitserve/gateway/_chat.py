@@ -12,17 +12,25 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 import anyio
-import httpx
 
+from .._errors import EngineError
+from ..engine import CompletionStream
 from ._access import RequestRecord
 from ._errors import APIError
 from ._metrics import Metrics
 from ._translate import Plan, ServedModel, dumps
 from ._turn import CALL_ARGS, CALL_START, CONTENT, REASONING, Delta, Turn
-from ._upstream import sse_batches
+from ._upstream import api_error
+
+
+class LastChunk(bytes):
+    """The last bytes of a streamed body: :class:`~._app.EngineStream` writes them with the
+    body's end, in one write, before it lets the generator finish (counting, closing the
+    engine's stream, freeing the slot: work the client need not wait for)."""
 
 
 @dataclass
@@ -99,26 +107,36 @@ def record(
         metrics.warnings.inc(len(warnings))
 
 
-async def _drive(resp: httpx.Response, turn: Turn, outcome: Outcome, timing: Timing) -> AsyncIterator[list[Delta]]:
-    """Engine events -> lists of deltas, one list per read of the engine's stream; the final
-    event lands in ``outcome``."""
-    # The answer ends at the ``stop`` event: not waiting for the engine to end its body (on
-    # the H200, waiting cost 2-5 % of tokens/s; the connection is closed instead of reused).
-    async for batch in sse_batches(resp):
-        out: list[Delta] = []
-        for data in batch:
-            text = data.get("content")
-            if text:
-                if not timing.first_engine_token:
-                    timing.first_engine_token = time.perf_counter()
-                out += turn.feed(text)
-            if data.get("stop"):
-                outcome.final = data
-                break
-        if out:
-            yield out
-        if outcome.final:
+def _take(batch: list[dict[str, Any]], turn: Turn, outcome: Outcome, timing: Timing) -> list[Delta]:
+    """The deltas of one batch of engine events (one read of its stream); the ``stop`` event
+    lands in ``outcome`` and ends the answer: nothing after it is read. (Not waiting for the
+    engine to end its body: on the H200, waiting cost 2-5 % of tokens/s; the engine reader
+    takes the body's end in the background.)"""
+    out: list[Delta] = []
+    for data in batch:
+        text = data.get("content")
+        if text:
+            if not timing.first_engine_token:
+                timing.first_engine_token = time.perf_counter()
+            out += turn.feed(text)
+        if data.get("stop"):
+            outcome.final = data
             break
+    return out
+
+
+async def _drive(events: CompletionStream, turn: Turn, outcome: Outcome, timing: Timing) -> AsyncIterator[list[Delta]]:
+    """Engine events -> lists of deltas, one list per read of the engine's stream (see
+    :func:`_take`); the parser's last deltas at the end."""
+    try:
+        async for batch in events:
+            out = _take(batch, turn, outcome, timing)
+            if out:
+                yield out
+            if outcome.final:
+                break
+    except EngineError as exc:
+        raise api_error(exc) from None
     deltas = turn.finish()
     if deltas:
         yield deltas
@@ -140,8 +158,24 @@ def _wire_delta(d: Delta) -> dict[str, Any] | None:
     return None  # CALL_END: nothing on the wire
 
 
+def _wire(deltas: list[Delta], head: bytes, tail: bytes) -> list[bytes]:
+    """The chunks of these deltas. Text, nearly every token's delta, is encoded directly (the
+    bytes ``dumps`` writes for ``{"content": text}``, without a JSON encoder per token)."""
+    parts = []
+    for d in deltas:
+        if d.kind == CONTENT:
+            parts.append(head + b'{"content":' + encode_basestring(d.text).encode() + b"}" + tail)
+        elif d.kind == REASONING:
+            parts.append(head + b'{"reasoning_content":' + encode_basestring(d.text).encode() + b"}" + tail)
+        else:
+            wire = _wire_delta(d)
+            if wire is not None:
+                parts.append(head + dumps(wire).encode() + tail)
+    return parts
+
+
 async def stream_chat(
-    resp: httpx.Response,
+    events: CompletionStream,
     plan: Plan,
     model: ServedModel,
     turn: Turn,
@@ -150,7 +184,8 @@ async def stream_chat(
     release: Callable[[], Awaitable[None]],
     rec: RequestRecord | None = None,
 ) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed chat completion; closes the engine stream however it ends."""
+    r"""The SSE body of a streamed chat completion; closes the engine stream and ``release``\ s
+    the request's slot however it ends."""
     cid = completion_id()
     created = int(time.time())
     head = (
@@ -164,19 +199,25 @@ async def stream_chat(
     role = head + b'{"role":"assistant","content":""}' + tail
     try:
         try:
-            async for deltas in _drive(resp, turn, outcome, timing):
-                parts = []
-                for d in deltas:
-                    wire = _wire_delta(d)
-                    if wire is not None:
-                        parts.append(head + dumps(wire).encode() + tail)
+            # _drive inlined: one generator layer fewer per read of the engine.
+            async for batch in events:
+                parts = _wire(_take(batch, turn, outcome, timing), head, tail)
                 if parts:
                     if not timing.first_sent:
                         timing.first_sent = time.perf_counter()
                         parts.insert(0, role)
-                    yield b"".join(parts)
-        except APIError as exc:
-            yield b"data: " + exc.body_bytes() + b"\n\n"
+                    yield b"".join(parts) if len(parts) > 1 else parts[0]
+                if outcome.final:
+                    break
+            parts = _wire(turn.finish(), head, tail)
+            if parts:
+                if not timing.first_sent:
+                    timing.first_sent = time.perf_counter()
+                    parts.insert(0, role)
+                yield b"".join(parts)
+        except (EngineError, APIError) as exc:
+            error = api_error(exc) if isinstance(exc, EngineError) else exc
+            yield b"data: " + error.body_bytes() + b"\n\n"
             return
         warnings = turn.final_warnings(outcome.stop_type)
         last: dict[str, Any] = {
@@ -211,16 +252,20 @@ async def stream_chat(
                 + b"\n\n"
             )
         chunks.append(b"data: [DONE]\n\n")
-        record(metrics, outcome, timing, turn, warnings, rec)
-        yield b"".join(chunks)
+        try:
+            yield LastChunk(b"".join(chunks))
+        finally:
+            # Counted once the client has the whole answer (the writer ends the body with
+            # the last chunk before it resumes this generator), off the client's path.
+            record(metrics, outcome, timing, turn, warnings, rec)
     finally:
         with anyio.CancelScope(shield=True):
-            await resp.aclose()
+            await events.aclose()
             await release()
 
 
 async def collect_chat(
-    resp: httpx.Response,
+    events: CompletionStream,
     plan: Plan,
     model: ServedModel,
     turn: Turn,
@@ -228,9 +273,9 @@ async def collect_chat(
     metrics: Metrics,
     rec: RequestRecord | None = None,
 ) -> dict[str, Any]:
-    """The whole ``chat.completion`` object (the caller closes ``resp``)."""
+    """The whole ``chat.completion`` object (the caller closes ``events``)."""
     outcome = Outcome()
-    async for _ in _drive(resp, turn, outcome, timing):
+    async for _ in _drive(events, turn, outcome, timing):
         if not timing.first_sent:
             timing.first_sent = time.perf_counter()
     warnings = turn.final_warnings(outcome.stop_type)
@@ -258,4 +303,4 @@ async def collect_chat(
     return body
 
 
-__all__ = ["Outcome", "Timing", "collect_chat", "stream_chat"]
+__all__ = ["LastChunk", "Outcome", "Timing", "collect_chat", "stream_chat"]

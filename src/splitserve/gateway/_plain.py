@@ -6,9 +6,7 @@ all output is content; no tool calls, no reasoning split.
 
 from __future__ import annotations
 
-from ..chat import ToolCallFormat, ToolParser
-from ..chat._format import IdFactory
-from ..chat._schema import ToolSet
+from ..chat import IdFactory, ToolCallFormat, ToolParser, ToolSet
 
 
 class _PlainParser(ToolParser):

@@ -11,22 +11,23 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import httpx
 
+from .._errors import EngineError
+from ..engine import EngineReply
 from ._access import RequestRecord
 from ._errors import APIError
 from ._schemas import safe_json_loads
 
 
 async def relay(
-    resp: httpx.Response, stack: contextlib.AsyncExitStack, rec: RequestRecord | None = None
+    resp: EngineReply, stack: contextlib.AsyncExitStack, rec: RequestRecord | None = None
 ) -> AsyncIterator[bytes]:
     """The engine's bytes as they come; closes the engine response and frees the slot at the end.
     With ``rec`` (a streamed native generation) its events are read too, for the first token and
     the last event's usage."""
     pending = b""
     try:
-        async for chunk in resp.aiter_raw():
+        async for chunk in resp.chunks():
             if rec is not None:
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
@@ -75,15 +76,15 @@ def _midstream(data: dict[str, Any]) -> APIError:
     )
 
 
-async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    async for line in resp.aiter_lines():
-        if line.startswith("data: {"):
+async def _sse(resp: EngineReply) -> AsyncIterator[dict[str, Any]]:
+    async for line in resp.lines():
+        if line.startswith(b"data: {"):
             data = json.loads(line[6:])
             if isinstance(data, dict):
                 yield data
 
 
-async def native_whole(resp: httpx.Response, body: dict[str, Any], rec: RequestRecord) -> bytes:
+async def native_whole(resp: EngineReply, body: dict[str, Any], rec: RequestRecord) -> bytes:
     """llama-server's non-streamed ``/completion`` answer from its stream: the last event with
     ``content``, ``completion_probabilities`` (and, if asked, ``tokens``) gathered."""
     content: list[str] = []
@@ -107,7 +108,7 @@ async def native_whole(resp: httpx.Response, body: dict[str, Any], rec: RequestR
     return json.dumps(final, ensure_ascii=False).encode()
 
 
-async def openai_whole(resp: httpx.Response, rec: RequestRecord) -> bytes:
+async def openai_whole(resp: EngineReply, rec: RequestRecord) -> bytes:
     """An OpenAI ``text_completion`` from the engine's stream of one choice."""
     text: list[str] = []
     out: dict[str, Any] = {}
@@ -172,7 +173,8 @@ def _take_native(rec: RequestRecord, final: dict[str, Any]) -> None:
     """Usage and stop of llama-server's last ``/completion`` event."""
     if not final:
         return
-    timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
+    raw = final.get("timings")
+    timings: dict[str, Any] = raw if isinstance(raw, dict) else {}
     stop = final.get("stop_type")
     rec.usage(
         {
@@ -186,15 +188,15 @@ def _take_native(rec: RequestRecord, final: dict[str, Any]) -> None:
 
 
 async def relay_events(
-    resp: httpx.Response, stack: contextlib.AsyncExitStack, model_id: str, rec: RequestRecord
+    resp: EngineReply, stack: contextlib.AsyncExitStack, model_id: str, rec: RequestRecord
 ) -> AsyncIterator[bytes]:
     """:func:`relay` for server-sent events, one event per write, each ``model`` the gateway's
     id; the usage and finish reason they carry go to ``rec``."""
     try:
         event: list[bytes] = []
-        async for line in resp.aiter_lines():
+        async for line in resp.lines():
             if line:
-                data = line.encode()
+                data = line
                 if data.startswith(b"data: {"):
                     data = b"data: " + _own_event(data[6:], model_id, rec)
                 event.append(data)
@@ -204,7 +206,7 @@ async def relay_events(
                 event = []
         if event:
             yield b"\n".join(event) + b"\n\n"
-    except httpx.HTTPError:
+    except EngineError:
         return  # the engine broke off: the stream ends, as a relay's would
     finally:
         with anyio.CancelScope(shield=True):

@@ -50,7 +50,7 @@ class _HeadGuard:
         self._head_parsed = 0  # bytes of the head parsed so far (its size)
         self._head_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         self._guard_init()
         super().connection_made(transport)  # type: ignore[misc]
         self._arm()

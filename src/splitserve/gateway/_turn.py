@@ -35,8 +35,9 @@ from ..chat import (
     ToolCallEnd,
     ToolCallStart,
     coalesce,
+    find_first,
+    hold_len,
 )
-from ..chat._scan import find_first, hold_len
 from ._translate import Plan
 
 _HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")

@@ -23,21 +23,52 @@ import subprocess
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._errors import SplitserveError
+from .._errors import EngineError, SplitserveError
 from ..cluster import STATE_FILE, ClusterState, read_state
 from ..cluster import read_tail as cluster_read_tail
 from ._errors import APIError
 from ._ui_state import History, Sample, Snapshot, assemble
+from ._upstream import api_error
 
-if TYPE_CHECKING:
-    from ._app import Gateway
+
+class _Config(Protocol):
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def engine_url(self) -> str: ...
+
+
+class _Slots(Protocol):
+    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]: ...
+
+
+class _Registry(Protocol):
+    @property
+    def registry(self) -> Any: ...
+
+
+class Gateway(Protocol):
+    """What the page needs of :class:`splitserve.gateway.Gateway` (a Protocol: ``_app`` imports this module)."""
+
+    @property
+    def config(self) -> _Config: ...
+
+    @property
+    def backend(self) -> _Slots: ...
+
+    @property
+    def metrics(self) -> _Registry: ...
+
+    def authenticate(self, request: Request) -> str: ...
+
 
 REFRESH_SECONDS = 1.0
 """The state is computed at most this often, however many pages poll."""
@@ -145,8 +176,8 @@ def plan_for_state(state: ClusterState) -> tuple[dict[str, Any] | None, str | No
     try:
         from dataclasses import replace
 
-        from ..cluster import load_spec
-        from ..plan import Node, plan_for_spec, spec_nodes, spec_options
+        from ..cluster import load_spec, plan_for_spec, spec_nodes, spec_options
+        from ..plan import Node
 
         spec = load_spec(Path(state.spec_file))
         note = None
@@ -158,7 +189,8 @@ def plan_for_state(state: ClusterState) -> tuple[dict[str, Any] | None, str | No
             ram = int(psutil.virtual_memory().total)
             nodes = []
             for w in spec.workers:
-                for d in list(w.devices) or [None]:
+                devices: list[str | None] = [*w.devices] or [None]
+                for d in devices:
                     nodes.append(
                         Node(
                             w.name if d is None else f"{w.name}/{d}",
@@ -293,7 +325,7 @@ class ClusterReader:
         snap.plan_note = snap.plan_note or note
 
     def _alive(self, p: Any, state: ClusterState, now: float) -> bool | None:
-        from ..cluster._transport import transport_for
+        from ..cluster import transport_for
 
         if p.host != "local":
             at, value = self._remote.get(p.node, (0.0, None))
@@ -310,7 +342,7 @@ class ClusterReader:
     def _read_head_log(self, snap: Snapshot, state: ClusterState) -> None:
         """While loading, the stage, buffers and warnings come from the head's log; once ready,
         from what `up` stored (the log grows with every request at verbosity 4)."""
-        from ..cluster._logparse import load_progress, load_warnings, parse_load_report
+        from ..cluster import load_progress, load_warnings, parse_load_report
 
         head = next((p for p in state.processes if p.role == "server"), None)
         if state.phase == "ready" or head is None or head.host != "local":
@@ -381,10 +413,9 @@ class Dashboard:
     async def _compute(self) -> dict[str, Any]:
         snap = Snapshot(now=time.time(), gateway_url=None)
         try:
-            slots = await self.gw.upstream.get_json("/slots", timeout=1.0)
-            snap.slots = [s for s in slots if isinstance(s, dict)] if isinstance(slots, list) else None
-        except APIError as exc:
-            snap.slots_error = exc.message
+            snap.slots = await self.gw.backend.slots(timeout=1.0)
+        except EngineError as exc:
+            snap.slots_error = api_error(exc).message
         snap.samples = samples_of(self.gw.metrics.registry)
         await anyio.to_thread.run_sync(self.reader.read, snap)
         self.history.update(snap)

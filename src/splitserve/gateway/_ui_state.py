@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster._state import ClusterState
+from ..cluster import ClusterState
 
 Sample = tuple[str, dict[str, str], float]
 """One prometheus sample: its name (``splitserve_requests_total``), labels and value."""
@@ -365,10 +365,8 @@ def warnings_view(snap: Snapshot, gateway: dict[str, Any], limit: int = 30) -> l
         {"time": None, "source": "llama-server", "kind": w.get("kind"), "text": w.get("text"), "fix": w.get("fix")}
         for w in snap.load_warnings
     ]
-    if (snap.plan or {}).get("warnings"):
-        out += [
-            {"time": None, "source": "planner", "kind": "plan", "text": w, "fix": None} for w in snap.plan["warnings"]
-        ]  # type: ignore[index]
+    plan_warnings = (snap.plan or {}).get("warnings") or []
+    out += [{"time": None, "source": "planner", "kind": "plan", "text": w, "fix": None} for w in plan_warnings]
     events = [e for e in snap.events if e.get("kind") in EVENT_KINDS]
     out += [
         {

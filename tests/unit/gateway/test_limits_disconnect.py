@@ -10,10 +10,13 @@ import anyio
 import httpx
 import pytest
 
+from splitserve.engine import FakeEngine
 from splitserve.gateway import APIError, GatewayConfig, KeyLimiter, KeyRing, create_app
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def test_a_cancelled_waiter_frees_its_place_and_never_gets_the_slot() -> None:
@@ -55,49 +58,22 @@ def test_a_cancelled_waiter_frees_its_place_and_never_gets_the_slot() -> None:
     assert changes[-1] == (0, 0)
 
 
-class FakeEngine:
-    """/props, /tokenize, and a /completion that records who reached it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path == "/props":
-            return httpx.Response(200, json={"chat_template": CHATML, "model_path": "/m/smol.gguf",
-                                             "default_generation_settings": {"n_ctx": 2048},
-                                             "total_slots": 1})
-        if path == "/tokenize":
-            return httpx.Response(200, json={"tokens": [1]})
-        self.calls.append((request.method, path, request.url.query.decode()))
-        if path == "/health":
-            return httpx.Response(200, json={"status": "ok"})
-        if path in ("/completion", "/v1/completions"):
-            body = json.loads(request.content)
-            if path == "/completion":
-                events = [{"content": "Hi", "stop": False, "tokens": [5]},
-                          {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 1,
-                           "model": "/m/smol.gguf", "timings": {}}]
-            else:
-                events = [{"choices": [{"text": "Hi", "index": 0, "finish_reason": None}],
-                           "model": "/m/smol.gguf", "object": "text_completion"},
-                          {"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
-                           "model": "/m/smol.gguf", "usage": {"completion_tokens": 1}}]
-            assert body.get("stream") is True  # whole answers are asked streamed too
-            text = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
-            return httpx.Response(200, content=text.encode(), headers={"content-type": "text/event-stream"})
-        if path.startswith("/slots"):
-            return httpx.Response(200, stream=httpx.ByteStream(b'[{"id": 0}]'),
-                                  headers={"content-type": "application/json"})
-        return httpx.Response(404, json={"error": {"message": "no such endpoint"}})
-
-
 def _app(**config: Any) -> tuple[Any, FakeEngine]:
-    engine = FakeEngine()
-    app = create_app(GatewayConfig(engine_url="http://engine", **config))
-    app.state.gateway.upstream._http = httpx.AsyncClient(
-        base_url="http://engine", transport=httpx.MockTransport(engine.handler))
-    return app, engine
+    engine = FakeEngine(
+        [["Hi", " there"]],
+        props={
+            "chat_template": CHATML,
+            "model_path": "/m/smol.gguf",
+            "default_generation_settings": {"n_ctx": 2048},
+            "total_slots": 1,
+        },
+    )
+    return create_app(GatewayConfig(engine_url="http://engine", **config), engine), engine
+
+
+def _reached(engine: FakeEngine) -> list[tuple[str, str, str]]:
+    """The requests that reached the engine beyond health, props and tokenize."""
+    return [(r.method, r.path, r.query) for r in engine.requests if r.kind in ("stream", "relay", "complete")]
 
 
 async def _asgi(app: Any, path: str, body: dict[str, Any], leave: anyio.Event) -> list[dict[str, Any]]:
@@ -117,10 +93,21 @@ async def _asgi(app: Any, path: str, body: dict[str, Any], leave: anyio.Event) -
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "root_path": "", "headers": [(b"content-type", b"application/json")],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {}}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
     await app(scope, receive, send)
     return sent
 
@@ -129,31 +116,33 @@ async def _asgi(app: Any, path: str, body: dict[str, Any], leave: anyio.Event) -
 def test_a_queued_request_whose_client_left_never_reaches_the_engine(path: str) -> None:
     app, engine = _app(max_concurrent=1, max_queue=1)
     gw = app.state.gateway
-    body: dict[str, Any] = ({"messages": [{"role": "user", "content": "x"}]}
-                            if "chat" in path else {"prompt": "x", "max_tokens": 1})
+    body: dict[str, Any] = (
+        {"messages": [{"role": "user", "content": "x"}]} if "chat" in path else {"prompt": "x", "max_tokens": 1}
+    )
 
     async def scenario() -> list[dict[str, Any]]:
         await gw.model()
         leave = anyio.Event()
         out: list[dict[str, Any]] = []
-        async with gw.limiter.slot("anonymous"):  # the one running place is taken
-            async with anyio.create_task_group() as tg:
-                async def queued() -> None:
-                    out.extend(await _asgi(app, path, body, leave))
 
-                tg.start_soon(queued)
-                with anyio.fail_after(5):
-                    while gw.limiter.queued < 1:
-                        await anyio.sleep(0.005)
-                leave.set()
-                with anyio.fail_after(5):
-                    while gw.limiter.queued:
-                        await anyio.sleep(0.005)
+        async def queued() -> None:
+            out.extend(await _asgi(app, path, body, leave))
+
+        # the one running place is taken
+        async with gw.limiter.slot("anonymous"), anyio.create_task_group() as tg:
+            tg.start_soon(queued)
+            with anyio.fail_after(5):
+                while gw.limiter.queued < 1:
+                    await anyio.sleep(0.005)
+            leave.set()
+            with anyio.fail_after(5):
+                while gw.limiter.queued:
+                    await anyio.sleep(0.005)
         await anyio.sleep(0.05)
         return out
 
     sent = anyio.run(scenario)
-    assert [c for c in engine.calls if c[1] != "/health"] == []
+    assert _reached(engine) == []
     assert sent[0]["status"] == 499
     assert (gw.limiter.running, gw.limiter.queued) == (0, 0)
     assert "splitserve_client_disconnects_total 1.0" in gw.metrics.render()[0].decode()
@@ -163,42 +152,62 @@ def _run(app: Any, *calls: tuple[str, str, dict[str, str]]) -> list[httpx.Respon
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
             return [await c.request(m, u, headers=h) for m, u, h in calls]
+
     return anyio.run(scenario)
 
 
 def test_only_the_named_slot_endpoints_reach_the_engine() -> None:
     app, engine = _app()
-    bad = ["/slots/../v1/models", "/slots/%2e%2e/v1/models", "/slots/0%2F..%2Fv1%2Fmodels",
-           "/slots/abc?action=save", "/slots/%30?action=save", "/slots/0?action=drop",
-           "/slots/0?action=save&x=1", "/slots/0"]
-    got = _run(app, *[("POST", u, {}) for u in bad], ("GET", "/slots/0?action=save", {}),
-               ("POST", "/slots/00001?action=erase", {}), ("GET", "/slots?fail_on_no_slot=1", {}))
+    bad = [
+        "/slots/../v1/models",
+        "/slots/%2e%2e/v1/models",
+        "/slots/0%2F..%2Fv1%2Fmodels",
+        "/slots/abc?action=save",
+        "/slots/%30?action=save",
+        "/slots/0?action=drop",
+        "/slots/0?action=save&x=1",
+        "/slots/0",
+    ]
+    got = _run(
+        app,
+        *[("POST", u, {}) for u in bad],
+        ("GET", "/slots/0?action=save", {}),
+        ("POST", "/slots/00001?action=erase", {}),
+        ("GET", "/slots?fail_on_no_slot=1", {}),
+    )
     for url, r in zip(bad + ["GET /slots/0"], got[:-2]):
         assert r.status_code in (400, 404, 405), (url, r.status_code)
         assert "error" in r.json()
     assert got[-2].status_code == 200 and got[-1].status_code == 200
-    assert engine.calls == [("POST", "/slots/1", "action=erase"), ("GET", "/slots", "fail_on_no_slot=1")]
+    assert _reached(engine) == [("POST", "/slots/1", "action=erase"), ("GET", "/slots", "fail_on_no_slot=1")]
 
 
 def test_deep_health_takes_a_key_and_a_place_in_its_limit() -> None:
     app, engine = _app(keys=KeyRing.build("sk-t", None), max_concurrent=1, max_queue=0)
     gw = app.state.gateway
-    shallow, deep, keyed = _run(app, ("GET", "/health", {}), ("GET", "/health?deep=1", {}),
-                                ("GET", "/health?deep=1", {"Authorization": "Bearer sk-t"}))
+    shallow, deep, keyed = _run(
+        app,
+        ("GET", "/health", {}),
+        ("GET", "/health?deep=1", {}),
+        ("GET", "/health?deep=1", {"Authorization": "Bearer sk-t"}),
+    )
     assert shallow.status_code == 200  # open for load balancers
     assert deep.status_code == 401
     assert keyed.status_code == 200 and keyed.json()["deep"]["tokens"] == 1
-    assert [c[1] for c in engine.calls].count("/completion") == 1
+    assert [r.kind for r in engine.requests].count("stream") == 1
 
     async def full() -> httpx.Response:
-        async with gw.limiter.slot("default"):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
-                return await c.get("/health?deep=1", headers={"Authorization": "Bearer sk-t"})
+        async with (
+            gw.limiter.slot("default"),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
+        ):
+            return await c.get("/health?deep=1", headers={"Authorization": "Bearer sk-t"})
+
     assert anyio.run(full).status_code == 429
 
 
 def test_any_model_name_is_served_unless_strict() -> None:
-    app, _ = _app()
+    app, engine = _app()
     strict, _ = _app(strict_model_names=True)
     body = {"model": "gpt-4o", "prompt": "x", "max_tokens": 1}
 
@@ -209,16 +218,18 @@ def test_any_model_name_is_served_unless_strict() -> None:
     r = anyio.run(post, app, "/v1/completions", body)
     assert r.status_code == 200 and r.json()["model"] == "smol"  # the gateway's own id
     assert r.json()["choices"][0]["text"] == "Hi" and r.json()["choices"][0]["finish_reason"] == "length"
-    chat = anyio.run(post, app, "/v1/chat/completions",
-                     {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+    chat = anyio.run(
+        post, app, "/v1/chat/completions", {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert chat.status_code == 200 and chat.json()["model"] == "smol"
+    assert all(b["stream"] is True for b in engine.bodies)  # whole answers are asked streamed too
     nf = anyio.run(post, strict, "/v1/completions", body)
     assert nf.status_code == 404 and nf.json()["error"]["code"] == "model_not_found"
     assert anyio.run(post, strict, "/v1/completions", {**body, "model": "smol"}).status_code == 200
 
 
 def test_a_whole_native_completion_is_put_together_from_the_stream() -> None:
-    app, _ = _app()
+    app, engine = _app()
 
     async def post() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
@@ -229,6 +240,7 @@ def test_a_whole_native_completion_is_put_together_from_the_stream() -> None:
     data = r.json()
     assert data["content"] == "Hi" and data["stop"] is True and data["tokens"] == []
     assert data["stop_type"] == "limit"
+    assert engine.bodies == [{"prompt": "x", "n_predict": 1, "stream": True}]  # asked streamed
 
 
 def test_non_finite_numbers_in_a_completions_body_are_a_400() -> None:
@@ -241,7 +253,7 @@ def test_non_finite_numbers_in_a_completions_body_are_a_400() -> None:
     for path in ("/v1/completions", "/completion"):
         r = anyio.run(post, b'{"prompt":"x","max_tokens":NaN,"n_predict":Infinity}', path)
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
-    assert not [c for c in engine.calls if "completion" in c[1]]
+    assert engine.bodies == []
 
 
 def test_a_body_that_never_ends_is_a_408() -> None:
@@ -262,10 +274,21 @@ def test_a_body_that_never_ends_is_a_408() -> None:
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
-                 "query_string": b"", "root_path": "", "headers": [], "client": ("127.0.0.1", 1),
-                 "server": ("127.0.0.1", 8000), "state": {}}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/completions",
+            "raw_path": b"/v1/completions",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 8000),
+            "state": {},
+        }
         with anyio.fail_after(5):
             await app(scope, receive, send)
         return sent

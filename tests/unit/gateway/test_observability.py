@@ -4,7 +4,6 @@ token and finish, relay the engine's own metrics, and write one access log line 
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -12,71 +11,72 @@ import anyio
 import httpx
 import pytest
 
+from splitserve.engine import FakeEngine, FakeOutput
 from splitserve.gateway import GatewayConfig, create_app
 from splitserve.gateway._auth import KeyRing, hash_key
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-ENGINE_METRICS = ("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
-                  "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 123\n")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+ENGINE_METRICS = (
+    "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+    "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 123\n"
+)
 
 
-class FakeEngine:
-    """/props, /tokenize, /metrics (when ``metrics``), streamed /completion and /v1/completions;
-    every answer: 20 prompt tokens of which 15 cached, 3 generated."""
+TIMINGS = {
+    "cache_n": 15,
+    "prompt_n": 5,
+    "prompt_ms": 50.0,
+    "predicted_n": 3,
+    "predicted_ms": 200.0,
+    "predicted_per_second": 15.0,
+}
 
-    def __init__(self, metrics: bool = True) -> None:
-        self.metrics = metrics
 
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path == "/props":
-            return httpx.Response(200, json={"chat_template": CHATML, "model_path": "/m/smol.gguf",
-                                             "default_generation_settings": {"n_ctx": 2048},
-                                             "total_slots": 1})
-        if path == "/tokenize":
-            return httpx.Response(200, json={"tokens": [1]})
-        if path == "/metrics":
-            if not self.metrics:
-                return httpx.Response(501, json={"error": {"message": "metrics not enabled"}})
-            return httpx.Response(200, text=ENGINE_METRICS,
-                                  headers={"content-type": "text/plain; version=0.0.4"})
-        timings = {"cache_n": 15, "prompt_n": 5, "prompt_ms": 50.0, "predicted_n": 3,
-                   "predicted_ms": 200.0, "predicted_per_second": 15.0}
-        if path == "/completion":
-            events: list[dict[str, Any]] = [
-                {"content": "Hi", "stop": False}, {"content": " there", "stop": False},
-                {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 3,
-                 "tokens_evaluated": 20, "timings": timings}]
-        elif path == "/v1/completions":
-            events = [{"choices": [{"text": "Hi", "index": 0, "finish_reason": None}], "model": "x"},
-                      {"choices": [{"text": "", "index": 0, "finish_reason": "stop"}], "model": "x",
-                       "usage": {"prompt_tokens": 20, "completion_tokens": 3,
-                                 "prompt_tokens_details": {"cached_tokens": 15}},
-                       "timings": timings}]
-        else:
-            return httpx.Response(404, json={"error": {"message": "no such endpoint"}})
-        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + (
-            "data: [DONE]\n\n" if path == "/v1/completions" else "")
-        # a stream, as a real engine's body is (a relay reads it raw)
-        return httpx.Response(200, stream=httpx.ByteStream(body.encode()),
-                              headers={"content-type": "text/event-stream"})
+def fake_engine(metrics: bool = True) -> FakeEngine:
+    """Every answer: 20 prompt tokens of which 15 cached, 3 generated; the chat and native
+    generations hit the token limit, the OpenAI completion stops."""
+
+    def output(body: dict[str, Any]) -> FakeOutput:
+        return FakeOutput(
+            ["Hi", " there"],
+            stop_type="limit" if "n_predict" in body else "eos",
+            final={"tokens_predicted": 3, "tokens_evaluated": 20, "timings": TIMINGS},
+        )
+
+    return FakeEngine(
+        output,
+        metrics=ENGINE_METRICS if metrics else None,
+        props={
+            "chat_template": CHATML,
+            "model_path": "/m/smol.gguf",
+            "default_generation_settings": {"n_ctx": 2048},
+            "total_slots": 1,
+        },
+    )
 
 
 def app_of(engine: FakeEngine, keys: dict[str, str] | None = None) -> Any:
-    app = create_app(GatewayConfig(engine_url="http://engine", model_format="hermes",
-                                   keys=KeyRing({hash_key(k): n for n, k in (keys or {}).items()})))
-    app.state.gateway.upstream._http = httpx.AsyncClient(
-        base_url="http://engine", transport=httpx.MockTransport(engine.handler))
-    return app
+    return create_app(
+        GatewayConfig(
+            engine_url="http://engine",
+            model_format="hermes",
+            keys=KeyRing({hash_key(k): n for n, k in (keys or {}).items()}),
+        ),
+        engine,
+    )
 
 
-def calls(app: Any, requests: list[tuple[str, str, dict[str, Any] | None]],
-          headers: dict[str, str] | None = None) -> list[httpx.Response]:
+def calls(
+    app: Any, requests: list[tuple[str, str, dict[str, Any] | None]], headers: dict[str, str] | None = None
+) -> list[httpx.Response]:
     async def go() -> list[httpx.Response]:
         out = []
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw",
-                                     headers=headers or {}) as c:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw", headers=headers or {}
+        ) as c:
             for method, path, body in requests:
                 out.append(await c.request(method, path, json=body))
         return out
@@ -95,17 +95,22 @@ def metric(text: str, name: str) -> float:
 
 
 def test_finished_streams_are_not_counted_as_disconnects() -> None:
-    app = app_of(FakeEngine())
-    rs = calls(app, [("POST", "/v1/chat/completions", {**CHAT, "stream": True}),
-                     ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 3, "stream": True}),
-                     ("GET", "/metrics", None)])
+    app = app_of(fake_engine())
+    rs = calls(
+        app,
+        [
+            ("POST", "/v1/chat/completions", {**CHAT, "stream": True}),
+            ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 3, "stream": True}),
+            ("GET", "/metrics", None),
+        ],
+    )
     assert [r.status_code for r in rs] == [200, 200, 200]
     assert rs[0].text.rstrip().endswith("data: [DONE]")
     assert metric(rs[2].text, "splitserve_client_disconnects_total") == 0
 
 
 def test_tokens_by_kind_do_not_overlap_and_match_usage() -> None:
-    app = app_of(FakeEngine())
+    app = app_of(fake_engine())
     rs = calls(app, [("POST", "/v1/chat/completions", CHAT), ("GET", "/metrics", None)])
     usage = rs[0].json()["usage"]
     assert usage["prompt_tokens"] == 20 and usage["prompt_tokens_details"]["cached_tokens"] == 15
@@ -120,11 +125,16 @@ def test_tokens_by_kind_do_not_overlap_and_match_usage() -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_generation_has_ttft_latency_and_a_finish_reason(stream: bool) -> None:
-    app = app_of(FakeEngine())
-    rs = calls(app, [("POST", "/v1/chat/completions", {**CHAT, "stream": stream}),
-                     ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 3, "stream": stream}),
-                     ("POST", "/completion", {"prompt": "x", "n_predict": 3, "stream": stream}),
-                     ("GET", "/metrics", None)])
+    app = app_of(fake_engine())
+    rs = calls(
+        app,
+        [
+            ("POST", "/v1/chat/completions", {**CHAT, "stream": stream}),
+            ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 3, "stream": stream}),
+            ("POST", "/completion", {"prompt": "x", "n_predict": 3, "stream": stream}),
+            ("GET", "/metrics", None),
+        ],
+    )
     assert [r.status_code for r in rs] == [200, 200, 200, 200]
     text = rs[3].text
     lab = '{model_name="smol"}'
@@ -142,28 +152,33 @@ def test_every_generation_has_ttft_latency_and_a_finish_reason(stream: bool) -> 
 
 
 def test_requests_that_generate_nothing_are_not_request_metrics() -> None:
-    app = app_of(FakeEngine())
-    rs = calls(app, [("GET", "/v1/models", None), ("POST", "/v1/chat/completions", {"messages": []}),
-                     ("GET", "/metrics", None)])
+    app = app_of(fake_engine())
+    rs = calls(
+        app,
+        [("GET", "/v1/models", None), ("POST", "/v1/chat/completions", {"messages": []}), ("GET", "/metrics", None)],
+    )
     assert rs[1].status_code == 400
     assert "splitserve_e2e_request_latency_seconds_count" not in rs[2].text
     assert metric(rs[2].text, 'splitserve_requests_total{endpoint="chat",status="400"}') == 1
 
 
 def test_the_engine_metrics_are_appended_when_it_serves_them() -> None:
-    text = calls(app_of(FakeEngine(metrics=True)), [("GET", "/metrics", None)])[0].text
+    text = calls(app_of(fake_engine(metrics=True)), [("GET", "/metrics", None)])[0].text
     assert "llamacpp:prompt_tokens_total 123" in text
     assert metric(text, "splitserve_engine_metrics_up") == 1
-    text = calls(app_of(FakeEngine(metrics=False)), [("GET", "/metrics", None)])[0].text
+    text = calls(app_of(fake_engine(metrics=False)), [("GET", "/metrics", None)])[0].text
     assert "llamacpp:" not in text and metric(text, "splitserve_engine_metrics_up") == 0
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_one_access_log_line_per_request(stream: bool, caplog: pytest.LogCaptureFixture) -> None:
-    app = app_of(FakeEngine(), keys={"alice": "sk-alice"})
+    app = app_of(fake_engine(), keys={"alice": "sk-alice"})
     with caplog.at_level(logging.INFO, logger="splitserve.access"):
-        rs = calls(app, [("POST", "/v1/chat/completions", {**CHAT, "stream": stream})],
-                   headers={"Authorization": "Bearer sk-alice"})
+        rs = calls(
+            app,
+            [("POST", "/v1/chat/completions", {**CHAT, "stream": stream})],
+            headers={"Authorization": "Bearer sk-alice"},
+        )
         calls(app, [("GET", "/v1/models", None)])  # no key: 401
     assert rs[0].status_code == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "splitserve.access"]

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import anyio
 import httpx
 
+from splitserve.engine import FakeEngine, FakeOutput
 from splitserve.gateway import GatewayConfig, create_app
 from splitserve.gateway._metrics import Metrics
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def metric(text: str, name: str) -> float:
@@ -34,42 +37,37 @@ def test_on_timings_counts_drafts_and_keeps_the_ratio() -> None:
     assert metric(text, "splitserve_draft_acceptance_ratio") == 0.6
 
 
-class FakeEngine:
-    """llama-server's /props, /tokenize and a streamed /completion whose last event carries timings."""
+def fake_engine(timings: list[dict[str, object]]) -> FakeEngine:
+    """A streamed /completion whose last event carries these timings, one per request."""
+    left = list(timings)
 
-    def __init__(self, timings: list[dict[str, object]]) -> None:
-        self.timings = list(timings)
+    def output(body: dict[str, Any]) -> FakeOutput:
+        merged = {"prompt_n": 5, "predicted_n": 3, "predicted_per_second": 30.0, "cache_n": 0, **left.pop(0)}
+        return FakeOutput(["Hi", " there"], final={"tokens_predicted": 3, "tokens_evaluated": 5, "timings": merged})
 
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/props":
-            return httpx.Response(200, json={"chat_template": CHATML, "model_path": "/m/smol.gguf",
-                                             "default_generation_settings": {"n_ctx": 2048}, "total_slots": 1})
-        if request.url.path == "/tokenize":
-            return httpx.Response(200, json={"tokens": [1]})
-        if request.url.path == "/completion":
-            timings = {"prompt_n": 5, "predicted_n": 3, "predicted_per_second": 30.0, "cache_n": 0,
-                       **self.timings.pop(0)}
-            events = [{"content": "Hi", "stop": False}, {"content": " there", "stop": False},
-                      {"content": "", "stop": True, "stop_type": "eos", "tokens_predicted": 3,
-                       "tokens_evaluated": 5, "timings": timings}]
-            body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
-            return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
-        return httpx.Response(404, json={"error": {"message": "no such endpoint"}})
+    return FakeEngine(
+        output,
+        props={
+            "chat_template": CHATML,
+            "model_path": "/m/smol.gguf",
+            "default_generation_settings": {"n_ctx": 2048},
+            "total_slots": 1,
+        },
+    )
 
 
 def test_chat_responses_feed_the_draft_counters() -> None:
-    engine = FakeEngine([{"draft_n": 12, "draft_n_accepted": 9}, {"draft_n": 4, "draft_n_accepted": 3},
-                         {}])
-    app = create_app(GatewayConfig(engine_url="http://engine"))
-    gw = app.state.gateway
-    gw.upstream._http = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(engine.handler))
+    engine = fake_engine([{"draft_n": 12, "draft_n_accepted": 9}, {"draft_n": 4, "draft_n_accepted": 3}, {}])
+    app = create_app(GatewayConfig(engine_url="http://engine"), engine)
 
     async def scenario() -> tuple[list[dict[str, object]], str]:
         out = []
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
             for stream in (False, True, False):
-                r = await client.post("/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": "hello"}], "stream": stream, "max_tokens": 8})
+                r = await client.post(
+                    "/v1/chat/completions",
+                    json={"messages": [{"role": "user", "content": "hello"}], "stream": stream, "max_tokens": 8},
+                )
                 assert r.status_code == 200, r.text
                 if not stream:
                     out.append(r.json()["timings"])
