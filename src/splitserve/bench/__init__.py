@@ -6,23 +6,93 @@ with a non-speculative reference, llama-bench, and reports of one or several run
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._client import BenchClient, Target
 from ._context import CONTROL, ContextOptions, grade, parse_depths, parse_lengths
 from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv
-from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run
-from ._run import parse_set, run_context, run_engine_bench, run_speed, run_sweep
+from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run, new_run_id, run_path
+from ._run import parse_set, plan_for, run_context, run_engine_bench, run_speed, run_sweep
 from ._speed import SpeedOptions
 from ._stats import percentile, request_metrics, summarize
 from ._stream import SSEDecoder, StreamTimer
-from ._workloads import WORKLOADS, agreement, build_plan, parse_workloads
+from ._workloads import WORKLOADS, agreement, build_plan, parse_workloads, with_baseline
+
+if TYPE_CHECKING:  # imported on first use (below): clusters and tune pull in the cluster layer, reports rich
+    from ._cluster import ClusterRestarter, cluster_facts, cluster_target, engine_provenance, with_server, workers_only
+    from ._describe import caption
+    from ._report import write_report
+    from ._summary import summary_tables
+    from ._tune import (
+        PlannerCheck,
+        TuneOptions,
+        default_axes,
+        default_budget,
+        first_pass_points,
+        grid_points,
+        grid_size,
+        metric_for,
+        order_axes,
+        parse_axes,
+        point_label,
+        run_tune,
+        server_values,
+        start_point,
+        tune_out_path,
+        write_best_spec,
+        write_tune_report,
+    )
+
+#: name -> the module that defines it, imported on first use
+_LAZY = {
+    **dict.fromkeys(
+        ["ClusterRestarter", "cluster_facts", "cluster_target", "engine_provenance", "with_server", "workers_only"],
+        "_cluster",
+    ),
+    "caption": "_describe",
+    "write_report": "_report",
+    "summary_tables": "_summary",
+    **dict.fromkeys(
+        [
+            "PlannerCheck",
+            "TuneOptions",
+            "default_axes",
+            "default_budget",
+            "first_pass_points",
+            "grid_points",
+            "grid_size",
+            "metric_for",
+            "order_axes",
+            "parse_axes",
+            "point_label",
+            "run_tune",
+            "server_values",
+            "start_point",
+            "tune_out_path",
+            "write_best_spec",
+            "write_tune_report",
+        ],
+        "_tune",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CONTROL",
     "WORKLOADS",
     "BenchClient",
     "BenchRun",
+    "ClusterRestarter",
     "ContextOptions",
     "EngineBenchOptions",
+    "PlannerCheck",
     "RequestRecord",
     "RunWriter",
     "SSEDecoder",
@@ -30,21 +100,49 @@ __all__ = [
     "StreamTimer",
     "SweepPoint",
     "Target",
+    "TuneOptions",
     "agreement",
     "bench_test_label",
     "build_plan",
+    "caption",
+    "cluster_facts",
+    "cluster_target",
+    "default_axes",
+    "default_budget",
+    "engine_provenance",
+    "first_pass_points",
     "grade",
+    "grid_points",
+    "grid_size",
     "llama_bench_argv",
     "load_run",
+    "metric_for",
+    "new_run_id",
+    "order_axes",
+    "parse_axes",
     "parse_depths",
     "parse_lengths",
     "parse_set",
     "parse_workloads",
     "percentile",
+    "plan_for",
+    "point_label",
     "request_metrics",
     "run_context",
     "run_engine_bench",
+    "run_path",
     "run_speed",
     "run_sweep",
+    "run_tune",
+    "server_values",
+    "start_point",
     "summarize",
+    "summary_tables",
+    "tune_out_path",
+    "with_baseline",
+    "with_server",
+    "workers_only",
+    "write_best_spec",
+    "write_report",
+    "write_tune_report",
 ]

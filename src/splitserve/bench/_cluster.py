@@ -5,32 +5,32 @@ started (:func:`cluster_target`); for a sweep, restarting the cluster with
 changed server options through `up` itself (:class:`ClusterRestarter`); for
 ``bench engine``, the cluster's workers alone, because a ggml-rpc-server serves
 one client at a time and llama-bench cannot share it with a running head
-(:func:`workers_only`).
+(:func:`~splitserve.cluster.workers_only`: a plan run by the cluster's executor, re-exported here).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from .._errors import ClusterError, UsageError
+from .._errors import UsageError
 from ..cluster import (
     ClusterSpec,
     Event,
     ServerSpec,
     cluster_state_dir,
     down,
-    launch_plan,
     load_spec,
     read_state,
     require_state,
     resolve_engines,
+    transport_for,
     up,
+    workers_only,
 )
 from ..engine import Engine, get_engine
 from ._client import Target
@@ -132,7 +132,14 @@ def cluster_target(spec_path: Path, api: str = "chat") -> tuple[Target, dict[str
 
 def engine_provenance(spec: ClusterSpec, key: str | None = None) -> dict[str, Any]:
     """The head engine's provenance: the spec's engine, else the key `up` recorded; {} if gone."""
-    for pick in (lambda: resolve_engines(spec)["head"], lambda: get_engine(key)):
+
+    def from_spec() -> Engine:
+        return resolve_engines(spec)["head"]
+
+    def from_key() -> Engine:
+        return get_engine(key)
+
+    for pick in (from_spec, from_key):
         try:
             eng = pick()
         except Exception:  # noqa: BLE001 - an engine that is gone must not stop a bench
@@ -153,7 +160,7 @@ def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
         "gateway": spec.gateway.model_dump(mode="json", exclude={"api_key"}),
     }
     try:
-        from ..plan import plan_for_spec
+        from ..cluster import plan_for_spec
 
         plan = plan_for_spec(spec)
         facts["decode_tps_upper_bound"] = plan.decode_tps_upper_bound
@@ -201,8 +208,6 @@ class ClusterRestarter:
         head = [p for p in state.processes if p.role == "server"]
         effective: dict[str, Any] = {}
         if head:
-            from ..cluster import transport_for
-
             effective = effective_settings(transport_for(head[0].host).read_log(Path(head[0].log)))
         facts = cluster_facts(point) | {
             "load_seconds": state.load_seconds,
@@ -228,41 +233,12 @@ class ClusterRestarter:
         return "the cluster is down (it was not running before the sweep)"
 
 
-@contextmanager
-def workers_only(spec: ClusterSpec, engine: Engine | None = None) -> Iterator[tuple[list[str], Engine]]:
-    """The cluster's RPC workers without its head: yields (``host:port`` list, head engine).
-
-    A running cluster is stopped first and brought back afterwards.
-    """
-    import time
-
-    from ..cluster import port_in_use, transport_for
-    from ..cluster._commands import process_env, rpc_endpoint  # the same argv and env `up` uses
-    from ..cluster._run import port_answers
-    from ..cluster._transport import stop
-
-    was_running = read_state(cluster_state_dir(spec)) is not None
-    if was_running:
-        down(spec)
-    engines = resolve_engines(spec, engine)
-    plan = launch_plan(spec, engines)
-    started = []
-    try:
-        for proc in plan.workers:
-            if proc.host == "local" and port_in_use(proc.bind, proc.port):
-                raise ClusterError(f"{proc.node}: port {proc.port} on {proc.bind} is in use")
-            log = proc.log.with_name(proc.node + "-bench.log")
-            transport = transport_for(proc.host)
-            started.append((proc, transport, transport.spawn(proc.argv, process_env(proc), log)))
-        deadline = time.monotonic() + 60
-        for proc, transport, ref in started:
-            while not port_answers(proc.bind, proc.port, timeout=0.2):
-                if not transport.alive(ref) or time.monotonic() > deadline:
-                    raise ClusterError(f"{proc.node}: ggml-rpc-server did not start (log: {proc.log})")
-                time.sleep(0.05)
-        yield [rpc_endpoint(w) for w in spec.workers], engines["head"]
-    finally:
-        for _proc, transport, ref in reversed(started):
-            stop(transport, ref)
-        if was_running:
-            up(spec, engine=engine)
+__all__ = [
+    "ClusterRestarter",
+    "cluster_facts",
+    "cluster_target",
+    "effective_settings",
+    "engine_provenance",
+    "with_server",
+    "workers_only",
+]

@@ -35,6 +35,14 @@ def new_run_id(kind: str) -> str:
     return f"{kind}-{stamp}-{secrets.token_hex(2)}"
 
 
+def run_path(out: Path | None, kind: str) -> Path:
+    """Where a bench command writes its run: ``out`` when it names a ``.json`` file, else a new
+    run id in the folder ``out`` (default ``bench-runs/``)."""
+    if out is not None and out.suffix == ".json":
+        return out
+    return (out or Path("bench-runs")) / f"{new_run_id(kind)}.json"
+
+
 class RequestRecord(BaseModel):
     """One request as measured: times are milliseconds from the moment it was sent."""
 

@@ -287,11 +287,11 @@ def coordinate_search(
                 notes=notes + [f"the start {point_label(inc)} failed: {why}"],
             )
         if confirm:  # the start again: how far two restarts of one point fall apart is the noise floor
-            first = inc_m.score
+            first_score = inc_m.score
             book.again(inc)
             second = book.last.score if book.last is not None and book.last.ok else None
-            if first is not None and second is not None:
-                book.restart_noise = abs(first - second)
+            if first_score is not None and second is not None:
+                book.restart_noise = abs(first_score - second)
             book.record(inc, None, "start re-measured", inc)
 
         def verdict_of(m: Measurement, ref: Measurement) -> str:
@@ -330,7 +330,7 @@ def coordinate_search(
                 inc, inc_m = dict(point), m
             return won
 
-        for _pass in range(1, max_passes + 1):
+        for passes in range(1, max_passes + 1):  # noqa: B007 - read after the loop (passes made)
             before = dict(inc)
             for axis in axes:
                 if len(axis.values) < 2:

@@ -229,8 +229,8 @@ class PlannerCheck:
     the spec gives the nodes' memory) a plan that does not fit."""
 
     def __init__(self, spec: Any) -> None:
+        from ..cluster import draft_info, spec_nodes
         from ..model import inspect_model
-        from ..plan import draft_info, spec_nodes
 
         self.spec = spec
         self.notes: list[str] = []
@@ -266,7 +266,8 @@ class PlannerCheck:
         return self._cache[key]
 
     def _why(self, point: dict[str, Any]) -> str | None:
-        from ..plan import make_plan, require_fit, spec_options, speculation_refusal
+        from ..cluster import require_fit, spec_options
+        from ..plan import make_plan, speculation_refusal
         from ._cluster import with_server
 
         try:

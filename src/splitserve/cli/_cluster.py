@@ -16,13 +16,14 @@ from .._errors import SplitserveError
 from ..cluster import (
     ClusterSpec,
     Event,
-    check_serving,
     cluster_state_dir,
     cluster_status,
     down,
     find_state_root,
-    launch_plan,
+    format_plan,
+    gather_facts,
     load_spec,
+    plan_launch,
     read_state,
     resolve_engines,
     transport_for,
@@ -77,26 +78,35 @@ def up_cmd(
     Example: splitserve up -c cluster.toml
     """
     spec = load_spec(config)
+    if dry_run and spec.backend != "llama.cpp":  # vLLM / SGLang: facts of every node, then the plan
+        from ..cluster import engine_dry_run_lines, gather_engine_facts
+
+        console.print("\n".join(engine_dry_run_lines(spec, gather_engine_facts(spec))), markup=False, soft_wrap=True)
+        return
     if dry_run:
-        plan = launch_plan(spec, resolve_engines(spec))
-        if spec.model.is_file():  # what `up` would refuse or warn about, before the commands
-            for warning in check_serving(spec):
-                err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-        for proc in plan.processes:
-            console.print(f"# {proc.node} ({proc.host}), log {proc.log}", markup=False)
-            console.print(proc.shell(), markup=False, soft_wrap=True)
+        # The same plan `up` carries out, from the same facts (read only: nothing starts or changes).
+        facts = gather_facts(spec, plan_split=spec.model.is_file())
+        plan = plan_launch(spec, facts, preflight=not skip_preflight)
+        if not spec.model.is_file():
+            err.print(f"[yellow]warning:[/yellow] {escape(str(spec.model))} is not here: `up` would refuse")
+        console.print(format_plan(plan), markup=False, soft_wrap=True)
         return
     if foreground:
         _supervise(spec, not skip_preflight)
         return
     state = up(spec, on_event=print_event, preflight=not skip_preflight)
+    if not state.endpoint:  # the Ray probe: a Ray cluster, no engine
+        console.print(f"ready: Ray cluster up (report: {state.extra.get('probe_out')})", markup=False)
+        console.print(f"stop with: splitserve down -c {config}", markup=False)
+        return
     console.print(
         f"ready: {state.endpoint}  (OpenAI base URL {state.endpoint}/v1; model load "
         f"{state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
         markup=False,
     )
     if state.gateway is not None:
-        console.print(f"llama-server itself: {state.engine_url}", markup=False)
+        engine_name = "llama-server" if spec.backend == "llama.cpp" else spec.backend
+        console.print(f"{engine_name} itself: {state.engine_url.split('+', 1)[-1]}", markup=False)
     console.print(f"stop with: splitserve down -c {config}", markup=False)
 
 
@@ -215,7 +225,8 @@ def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
 def print_status(data: dict[str, Any]) -> None:
     console.print(f"cluster {data['name']}: {data['phase']}  endpoint {data['endpoint']}", markup=False)
     if data.get("gateway"):
-        console.print(f"gateway in front of llama-server {data['engine_endpoint']}", markup=False)
+        engine = (data.get("engine_backend") or {}).get("backend") or "llama-server"
+        console.print(f"gateway in front of {engine} {data['engine_endpoint'].split('+', 1)[-1]}", markup=False)
     console.print(f"model: {data['model']}", markup=False)
     sup = data.get("supervisor")
     if sup:
@@ -266,6 +277,16 @@ def print_status(data: dict[str, Any]) -> None:
         elif data.get("speculation_error"):
             line += f" (counters unavailable: {data['speculation_error']})"
         console.print(line, markup=False)
+    eb = data.get("engine_backend")
+    if eb:  # vLLM / SGLang: the launcher, the fixes written, the Ray cluster
+        console.print(f"backend: {eb['backend']}" + (f" (launcher {eb['launcher']})" if eb.get("launcher") else ""))
+        for note in eb.get("notes") or []:
+            console.print(f"  {note}", markup=False)
+        probe = eb.get("probe")
+        if probe:
+            console.print(f"ray probe: {probe.get('alive_nodes')} of {probe.get('expected_nodes')} nodes", markup=False)
+        if eb.get("ray_status"):
+            console.print(eb["ray_status"], markup=False)
     for w in data.get("warnings") or []:
         console.print(f"[yellow]warning:[/yellow] {escape(w['text'])} [bold]fix:[/bold] {escape(w['fix'])}")
 
@@ -314,13 +335,19 @@ def logs_cmd(
         logs_dir = root / "logs"
         ssh = state.extra.get("ssh") if state is not None else None
         if state is not None:
-            files = {p.node: (transport_for(p.host, ssh), Path(p.log)) for p in state.processes}
+            files = {}
+            for p in state.processes:  # a node with several processes (Ray head and probe): NODE/ROLE
+                files[p.node if p.node not in files else f"{p.node}/{p.role}"] = (
+                    transport_for(p.host, ssh),
+                    Path(p.log),
+                )
         else:
             files = {p.stem: (transport_for("local"), p) for p in sorted(logs_dir.glob("*.log"))}
         if node is not None:
-            if node not in files:
+            chosen = {k: v for k, v in files.items() if k == node or k.startswith(node + "/")}
+            if not chosen:
                 raise SplitserveError(f"no node {node!r} in cluster {root.name}; nodes: {', '.join(files) or 'none'}")
-            files = {node: files[node]}
+            files = chosen
         prefix = len(files) > 1
         offsets = {}
         for n, (transport, path) in files.items():

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from .._errors import UsageError
+from ..engine import split_engine_url
 from ._app import app, make_console, maps_errors
 
 console = make_console()
@@ -28,7 +29,9 @@ app.add_typer(doctor_app, name="doctor")
 @app.command("serve")
 @maps_errors
 def serve_cmd(
-    engine: Annotated[str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080")],
+    engine: Annotated[
+        str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080; vLLM/SGLang: vllm+http://HOST:PORT")
+    ],
     model_format: Annotated[
         str | None,
         typer.Option(
@@ -146,8 +149,11 @@ def serve_cmd(
         raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
     if not 1 <= port <= 65535:
         raise UsageError(f"--port {port}: a TCP port is 1 to 65535")
-    if not engine.startswith(("http://", "https://")):
-        raise UsageError(f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080")
+    if not split_engine_url(engine)[1].startswith(("http://", "https://")):
+        raise UsageError(
+            f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080 "
+            "(vLLM or SGLang: vllm+http://HOST:PORT, sglang+http://HOST:PORT)"
+        )
     require_auth_off_loopback(host, keys)
     console.print(
         f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}{' (auth on)' if keys.enabled else ''}",
@@ -209,7 +215,7 @@ def doctor_tools_cmd(
 
     Example: splitserve doctor tools http://127.0.0.1:8000 --markdown report.md
     """
-    from ..gateway._doctor import probe_tools, report_markdown
+    from ..gateway import probe_tools, report_markdown
 
     if force_template and force_prefill:
         raise UsageError(

@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from .._errors import UsageError
-from ..chat import NO_FORMAT_HINT
+from ..chat import NO_FORMAT_HINT, detect_format
 from ..model import ModelInfo, inspect_model
-from ..plan import GIB, Node, Plan, PlanOptions, make_plan, parse_node
+from ..plan import CACHE_TYPES, GIB, Node, Plan, PlanOptions, make_plan, parse_node
 from ._app import app, make_console, maps_errors
 
 console = make_console()
@@ -41,7 +41,7 @@ def inspect_cmd(
 
     Example: splitserve inspect ~/models/MiniMax-M3-UD-IQ4_XS-00001-of-00006.gguf
     """
-    info = inspect_model(model)
+    info = inspect_model(model, tool_format=detect_format)
     if as_json:
         print(json.dumps(info.to_dict(), indent=2))
         return
@@ -129,8 +129,6 @@ def _cache_type(flag: str, value: str | None) -> str | None:
     """A KV cache type as llama-server spells it (lower case), or a UsageError naming the flag."""
     if value is None:
         return None
-    from ..plan._memory import CACHE_TYPES
-
     v = value.strip().lower()
     if v not in CACHE_TYPES:
         raise UsageError(f"{flag} {value!r}: not a KV cache type llama.cpp takes; use one of {', '.join(CACHE_TYPES)}")
@@ -215,8 +213,7 @@ def plan_cmd(
     }
     overrides = {k: v for k, v in given.items() if v is not None}
     if config is not None:
-        from ..cluster import load_spec
-        from ..plan import plan_for_spec, spec_nodes, spec_options
+        from ..cluster import load_spec, plan_for_spec, spec_nodes, spec_options
 
         spec = load_spec(config)
         nodes = [parse_node(n) for n in node] if node else spec_nodes(spec)
@@ -225,9 +222,9 @@ def plan_cmd(
         # flags on the command line win over the spec's [server] table
         plan = plan_for_spec(spec, nodes=nodes, model=model, options=replace(base, host_node=hn, **overrides))
         if measure:
-            from ..plan import measure_spec
+            from ..cluster import measure_spec, measured_spec
 
-            comparison = measure_spec(_measured_spec(spec, overrides, model), plan)
+            comparison = measure_spec(measured_spec(spec, overrides, model), plan)
             if as_json:
                 print(json.dumps({"plan": plan.to_dict(), "measured": comparison}, indent=2))
             else:
@@ -250,46 +247,6 @@ def plan_cmd(
         _print_plan(plan)
     if not plan.fits:
         raise typer.Exit(3)
-
-
-#: planner option -> the spec's [server] key, for ``--measure`` with flags that override the spec
-_SERVER_KEYS = {
-    "ctx": "ctx_size",
-    "parallel": "parallel",
-    "cache_type_k": "cache_type_k",
-    "cache_type_v": "cache_type_v",
-    "ubatch": "ubatch",
-    "flash_attn": "flash_attn",
-    "tensor_split": "tensor_split",
-}
-
-
-def _measured_spec(spec: Any, overrides: dict[str, Any], model: Path | None) -> Any:
-    """The spec llama.cpp is asked about: the file's, with the same overrides the plan got."""
-    if model is not None and Path(model).resolve() != Path(spec.model).resolve():
-        raise UsageError("--measure loads the spec's model; leave out MODEL or put it in the spec")
-    if overrides.get("unified"):
-        raise UsageError("--measure with --kv-unified: add --kv-unified to server.extra_args in the spec instead")
-    server = {_SERVER_KEYS[k]: v for k, v in overrides.items() if k in _SERVER_KEYS}
-    if not server:
-        return spec
-    if "flash_attn" in server:
-        server["flash_attn"] = "on" if server["flash_attn"] else "off"
-    if "tensor_split" in server:
-        server["tensor_split"] = list(server["tensor_split"])
-    from pydantic import ValidationError
-
-    from ..cluster import ServerSpec
-
-    out = spec.model_copy(deep=True)
-    try:
-        out.server = ServerSpec.model_validate(spec.server.model_dump() | server)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", ()))
-        raise UsageError(f"--measure: server.{where}: {first.get('msg')}") from None
-    out.source_file = getattr(spec, "source_file", None)
-    return out
 
 
 def _host_index(host_node: str | None, nodes: list[Node], default: int | None) -> int | None:
@@ -369,7 +326,7 @@ def _print_plan(plan: Plan) -> None:
     if plan.hop_seconds is not None:
         p(f"link: {plan.hop_seconds * 1e6:.1f} µs per hop")
     if plan.speculation:
-        from ..plan._serving import summary
+        from ..plan import speculation_summary as summary
 
         asked = f" (spec: {','.join(o.speculation)})" if o.speculation else ""
         p(f"speculation{asked}: {summary(plan.speculation)}", markup=False)

@@ -10,12 +10,29 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .._errors import SplitserveError
 from ..engine import Engine
-from ..plan._serving import DRAFT_TYPES, MSA_ARCHS
-from ..plan._serving import kv_unified_asked as _kv_unified
+from ..plan import DRAFT_TYPES, MSA_ARCHS
+from ..plan import kv_unified_asked as _kv_unified
 from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, ServerSpec, WorkerSpec, draft_in_use
+from ._spec_engines import engine_table
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of `up`, in the order it runs."""
+
+    action: str
+    """``stop_stale``, ``warn``, ``preflight``, ``engine`` (``mode``: present / copy / own / fail),
+    ``drop_caches``, ``refuse`` (the planner's), ``check_port``, ``start``, ``wait_workers``, ``rpc_hello``, ``wait_ready``,
+    ``wait_gateway``, ``report``."""
+    node: str
+    text: str
+    """What it does, in one line (the dry-run prints it)."""
+    process: ProcessPlan | None = None
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -57,6 +74,12 @@ class LaunchPlan:
     """llama-server's own URL (its native endpoints: /completion, /props, /slots)."""
     gateway: ProcessPlan | None = None
     notes: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    """Every action of `up` in order (filled by :func:`~._launch.plan_launch`)."""
+    engines: dict[str, Engine] = field(default_factory=dict)
+    """The engine of every node the plan starts processes on."""
+    tensor_split: list[float] | None = None
+    """The ``--tensor-split`` llama-server gets (the spec's, else the planner's), None for none."""
 
     @property
     def processes(self) -> list[ProcessPlan]:
@@ -282,8 +305,9 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None
     env = {"PYTHONUNBUFFERED": "1"}
     if g.api_key:
         env["SPLITSERVE_API_KEY"] = g.api_key
-    if spec.server.api_key:
-        env["SPLITSERVE_ENGINE_API_KEY"] = spec.server.api_key
+    engine_key = spec.server.api_key if spec.backend == "llama.cpp" else getattr(engine_table(spec), "api_key", None)
+    if engine_key:  # llama-server's key, or the [vllm] / [sglang] table's
+        env["SPLITSERVE_ENGINE_API_KEY"] = engine_key
     return ProcessPlan(
         node="gateway", role="gateway", host="local", argv=argv, env=env, bind=g.host, port=port, log=log
     )
@@ -342,7 +366,13 @@ def launch_plan(
     gateway = gateway_plan(spec, engine_url, logs / "gateway.log", gateway_port) if spec.gateway.enabled else None
     endpoint = base_url(gateway.bind, gateway.port) if gateway else engine_url
     return LaunchPlan(
-        workers=workers, head=head, state_dir=root, endpoint=endpoint, engine_endpoint=engine_url, gateway=gateway
+        workers=workers,
+        head=head,
+        state_dir=root,
+        endpoint=endpoint,
+        engine_endpoint=engine_url,
+        gateway=gateway,
+        engines=dict(engines),
     )
 
 

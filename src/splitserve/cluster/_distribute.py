@@ -30,6 +30,7 @@ from pathlib import Path
 from .._errors import ClusterError, NodeError
 from ..engine import Engine
 from ._spec import ClusterSpec, WorkerSpec
+from ._transport import Node
 
 RPC_CMD_HELLO = 14
 RPC_CONN_CAPS_SIZE = 24
@@ -110,12 +111,12 @@ class EngineCheck:
     detail: str
 
 
-def _remote_sums(transport: object, folder: str, names: list[str]) -> dict[str, str]:
+def _remote_sums(transport: Node, folder: str, names: list[str]) -> dict[str, str]:
     from ._ssh import sh_path
 
     files = " ".join(shlex.quote(n) for n in names)
     res = transport.run(
-        f"cd {sh_path(folder)} 2>/dev/null && sha256sum {files} 2>/dev/null; true",  # type: ignore[attr-defined]
+        f"cd {sh_path(folder)} 2>/dev/null && sha256sum {files} 2>/dev/null; true",
         check=False,
     )
     sums = {}
@@ -126,7 +127,7 @@ def _remote_sums(transport: object, folder: str, names: list[str]) -> dict[str, 
     return sums
 
 
-def check_node_engine(spec: ClusterSpec, worker: WorkerSpec, engine: Engine, transport: object) -> EngineCheck:
+def check_node_engine(spec: ClusterSpec, worker: WorkerSpec, engine: Engine, transport: Node) -> EngineCheck:
     """Whether a remote worker's engine is present and the same build (no changes made)."""
     path = engine.provenance.get("node_path")
     if path:
@@ -171,11 +172,11 @@ rm -f "$out"
 """
 
 
-def _probe_own_build(worker: WorkerSpec, path: str, transport: object) -> EngineCheck:
+def _probe_own_build(worker: WorkerSpec, path: str, transport: Node) -> EngineCheck:
     from ._ssh import sh_path
 
     script = PROBE_SCRIPT.format(dir=sh_path(path.rstrip("/")), names=" ".join(RPC_NAMES))
-    out = transport.run(script, check=False, timeout=30).stdout.decode()  # type: ignore[attr-defined]
+    out = transport.run(script, check=False, timeout=30).stdout.decode()
     if "MISSING" in out:
         return EngineCheck(worker.name, False, None, None, f"no ggml-rpc-server in {path}")
     binary = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("BINARY ")), "ggml-rpc-server")
@@ -185,7 +186,7 @@ def _probe_own_build(worker: WorkerSpec, path: str, transport: object) -> Engine
     )
 
 
-def copy_engine(worker: WorkerSpec, engine: Engine, transport: object) -> int:
+def copy_engine(worker: WorkerSpec, engine: Engine, transport: Node) -> int:
     """Copy the head's engine to a remote worker and verify it; returns the bytes sent."""
     from ._ssh import sh_path
 
@@ -198,7 +199,7 @@ def copy_engine(worker: WorkerSpec, engine: Engine, transport: object) -> int:
     if tar.returncode != 0:
         raise ClusterError(f"cannot pack the engine in {source}: {tar.stderr.decode().strip()[:200]}")
     transport.run(
-        f"rm -rf {sh_path(tmp)} && mkdir -p {sh_path(tmp)} && tar -C {sh_path(tmp)} -xf -",  # type: ignore[attr-defined]
+        f"rm -rf {sh_path(tmp)} && mkdir -p {sh_path(tmp)} && tar -C {sh_path(tmp)} -xf -",
         input=tar.stdout,
         timeout=600,
     )
@@ -210,14 +211,14 @@ def copy_engine(worker: WorkerSpec, engine: Engine, transport: object) -> int:
             f"the engine copied to {tmp} does not match the head's build "
             f"({', '.join(bad[:3])}): check the disk on {worker.host}",
         )
-    transport.run(f"rm -rf {sh_path(dest)} && mv {sh_path(tmp)} {sh_path(dest)}")  # type: ignore[attr-defined]
+    transport.run(f"rm -rf {sh_path(dest)} && mv {sh_path(tmp)} {sh_path(dest)}")
     return len(tar.stdout)
 
 
 def prepare_engines(
     spec: ClusterSpec,
     engines: dict[str, Engine],
-    transport_of: Callable[[WorkerSpec], object],
+    transport_of: Callable[[WorkerSpec], Node],
     emit: Callable[[str, str], None],
 ) -> dict[str, Engine]:
     """Make every remote worker's engine ready: copy where missing or different, verify; probe

@@ -27,7 +27,6 @@ from __future__ import annotations
 import re
 import socket
 import statistics
-import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -37,6 +36,7 @@ from typing import Any
 from .._errors import ClusterError, SplitserveError
 from .._net import is_loopback
 from ..engine import Engine
+from ._edges import port_in_use, probe_port
 from ._spec import ClusterSpec, WorkerSpec, is_local_host, server_auth_problem, unsafe_bind
 
 OOM_KILLERS = {
@@ -127,13 +127,9 @@ def _rest(facts: NodeFacts, text: str) -> NodeFacts:
 
 def node_facts(spec: ClusterSpec, host: str) -> NodeFacts:
     """Run the facts script on ``host`` (``local`` or an ssh destination)."""
-    if is_local_host(host):
-        res = subprocess.run(["sh", "-c", FACTS_SCRIPT], capture_output=True, timeout=30, check=False)
-        return parse_facts(host, res.stdout.decode("utf-8", "replace"))
-    from ._transport import transport_for
+    from ._nodes import node_for
 
-    transport = transport_for(host, spec.ssh)
-    out = transport.run(FACTS_SCRIPT, check=False, timeout=30)  # type: ignore[attr-defined]
+    out = node_for(host, spec.ssh).run(FACTS_SCRIPT, check=False, timeout=30)
     return parse_facts(host, out.stdout.decode("utf-8", "replace"))
 
 
@@ -192,24 +188,8 @@ def _connect_rtt_ms(host: str, port: int, tries: int = 5, timeout: float = 2.0) 
     return statistics.median(times), ""
 
 
-def probe_port(host: str, port: int, timeout: float = 1.0) -> str:
-    """``open`` (something accepts), ``closed`` (refused) or ``timeout`` (nothing answered: a
-    firewall dropping it, or a listener whose backlog is full because it never accepts)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return "open"
-    except ConnectionRefusedError:
-        return "closed"
-    except TimeoutError:
-        return "timeout"
-    except OSError:
-        return "closed"
-
-
 def _local_port_busy(bind: str, port: int) -> bool | None:
     """Like `up`'s own check; None when the address cannot be tried here."""
-    from ._run import port_in_use
-
     try:
         return port_in_use(bind, port)
     except (ClusterError, OSError):
@@ -328,7 +308,7 @@ def _engine_rows(
     spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None], host_of: Any
 ) -> list[CheckRow]:
     from ._distribute import check_node_engine
-    from ._transport import transport_for
+    from ._nodes import transport_for
 
     rows = []
     head = engines["head"]
@@ -427,8 +407,8 @@ def _smoke_rows(
     spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None], earlier: list[CheckRow]
 ) -> list[CheckRow]:
     """The engine smoke test on every node with the engine it will run (see ._smoke)."""
+    from ._nodes import transport_for
     from ._smoke import ROLES, fix_for, local_report, node_check
-    from ._transport import transport_for
 
     failed = {(r.check, r.node) for r in earlier if r.status in ("fail", "skip")}
     rows: list[CheckRow] = []
@@ -552,7 +532,8 @@ def planned_need(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of:
     readable GGUF headers, an unreachable node)."""
     try:
         from ..model import inspect_model
-        from ..plan import Node, make_plan, spec_options
+        from ..plan import Node, make_plan
+        from ._planning import spec_options
 
         per_host: dict[str, int] = {}
         for w in spec.workers:
@@ -873,6 +854,11 @@ def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]
     """The preflight rows for ``spec`` (what `splitserve preflight` prints)."""
     from ._run import resolve_engines
 
+    if spec.backend != "llama.cpp":  # vLLM / SGLang: engine, NIC, GPUs, Ray, ports
+        from ._engines_facts import engine_preflight
+
+        return [CheckRow(**r.as_dict()) for r in engine_preflight(spec)]
+
     try:
         engines = resolve_engines(spec, engine)
     except SplitserveError as exc:
@@ -882,20 +868,13 @@ def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]
 
 def drop_page_caches(spec: ClusterSpec) -> list[tuple[str, str]]:
     """Drop the page cache on every node (``sync; echo 3 > /proc/sys/vm/drop_caches``)."""
-    from ._transport import transport_for
+    from ._launch import DROP_CACHES_SCRIPT
+    from ._nodes import node_for
 
-    script = (
-        'sync; if [ "$(id -u)" = 0 ]; then echo 3 > /proc/sys/vm/drop_caches; '
-        "else echo 3 | sudo -n tee /proc/sys/vm/drop_caches > /dev/null; fi"
-    )
     out = []
     hosts = list(dict.fromkeys(["local"] + [w.host for w in spec.workers if w.remote]))
     for host in hosts:
-        if is_local_host(host):
-            res = subprocess.run(["sh", "-c", script], capture_output=True, timeout=120, check=False)
-            ok = res.returncode == 0
-        else:
-            ok = transport_for(host, spec.ssh).run(script, check=False, timeout=120).returncode == 0  # type: ignore[attr-defined]
+        ok = node_for(host, spec.ssh).run(DROP_CACHES_SCRIPT, check=False, timeout=120).returncode == 0
         out.append((host, "page cache dropped" if ok else "could not drop the page cache (needs root or sudo -n)"))
     return out
 

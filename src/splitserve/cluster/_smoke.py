@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SplitserveError
-from ..engine import Engine
-from ..engine._smoke import (
+from ..engine import (
     Check,
+    Engine,
     LocalRunner,
     RunResult,
     SmokeReport,
     check_rpc,
     machine_fingerprint,
     smoke_test,
+    tiny_model,
     wait_port,
 )
-from ..engine._tiny import tiny_model
 from ._spec import ClusterSpec, WorkerSpec
 from ._ssh import exit_status_from_log
 from ._transport import ProcessRef, Transport, stop

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -54,6 +55,7 @@ from pydantic import (
 )
 
 from .._errors import SpecError, SplitserveError
+from ._spec_engines import ENGINE_BACKENDS, SglangSpec, VllmSpec, check_engine_tables
 
 HOST_RE = r"^[A-Za-z0-9_.@:%\[\]-]{1,255}$"
 LOCAL_HOSTS = ("local", "localhost", "127.0.0.1")
@@ -200,14 +202,14 @@ class ServerSpec(_Strict):
     @field_validator("speculation", mode="before")
     @classmethod
     def _spec_types(cls, value: Any) -> list[str]:
-        from ..plan._serving import parse_types
+        from ..plan import parse_types
 
         return parse_types(value)
 
     @field_validator("draft_model")
     @classmethod
     def _draft_needed(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        from ..plan._serving import DRAFT_MODEL_TYPES
+        from ..plan import DRAFT_MODEL_TYPES
 
         need = [t for t in info.data.get("speculation") or [] if t in DRAFT_MODEL_TYPES]
         if need and value is None:
@@ -317,7 +319,14 @@ class ClusterSpec(_Strict):
     model: Path
     engine: str = "default"
     head: HeadSpec = Field(default_factory=HeadSpec)
-    workers: list[WorkerSpec] = Field(min_length=1)
+    workers: list[WorkerSpec] = Field(default_factory=list)
+    """llama.cpp: the RPC servers (one at least); vLLM / SGLang: the other nodes, ranks 1.. in order."""
+    backend: Literal["llama.cpp", "vllm", "sglang"] = "llama.cpp"
+    """What serves the model: llama.cpp over RPC, or vLLM / SGLang (settings in their own table)."""
+    vllm: VllmSpec | None = None
+    """``vllm serve`` on every node (backend = "vllm"); see ``_spec_engines``."""
+    sglang: SglangSpec | None = None
+    """``sglang.launch_server`` on every node (backend = "sglang")."""
     server: ServerSpec = Field(default_factory=ServerSpec)
     gateway: GatewaySpec = Field(default_factory=lambda: GatewaySpec())
     allow_public_rpc: bool = False
@@ -339,8 +348,30 @@ class ClusterSpec(_Strict):
         """The key a client of the cluster's endpoint sends: the gateway's, or llama-server's."""
         return self.gateway.api_key if self.gateway.enabled else self.server.api_key
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_model(cls, data: Any) -> Any:
+        # vLLM / SGLang take their model from their table; ``model`` (the GGUF) stays llama.cpp's.
+        backend = data.get("backend") if isinstance(data, dict) else None
+        if backend is not None and backend not in ("llama.cpp", *ENGINE_BACKENDS):
+            raise ValueError(f"backend: {backend!r} is not one of: llama.cpp, {', '.join(ENGINE_BACKENDS)}")
+        if backend in ENGINE_BACKENDS:
+            if "model" in data:
+                raise ValueError(
+                    f'model: the GGUF of the llama.cpp backend; with backend = "{backend}" the model is {backend}.model'
+                )
+            data = {**data, "model": f"<{backend}.model>"}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
+        check_engine_tables(self)
+        if self.backend == "llama.cpp" and not self.workers:
+            raise ValueError(
+                "workers: required key is missing"
+                if "workers" not in self.model_fields_set
+                else "workers: at least one [[workers]] table (an RPC server) is required"
+            )
         if not is_local_host(self.head.host):
             raise ValueError(
                 f"head.host = {self.head.host!r}: the head runs where splitserve runs; "
@@ -446,7 +477,7 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: Mapping[str, Any]) -> str:
     msg = str(err.get("msg", "invalid"))
     msg = re.sub(r"^Value error, ", "", msg)
     if err.get("type") == "extra_forbidden":

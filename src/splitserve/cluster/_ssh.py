@@ -31,22 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import ClusterError
-from ._transport import ProcessRef, Transport
+from ._transport import Node, PortForward, ProcessRef, sh_path
 
 EXIT_MARK = "# splitserve: exit status "
 _EXIT_RE = re.compile(re.escape(EXIT_MARK) + r"(\d+)")
-
-
-def sh_path(path: str | Path) -> str:
-    """A remote path as a shell word: ``~/x`` and relative paths become ``"$HOME"/x``."""
-    text = str(path)
-    if text == "~":
-        return '"$HOME"'
-    if text.startswith("~/"):
-        text = text[2:]
-    elif text.startswith("/"):
-        return shlex.quote(text)
-    return '"$HOME"/' + shlex.quote(text)
 
 
 def _control_dir() -> Path:
@@ -66,7 +54,7 @@ def exit_status_from_log(text: str) -> int | None:
     return -(status - 128) if status > 128 else status
 
 
-class SshTransport(Transport):
+class SshNode(Node):
     """Processes on ``host`` (``user@box2``, ``box2`` or an ssh config alias)."""
 
     def __init__(
@@ -152,7 +140,38 @@ class SshTransport(Transport):
             timeout=10,
         )
 
-    # -- Transport --------------------------------------------------------------------------
+    def forward_port(self, remote_host: str, remote_port: int) -> PortForward:
+        """``ssh -N -L``: a local port that reaches ``remote_host:remote_port`` as the node sees it."""
+        import socket
+        import time
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            local = int(s.getsockname()[1])
+        argv = [*self.ssh_argv()[:-2], "-N", "-L", f"127.0.0.1:{local}:{remote_host}:{remote_port}", self.host]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + self.connect_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read() if proc.stderr else b""
+                raise ClusterError(f"{self.host}: ssh -L failed: {_last_line(err) or f'exit {proc.returncode}'}")
+            try:
+                with socket.create_connection(("127.0.0.1", local), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+
+        def close() -> None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+        return PortForward(("127.0.0.1", local), close)
+
+    # -- processes --------------------------------------------------------------------------
 
     def new_log(self, log_path: Path, header: str) -> None:
         log = sh_path(log_path)
@@ -270,4 +289,7 @@ def _last_line(raw: bytes) -> str:
     return lines[-1][:300] if lines else ""
 
 
-__all__ = ["EXIT_MARK", "SshTransport", "exit_status_from_log", "remote_env", "sh_path"]
+SshTransport = SshNode
+"""The older name of :class:`SshNode`."""
+
+__all__ = ["EXIT_MARK", "SshNode", "SshTransport", "exit_status_from_log", "remote_env", "sh_path"]

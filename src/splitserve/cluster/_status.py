@@ -12,8 +12,8 @@ from .._errors import ClusterError, EngineError, NotRunningError
 from .._paths import state_dir
 from ..engine import EngineClient
 from ._logparse import load_warnings, parse_load_report
+from ._nodes import transport_for
 from ._state import ClusterState, read_state
-from ._transport import transport_for
 
 
 def find_state_root(name: str | None = None, spec_root: Path | None = None) -> Path:
@@ -61,15 +61,13 @@ def _spec_types(argv: list[str]) -> list[str]:
 
 
 def _engine_spec_metrics(url: str) -> dict[str, Any]:
-    import httpx
+    from ..engine import connect
 
-    try:
-        resp = httpx.get(f"{url.rstrip('/')}/metrics", timeout=3.0)
-    except httpx.HTTPError as exc:
-        raise EngineError(f"{url}/metrics: {type(exc).__name__}: {exc}") from None
-    if resp.status_code != 200:
-        raise EngineError(f"{url}/metrics answered HTTP {resp.status_code} (llama-server needs --metrics)")
-    return parse_spec_metrics(resp.text)
+    with connect(url, timeout=3.0) as engine:
+        text = engine.metrics()
+    if text is None:
+        raise EngineError(f"{url}/metrics: no Prometheus text (llama-server needs --metrics)")
+    return parse_spec_metrics(text.decode("utf-8", "replace"))
 
 
 def _node_of(device: dict[str, Any], state: ClusterState) -> str:
@@ -146,6 +144,10 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     }
     from ._state import lock_holder
 
+    if state.extra.get("backend") not in (None, "llama.cpp"):  # vLLM / SGLang: ranks, fixes, Ray
+        from ._engines_run import engine_status
+
+        out["engine_backend"] = engine_status(state)
     holder = lock_holder(root)
     if holder is not None:
         out["supervisor"] = {"pid": holder.pid, "command": holder.command, "started_at": holder.started_at}

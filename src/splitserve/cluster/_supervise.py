@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +27,12 @@ from pathlib import Path
 from .._errors import ClusterError, SplitserveError
 from ..engine import Engine
 from ._commands import cluster_state_dir
-from ._run import Event, OnEvent, death_message, down, restart_gateway, up
+from ._edges import REAL_EDGES, Edges
+from ._execute import restart_gateway, up
+from ._run import Event, OnEvent, death_message, down
 from ._spec import ClusterSpec
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, SupervisorLock
-from ._transport import transport_for
 
 SUPERVISOR_LOG = "supervisor.log"
 DEAD_GRACE = 1.0
@@ -48,7 +48,7 @@ class Backoff:
 
     def delay(self, attempt: int) -> float:
         """The wait before restart number ``attempt`` (0 for the first)."""
-        return min(self.cap, self.initial * (2 ** max(0, attempt)))
+        return float(min(self.cap, self.initial * (2 ** max(0, attempt))))
 
 
 @dataclass
@@ -78,9 +78,9 @@ workers it was writing to with it; a lost worker aborts the head), so all are or
 _ROLE_RANK = {"rpc": 0, "server": 1, "gateway": 2}
 
 
-def _death(rec: ProcessRecord, ssh: object) -> Death | None:
+def _death(rec: ProcessRecord, ssh: object, edges: Edges = REAL_EDGES) -> Death | None:
     """The death of one recorded process, or None while it runs."""
-    transport = transport_for(rec.host, ssh)
+    transport = edges.node(rec.host, ssh)
     try:
         alive = transport.alive(rec.ref)
     except ClusterError as exc:
@@ -100,7 +100,7 @@ def _death(rec: ProcessRecord, ssh: object) -> Death | None:
     return Death(rec.node, rec.role, cause, tail, code)
 
 
-def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS) -> Death | None:
+def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS, edges: Edges = REAL_EDGES) -> Death | None:
     """The root cause among the dead processes of a running cluster, or None when all run.
 
     Deaths are ordered by who died first: those already dead at the first look before those
@@ -111,17 +111,17 @@ def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS) -> Death | No
     ssh = state.extra.get("ssh")
     dead: list[tuple[int, Death]] = []
     for rec in state.processes:
-        d = _death(rec, ssh)
+        d = _death(rec, ssh, edges)
         if d is not None:
             dead.append((0, d))
     if not dead:
         return None
     gone = {d.node for _, d in dead}
     if settle > 0 and len(gone) < len(state.processes):
-        time.sleep(settle)
+        edges.clock.sleep(settle)
         for rec in state.processes:
             if rec.node not in gone:
-                d = _death(rec, ssh)
+                d = _death(rec, ssh, edges)
                 if d is not None:
                     dead.append((1, d))
     head_dead = any(d.role == "server" for _, d in dead)
@@ -155,8 +155,11 @@ class Supervisor:
         on_event: OnEvent | None = None,
         preflight: bool = True,
         log_file: Path | None = None,
+        edges: Edges = REAL_EDGES,
     ) -> None:
         self.spec = spec
+        self.edges = edges
+        self.clock = edges.clock
         self.engine = engine
         self.emit_user = on_event or (lambda _e: None)
         self.preflight = preflight
@@ -178,7 +181,9 @@ class Supervisor:
         event = Event(kind, node, message)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "a") as fh:
-            fh.write(json.dumps({"time": time.time(), "kind": kind, "node": node, "message": message, **extra}) + "\n")
+            fh.write(
+                json.dumps({"time": self.clock.time(), "kind": kind, "node": node, "message": message, **extra}) + "\n"
+            )
         self.emit_user(event)
 
     def _pass(self, event: Event) -> None:
@@ -199,7 +204,7 @@ class Supervisor:
         self.lock.acquire()
         try:
             while not self.stopping:
-                started = time.monotonic()
+                started = self.clock.monotonic()
                 try:
                     self.state = up(
                         self.spec,
@@ -207,6 +212,7 @@ class Supervisor:
                         on_event=self._pass,
                         preflight=self.preflight and first,
                         should_stop=lambda: self.stopping,
+                        edges=self.edges,
                     )
                 except SplitserveError as exc:
                     if self.stopping:
@@ -223,7 +229,7 @@ class Supervisor:
                     if death is None:
                         break  # stop() was called
                     self._report(death)
-                if time.monotonic() - started >= sup.stable_seconds:
+                if self.clock.monotonic() - started >= sup.stable_seconds:
                     attempt = 0
                 if sup.max_restarts is not None and attempt >= sup.max_restarts:
                     msg = f"gave up after {attempt} restarts in a row (supervise.max_restarts)"
@@ -241,7 +247,7 @@ class Supervisor:
                     f"restart {self.restarts} in {delay:.1f} s (stops everything, then workers, then the head)",
                     delay=delay,
                 )
-                if self._stop.wait(delay):
+                if self.clock.wait(self._stop, delay):
                     break
         finally:
             try:
@@ -258,8 +264,8 @@ class Supervisor:
 
     def _watch(self, poll: float) -> Death | None:
         assert self.state is not None
-        while not self._stop.wait(poll):
-            death = find_dead(self.state)
+        while not self.clock.wait(self._stop, poll):
+            death = find_dead(self.state, edges=self.edges)
             if death is not None and death.role == "gateway" and not death.others and self._gateway_back(death):
                 continue
             if death is not None:
@@ -271,7 +277,7 @@ class Supervisor:
         assert self.state is not None
         self.emit("died", death.node, death.cause, tail=death.tail)
         try:
-            self.state = restart_gateway(self.spec, self.state)
+            self.state = restart_gateway(self.spec, self.state, edges=self.edges)
         except SplitserveError as exc:
             self.emit("restart_failed", "gateway", str(exc))
             return False
@@ -281,7 +287,7 @@ class Supervisor:
 
     def _down_quietly(self, grace: float = 10.0) -> None:
         try:
-            down(self.spec, grace=grace)
+            down(self.spec, grace=grace, edges=self.edges)
         except SplitserveError as exc:
             self.emit("stop_failed", "cluster", str(exc))
 

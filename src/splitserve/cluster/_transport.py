@@ -1,24 +1,27 @@
-"""How splitserve starts and watches processes on a node.
+"""A node: how splitserve runs commands, starts and watches processes, and reads and writes files on a machine.
 
-:class:`Transport` is the one I/O boundary of the cluster layer: spawn a
-process with its output going to a log file, ask whether it is alive, signal
-it, read its memory and its log. :class:`LocalTransport` runs on this machine;
-:class:`~splitserve.cluster._ssh.SshTransport` does the same over the system
-OpenSSH client; :func:`transport_for` picks one from a spec's ``host``.
+:class:`Node` (also known by its older name :class:`Transport`) is the one I/O boundary of the
+cluster layer: run a shell command, spawn a process with its output going to a log file, ask
+whether it is alive, signal and stop it, read its memory and its log, read and write a file,
+forward a port. :class:`LocalNode` runs on this machine;
+:class:`~splitserve.cluster._ssh.SshNode` does the same over the system OpenSSH client;
+:class:`~splitserve.cluster._fake.FakeNode` is the in-memory one for tests;
+:func:`~splitserve.cluster._nodes.node_for` picks one from a spec's ``host``.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
-import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError
 
 
@@ -31,10 +34,68 @@ class ProcessRef:
     start_ticks: int | None
 
 
-class Transport(ABC):
-    """Start and watch processes on one node."""
+def sh_path(path: str | Path) -> str:
+    """A node's path as a shell word: ``~/x`` and relative paths become ``"$HOME"/x``."""
+    text = str(path)
+    if text == "~":
+        return '"$HOME"'
+    if text.startswith("~/"):
+        text = text[2:]
+    elif text.startswith("/"):
+        return shlex.quote(text)
+    return '"$HOME"/' + shlex.quote(text)
+
+
+class PortForward:
+    """A forwarded port: connect to ``address`` here to reach the node's ``remote``; :meth:`close` ends it."""
+
+    def __init__(self, address: tuple[str, int], close: Callable[[], None] | None = None) -> None:
+        self.address = address
+        self._close = close
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+            self._close = None
+
+    def __enter__(self) -> PortForward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Node(ABC):
+    """Run commands, start and watch processes, and read and write files on one machine."""
 
     host: str = "local"
+
+    @abstractmethod
+    def run(
+        self, script: str, *, input: bytes | None = None, timeout: float = 60.0, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run ``script`` with ``sh`` on the node (output captured); raises :class:`ClusterError`
+        when the node cannot be reached or, with ``check``, when the script fails."""
+
+    def read_file(self, path: Path | str) -> bytes | None:
+        """A file's bytes, or None when there is no such file."""
+        res = self.run(f"cat {sh_path(path)} 2>/dev/null || echo __splitserve_missing__ >&2", check=False)
+        return None if b"__splitserve_missing__" in res.stderr else res.stdout
+
+    def write_file(self, path: Path | str, data: bytes) -> None:
+        """Write a file whole (its folder made), replacing what was there."""
+        target = sh_path(path)
+        self.run(
+            f'mkdir -p "$(dirname {target})" && cat > {target}.partial && mv -f {target}.partial {target}', input=data
+        )
+
+    def forward_port(self, remote_host: str, remote_port: int) -> PortForward:
+        """Reach ``remote_host:remote_port`` as the node sees it; here it is reached directly."""
+        return PortForward((remote_host, remote_port))
+
+    def stop(self, ref: ProcessRef, grace: float = 10.0) -> bool:
+        """SIGTERM the process group, then SIGKILL after ``grace`` seconds; True if it is gone."""
+        return stop(self, ref, grace)
 
     @abstractmethod
     def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
@@ -114,13 +175,47 @@ def read_tail(path: Path, max_bytes: int = 1 << 20) -> str:
         return ""
 
 
-class LocalTransport(Transport):
-    """Processes on this machine."""
+class LocalNode(Node):
+    """Processes and files on this machine."""
 
     host = "local"
 
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def run(
+        self, script: str, *, input: bytes | None = None, timeout: float = 60.0, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        try:
+            res = subprocess.run(
+                ["sh", "-c", script],
+                input=input,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"local command did not finish within {timeout:.0f} s: {script[:80]}") from None
+        if check and res.returncode != 0:
+            last = (res.stderr or res.stdout).decode("utf-8", "replace").strip().splitlines()
+            raise ClusterError(
+                f"local command failed (exit {res.returncode}): {last[-1][:300] if last else 'no output'}"
+            )
+        return res
+
+    def read_file(self, path: Path | str) -> bytes | None:
+        try:
+            return Path(path).expanduser().read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_file(self, path: Path | str, data: bytes) -> None:
+        target = Path(path).expanduser()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".partial")
+        tmp.write_bytes(data)
+        tmp.replace(target)
 
     def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,58 +286,38 @@ class LocalTransport(Transport):
         return None
 
 
-def wait_reaped(items: list[tuple[Transport, ProcessRef]], timeout: float = 3.0) -> None:
+Transport = Node
+"""The older name of :class:`Node`."""
+LocalTransport = LocalNode
+"""The older name of :class:`LocalNode`."""
+
+
+def wait_reaped(items: list[tuple[Node, ProcessRef]], timeout: float = 3.0, clock: Clock = SYSTEM_CLOCK) -> None:
     """Wait (at most ``timeout`` seconds in all) until stopped processes have left the process
     table: one started by another splitserve process is a zombie until init reaps it, and a
     caller checking "nothing left" right after `down` must not still find it."""
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     waiting = list(items)
-    while waiting and time.monotonic() < deadline:
+    while waiting and clock.monotonic() < deadline:
         waiting = [(t, r) for t, r in waiting if t.lingering(r)]
         if waiting:
-            time.sleep(0.02)
+            clock.sleep(0.02)
 
 
-def stop(transport: Transport, ref: ProcessRef, grace: float = 10.0) -> bool:
+def stop(transport: Node, ref: ProcessRef, grace: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> bool:
     """SIGTERM the process group, then SIGKILL after ``grace`` seconds; True if it is gone."""
     if not transport.alive(ref):
         return True
     transport.signal(ref, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
+    deadline = clock.monotonic() + grace
+    while clock.monotonic() < deadline:
         if not transport.alive(ref):
             return True
-        time.sleep(0.05)
+        clock.sleep(0.05)
     transport.signal(ref, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+    deadline = clock.monotonic() + 5
+    while clock.monotonic() < deadline:
         if not transport.alive(ref):
             return True
-        time.sleep(0.05)
+        clock.sleep(0.05)
     return not transport.alive(ref)
-
-
-_TRANSPORTS: dict[object, Transport] = {}
-
-
-def transport_for(host: str, ssh: Any = None) -> Transport:
-    """The transport for a spec's ``host`` value (one shared instance per host and ssh settings).
-
-    ``ssh`` is the spec's :class:`~splitserve.cluster.SshSpec` (or its dict form from a state
-    file); without it the plain ``ssh`` defaults apply."""
-    if host in ("local", "localhost", "127.0.0.1"):
-        return _TRANSPORTS.setdefault("local", LocalTransport())
-    from ._ssh import SshTransport
-
-    if isinstance(ssh, dict):
-        cfg, options, timeout = ssh.get("config"), ssh.get("options") or [], ssh.get("connect_timeout", 10.0)
-    elif ssh is not None:
-        cfg, options, timeout = ssh.config, ssh.options, ssh.connect_timeout
-    else:
-        cfg, options, timeout = None, [], 10.0
-    key = (host, str(cfg) if cfg else None, tuple(options), float(timeout))
-    if key not in _TRANSPORTS:
-        _TRANSPORTS[key] = SshTransport(
-            host, config=Path(cfg) if cfg else None, options=options, connect_timeout=float(timeout)
-        )
-    return _TRANSPORTS[key]

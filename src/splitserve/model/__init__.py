@@ -3,11 +3,12 @@
 Reads headers only, never tensor data.
 """
 
-from ._arch import swa_layers, tool_call_format
+from ._arch import swa_layers
 from ._gguf import GGUFFile, TensorEntry, model_in_dir, read_gguf, shard_paths
-from ._model import LayerInfo, ModelInfo, inspect_model, model_from_gguf
+from ._model import FormatDetector, LayerInfo, ModelInfo, inspect_model, model_from_gguf
 
 __all__ = [
+    "FormatDetector",
     "GGUFFile",
     "LayerInfo",
     "ModelInfo",
@@ -18,5 +19,4 @@ __all__ = [
     "read_gguf",
     "shard_paths",
     "swa_layers",
-    "tool_call_format",
 ]

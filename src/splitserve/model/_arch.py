@@ -112,13 +112,3 @@ def swa_layers(arch: str, n_layer: int, n_swa: int, pattern: object) -> list[boo
     if dense_first:
         return [n == 0 or (il % n != 0) for il in range(n_layer)]
     return [n == 0 or (il % n < n - 1) for il in range(n_layer)]
-
-
-def tool_call_format(template: str | None) -> str | None:
-    """The tool-call format a chat template uses, as the chat layer's registry detects it
-    (the one place formats are recognised: what ``inspect`` names is what the gateway parses)."""
-    if not template:
-        return None
-    from ..chat import detect_format
-
-    return detect_format(template)

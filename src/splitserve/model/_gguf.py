@@ -91,7 +91,7 @@ class _HeaderReader(GGUFReader):
 
     def _build_tensor_info(self, offs: int, count: int) -> tuple[int, list[Any]]:
         # the tensor table with struct over the mapped bytes: no numpy view per field
-        buf = memoryview(self.data)  # type: ignore[arg-type]
+        buf = memoryview(self.data)  # type: ignore[arg-type]  # numpy stubs give ndarray __buffer__ on 3.12+ only
         size = len(buf)
         u32, u64 = struct.Struct("<I").unpack_from, struct.Struct("<Q").unpack_from
         rows: list[Any] = []
@@ -123,7 +123,7 @@ class _HeaderReader(GGUFReader):
 
 def _skip_strings(data: np.memmap, offs: int, n: int) -> int:
     """Offset just past ``n`` GGUF strings starting at ``offs`` (struct.error when they run off the end)."""
-    buf = memoryview(data)  # type: ignore[arg-type]
+    buf = memoryview(data)  # type: ignore[arg-type]  # numpy stubs give ndarray __buffer__ on 3.12+ only
     unpack = struct.Struct("<Q").unpack_from
     for _ in range(n):
         offs += 8 + unpack(buf, offs)[0]

@@ -1,6 +1,6 @@
 """A model as the planner needs it, built from GGUF headers: layers, bytes, KV geometry, experts.
 
-inspect_model(path) -> ModelInfo
+inspect_model(path, tool_format=None) -> ModelInfo
 ModelInfo.to_dict() -> the JSON of ``splitserve inspect --json``
 """
 
@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._errors import ModelError
-from ._arch import KNOWN_ARCHS, MTP_ARCHS, swa_layers, tool_call_format
+from ._arch import KNOWN_ARCHS, MTP_ARCHS, swa_layers
 from ._gguf import GGUFFile, TensorEntry, read_gguf
+
+#: names the tool-call format a chat template writes (the chat layer's ``detect_format``); the
+#: model layer knows no formats, so its caller passes one in
+FormatDetector = Callable[[str], "str | None"]
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
 _NEXTN = re.compile(r"^blk\.(\d+)\.nextn\.eh_proj\.")
@@ -75,7 +80,7 @@ class ModelInfo:
     n_ff_exp: int
     mla: bool
     chat_template: str | None
-    tool_call_format: str | None
+    tool_call_format: str | None  #: as the caller's detector named it (None: no template, or none given)
     known_architecture: bool
     estimated: list[str] = field(default_factory=list)  #: what the planner had to guess, in words
     nextn_predict_layers: int = 0  #: ``<arch>.nextn_predict_layers``: MTP layers the header declares
@@ -199,7 +204,7 @@ def _per_layer(g: GGUFFile, key: str, n_layer: int, default: int) -> list[int]:
     return [int(v)] * n_layer
 
 
-def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
+def model_from_gguf(g: GGUFFile, path: Path, tool_format: FormatDetector | None = None) -> ModelInfo:
     """Build a :class:`ModelInfo` from headers already read."""
     arch = g.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -302,7 +307,7 @@ def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
         n_ff_exp=_int(g, f"{a}.expert_feed_forward_length"),
         mla=mla,
         chat_template=template if isinstance(template, str) else None,
-        tool_call_format=tool_call_format(template if isinstance(template, str) else None),
+        tool_call_format=tool_format(template) if tool_format is not None and isinstance(template, str) else None,
         known_architecture=known,
         estimated=estimated,
         nextn_predict_layers=_int(g, f"{a}.nextn_predict_layers"),
@@ -310,8 +315,9 @@ def model_from_gguf(g: GGUFFile, path: Path) -> ModelInfo:
     )
 
 
-def inspect_model(path: str | Path) -> ModelInfo:
-    """Read a GGUF model's headers (all shards, given any one) into a :class:`ModelInfo`."""
+def inspect_model(path: str | Path, tool_format: FormatDetector | None = None) -> ModelInfo:
+    """Read a GGUF model's headers (all shards, given any one) into a :class:`ModelInfo`;
+    ``tool_format`` (e.g. ``splitserve.chat.detect_format``) names the chat template's tool-call format."""
     p = Path(path)
     g = read_gguf(p)
-    return model_from_gguf(g, g.shards[0] if p.is_dir() else p)
+    return model_from_gguf(g, g.shards[0] if p.is_dir() else p, tool_format)

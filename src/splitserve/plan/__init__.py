@@ -1,12 +1,17 @@
 """Memory per node, layer ranges and ``--tensor-split``, max context, decode upper bound.
 
-Pure functions of a model's headers and a list of nodes; no I/O.
+Pure functions of a model's headers (:class:`splitserve.model.ModelInfo`) and a list of nodes (or
+a :class:`ClusterFacts`); no I/O.  Reading a cluster spec's model and turning the spec into these
+inputs is the cluster layer's (``splitserve.cluster``: ``plan_for_spec``, ``split_for_up``, ...).
 """
 
 from ._compute import ComputeEstimate, estimate_compute
 from ._devices import BANDWIDTH_GBPS, GIB, Node, device_key, parse_gib, parse_node
-from ._measure import measure_spec, parse_breakdown
+
+# measure_spec (it starts llama-server) lives in the cluster layer; the pure half is here.
+from ._measure import MEASURE_MARKERS, compare_breakdown, parse_breakdown
 from ._memory import (
+    CACHE_TYPES,
     KVSettings,
     kv_bytes_per_token,
     layer_devices,
@@ -28,56 +33,64 @@ from ._serving import (
     speculation_refusal,
     speculation_support,
 )
+from ._serving import summary as speculation_summary
 from ._spec import (
-    draft_info,
-    plan_for_spec,
-    preflight,
-    require_fit,
-    spec_nodes,
-    spec_options,
-    speculation_problem,
-    split_for_up,
+    ClusterFacts,
+    Machine,
+    ServerFacts,
+    fit_problem,
+    host_node,
+    layout_nodes,
+    layout_options,
+    layout_speculation_problem,
+    plan_layout,
+    split_to_fill,
 )
 
 __all__ = [
     "BANDWIDTH_GBPS",
+    "CACHE_TYPES",
     "DRAFTLESS_TYPES",
     "DRAFT_MODEL_TYPES",
     "DRAFT_TYPES",
     "GIB",
+    "MEASURE_MARKERS",
     "MSA_ARCHS",
     "SPEC_TYPES",
+    "ClusterFacts",
     "ComputeEstimate",
     "KVSettings",
+    "Machine",
     "Node",
     "NodePlan",
     "Plan",
     "PlanOptions",
+    "ServerFacts",
     "SpecSupport",
     "choose_split",
+    "compare_breakdown",
     "device_key",
-    "draft_info",
     "estimate_compute",
+    "fit_problem",
+    "host_node",
     "kv_bytes_per_token",
     "kv_unified_asked",
     "layer_devices",
     "layer_kv_bytes",
+    "layout_nodes",
+    "layout_options",
+    "layout_speculation_problem",
     "make_plan",
-    "measure_spec",
     "msa_warnings",
     "parse_breakdown",
     "parse_gib",
     "parse_node",
     "parse_types",
-    "plan_for_spec",
-    "preflight",
-    "require_fit",
+    "plan_layout",
     "row_size",
-    "spec_nodes",
-    "spec_options",
-    "speculation_problem",
     "speculation_refusal",
+    "speculation_summary",
     "speculation_support",
-    "split_for_up",
+    "split_to_fill",
     "weights_per_device",
 ]

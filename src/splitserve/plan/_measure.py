@@ -1,25 +1,18 @@
-"""``plan --measure``: ask llama.cpp itself, next to the prediction.
+"""``plan --measure``, the pure half: read llama.cpp's own memory breakdown and set it beside the plan.
 
-The one part of ``plan`` that runs a process.  With the spec's workers up, it starts the head's
-llama-server with the spec's flags plus ``--fit on``: before loading any weights, llama.cpp's fit
-step loads the model with ``no_alloc`` and prints its memory breakdown per device (model,
-context, compute, in MiB).  The server is stopped as soon as the table is out, so nothing is
-uploaded to the workers.
+The cluster layer (``cluster.measure_spec``) starts the head's llama-server with the spec's flags
+plus ``--fit on``: before loading any weights, llama.cpp's fit step loads the model with
+``no_alloc`` and prints its memory breakdown per device (model, context, compute, in MiB). Here:
 
     parse_breakdown(text) -> {device_label: {"model", "context", "compute"} bytes}
-    measure_spec(spec, plan) -> rows of {node, what, planned, measured}
+    compare_breakdown(plan, text) -> rows of {node, what, planned, measured}
 """
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import subprocess
-import threading
 from typing import Any
 
-from .._errors import ClusterError
 from ._plan import Plan
 
 MIB = 1 << 20
@@ -51,52 +44,21 @@ def parse_breakdown(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _endpoint(label: str) -> str | None:
     m = re.search(r"\(([^()]+:\d+)\)", label)
     return m.group(1) if m else None
 
 
-def measure_spec(spec: Any, plan: Plan, timeout: float = 600.0) -> list[dict[str, Any]]:
-    """Run llama.cpp's fit pass for ``spec`` and return prediction and measurement side by side."""
-    from ..cluster import launch_plan, resolve_engines
+MEASURE_MARKERS = _DONE
+"""Lines after which llama-server's fit step has printed its table (it is stopped there)."""
 
-    engines = resolve_engines(spec)
-    lp = launch_plan(spec, engines, plan.tensor_split if spec.server.tensor_split is None else None)
-    argv = list(lp.head.argv) + ["--port", str(_free_port()), "--fit", "on", "--verbosity", "4"]
-    env = dict(os.environ, **lp.head.env)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines: list[str] = []
-    done = threading.Event()
 
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if any(marker in line for marker in _DONE):
-                break
-        done.set()
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    try:
-        done.wait(timeout)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = "".join(lines)
+def compare_breakdown(plan: Plan, text: str) -> list[dict[str, Any]] | None:
+    """The plan's bytes per node beside llama.cpp's breakdown in ``text`` (its log); None when the
+    log holds no breakdown table."""
     table = parse_breakdown(text)
     if not table:
-        tail = " ".join(x.strip() for x in lines[-3:])[:300]
-        raise ClusterError(
-            f"llama-server printed no memory breakdown within {timeout:.0f} s (are the workers up "
-            f"and free?): {tail or 'no output'}"
-        )
+        return None
     rpc_labels = [k for k in table if _endpoint(k)]
     other = [k for k in table if not _endpoint(k) and k != "Host"]
     labels = rpc_labels + other

@@ -1,31 +1,79 @@
-"""Plans for a cluster spec, for ``plan -c`` and for ``up`` (refuse what will not fit, fill the split).
+"""Plans for a cluster's layout, for ``plan -c`` and for ``up``: pure functions of data.
 
-    spec_nodes(spec) -> [Node]                # devices in llama.cpp's order, memory from the spec
-    plan_for_spec(spec, nodes=None) -> Plan
-    preflight(spec) -> Plan | None            # None when the spec says no memory sizes
-    require_fit(plan)                         # raises ClusterError naming the nodes and numbers
-    split_for_up(spec) -> [float] | None      # both, for `up`: refuse, else the split to fill in
+    ClusterFacts(workers, head, server, source)   # what the planner needs of a cluster spec
+    layout_nodes(facts) -> [Node]                 # devices in llama.cpp's order, memory from the facts
+    layout_options(facts) -> PlanOptions          # the planner options the [server] table implies
+    plan_layout(facts, model, nodes=None, options=None, draft=None) -> Plan
+    layout_speculation_problem(facts, model, draft) -> str | None
+    fit_problem(plan) -> str | None               # why the plan does not fit, naming nodes and numbers
 
-The spec's devices are the RPC workers in order (a worker with several ``devices`` gives one
-node each), then the head's own devices.  Memory per device comes from ``memory_gib`` on a
-worker or the head when the spec has that key (a number, or a list with one per device), or
-from ``--node`` on the command line.
+The devices are the RPC workers in order (a worker with several ``devices`` gives one node each),
+then the head's own devices.  Memory per device comes from ``memory_gib`` on a worker or the
+head (a number, or a list with one per device), or from ``--node`` on the command line.
+
+Reading the model's headers and turning a :class:`splitserve.cluster.ClusterSpec` into these facts
+is the cluster layer's (``splitserve.cluster`` ``_planning``): this module opens no file.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from .._errors import ClusterError, UsageError
-from ..model import ModelInfo, inspect_model
+from .._errors import UsageError
+from ..model import ModelInfo
 from ._devices import GIB, Node
 from ._plan import Plan, PlanOptions, make_plan
 from ._serving import kv_unified_asked, speculation_refusal, speculation_support
 
 
-def _memory_list(obj: Any, n: int, where: str) -> list[int] | None:
-    value = getattr(obj, "memory_gib", None)
+@dataclass(frozen=True)
+class Machine:
+    """One process's machine as the planner sees it: a worker (``name``) or the head."""
+
+    name: str
+    host: str = "local"
+    devices: tuple[str, ...] = ()
+    memory_gib: float | tuple[float, ...] | None = None  #: one for every device, or one per device
+    device_kind: str | None = None
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """The ``[server]`` settings the planner reads (llama-server's defaults where they are None)."""
+
+    ctx_size: int = 4096  #: 0: the model's training context
+    parallel: int = 1
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    ubatch: int | None = None
+    flash_attn: str | None = None  #: "on", "off", "auto"
+    tensor_split: tuple[float, ...] | None = None
+    n_gpu_layers: int = 999
+    split_mode: str = "layer"
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    speculation: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the planner needs of a cluster spec: its machines in order, its server settings, and
+    the file it came from (named in messages)."""
+
+    workers: tuple[Machine, ...]
+    head: Machine
+    server: ServerFacts = field(default_factory=ServerFacts)
+    source: str | None = None
+
+    @property
+    def n_devices(self) -> int:
+        return sum(len(w.devices) or 1 for w in self.workers) + len(self.head.devices)
+
+
+def _memory_list(m: Machine, n: int, where: str) -> list[int] | None:
+    value = m.memory_gib
     if value is None:
         return None
     values = list(value) if isinstance(value, (list, tuple)) else [value] * n
@@ -34,122 +82,103 @@ def _memory_list(obj: Any, n: int, where: str) -> list[int] | None:
     return [int(float(v) * GIB) for v in values]
 
 
-def spec_nodes(spec: Any) -> list[Node]:
-    """The spec's devices as planner nodes, in llama.cpp's order."""
+def layout_nodes(facts: ClusterFacts) -> list[Node]:
+    """The devices as planner nodes, in llama.cpp's order (:class:`UsageError` when one has no memory size)."""
     nodes: list[Node] = []
     missing: list[str] = []
-
-    def bw_of(obj: Any) -> Any:
-        return getattr(obj, "bandwidth_gbps", None)
-
-    def dev_of(obj: Any) -> Any:
-        return getattr(obj, "device_kind", None)
-
-    for w in spec.workers:
-        devs = list(w.devices) or [None]
+    for w in facts.workers:
+        devs: list[str | None] = list(w.devices) or [None]
         mem = _memory_list(w, len(devs), f"workers[{w.name}]")
         for i, d in enumerate(devs):
             name = w.name if d is None else f"{w.name}/{d}"
             if mem is None:
                 missing.append(name)
                 continue
-            nodes.append(Node(name, mem[i], dev_of(w), bw_of(w)))
-    head_devs = list(spec.head.devices)
-    if head_devs:
-        mem = _memory_list(spec.head, len(head_devs), "head")
-        for i, d in enumerate(head_devs):
+            nodes.append(Node(name, mem[i], w.device_kind, w.bandwidth_gbps))
+    head = facts.head
+    if head.devices:
+        mem = _memory_list(head, len(head.devices), "head")
+        for i, d in enumerate(head.devices):
             if mem is None:
                 missing.append(f"head/{d}")
                 continue
-            nodes.append(Node(f"head/{d}", mem[i], dev_of(spec.head), bw_of(spec.head)))
+            nodes.append(Node(f"head/{d}", mem[i], head.device_kind, head.bandwidth_gbps))
     if missing:
         raise UsageError(
-            f"{getattr(spec, 'source_file', None) or 'the spec'}: no memory size for "
+            f"{facts.source or 'the spec'}: no memory size for "
             f"{', '.join(missing)}; pass --node NAME=GIB for every device (in this order), "
             "or set memory_gib on each worker"
         )
     return nodes
 
 
-def _host_node(spec: Any) -> int | None:
+def host_node(facts: ClusterFacts) -> int | None:
     """The node sharing memory with the head process: its first own device, else a worker on its host."""
-    n_rpc = sum(len(w.devices) or 1 for w in spec.workers)
-    if spec.head.devices:
+    n_rpc = sum(len(w.devices) or 1 for w in facts.workers)
+    if facts.head.devices:
         return n_rpc
     i = 0
-    for w in spec.workers:
-        if w.host == spec.head.host:
+    for w in facts.workers:
+        if w.host == facts.head.host:
             return i
         i += len(w.devices) or 1
     return None
 
 
-def spec_options(spec: Any) -> PlanOptions:
-    """The planner options that the spec's ``[server]`` table implies (llama-server's defaults elsewhere)."""
-    s = spec.server
-    fa = (s.flash_attn or "auto") != "off"
+def layout_options(facts: ClusterFacts) -> PlanOptions:
+    """The planner options that the ``[server]`` settings imply (llama-server's defaults elsewhere)."""
+    s = facts.server
     return PlanOptions(
         ctx=s.ctx_size or None,
         parallel=s.parallel,
         cache_type_k=s.cache_type_k or "f16",
         cache_type_v=s.cache_type_v or "f16",
         ubatch=s.ubatch or 512,
-        flash_attn=fa,
+        flash_attn=(s.flash_attn or "auto") != "off",
         unified=kv_unified_asked(list(s.extra_args), dict(s.env)),
         tensor_split=tuple(s.tensor_split) if s.tensor_split else None,
-        host_node=_host_node(spec),
-        speculation=tuple(getattr(s, "speculation", ()) or ()),
+        host_node=host_node(facts),
+        speculation=tuple(s.speculation),
     )
 
 
-def draft_info(spec: Any) -> ModelInfo | None:
-    """The headers of the spec's draft model when a draft-* type reads it (None otherwise, or when
-    the file is not there: `up` says so first)."""
-    s = spec.server
-    path = getattr(s, "draft_model", None)
-    if path is None or not any(t.startswith("draft-") for t in getattr(s, "speculation", ())):
-        return None
-    if not Path(path).is_file():
-        return None
-    return inspect_model(path)
-
-
-def speculation_problem(spec: Any, model: ModelInfo | None = None) -> str | None:
-    """Why `up` must refuse the spec's ``server.speculation`` for its model (None: it can run)."""
-    types = list(getattr(spec.server, "speculation", ()) or ())
+def layout_speculation_problem(facts: ClusterFacts, model: ModelInfo, draft: ModelInfo | None) -> str | None:
+    """Why `up` must refuse ``server.speculation`` for ``model`` (None: it can run)."""
+    types = list(facts.server.speculation)
     if not types:
         return None
-    info = model or inspect_model(spec.model)
-    problem = speculation_refusal(types, info, draft_info(spec))
+    problem = speculation_refusal(types, model, draft)
     if problem is None:
         return None
-    where = getattr(spec, "source_file", None) or "<spec>"
-    return f"{where}: server.speculation: {problem}"
+    return f"{facts.source or '<spec>'}: server.speculation: {problem}"
 
 
-def plan_for_spec(
-    spec: Any, nodes: list[Node] | None = None, model: str | Path | None = None, options: PlanOptions | None = None
+def plan_layout(
+    facts: ClusterFacts,
+    model: ModelInfo,
+    nodes: list[Node] | None = None,
+    options: PlanOptions | None = None,
+    draft: ModelInfo | None = None,
 ) -> Plan:
-    """Plan the spec's model over its devices with its server options (or ``options``, e.g. with
-    command-line overrides on top of :func:`spec_options`)."""
-    nodes = nodes if nodes is not None else spec_nodes(spec)
-    expected = sum(len(w.devices) or 1 for w in spec.workers) + len(spec.head.devices)
+    """Plan ``model`` over the devices with the server settings (or ``options``, e.g. with
+    command-line overrides on top of :func:`layout_options`); ``draft``: the draft model's headers
+    when a draft-* speculation type reads one."""
+    nodes = nodes if nodes is not None else layout_nodes(facts)
+    expected = facts.n_devices
     if len(nodes) != expected:
         raise UsageError(f"{len(nodes)} --node given but the spec has {expected} devices; give one per device")
-    info = inspect_model(model or spec.model)
-    plan = make_plan(info, nodes, options or spec_options(spec))
-    draft = draft_info(spec)
+    plan = make_plan(model, nodes, options or layout_options(facts))
     if draft is not None:
-        plan.speculation = speculation_support(info, draft)
+        plan.speculation = speculation_support(model, draft)
         plan.estimated.append(
             f"the draft model {draft.path.name} ({draft.weights_bytes / GIB:.2f} GiB) and its KV "
             "cache are not in the per-node figures"
         )
-    problem = speculation_refusal(list(plan.options.speculation), info, draft)
+    problem = speculation_refusal(list(plan.options.speculation), model, draft)
     if problem:
         plan.warnings.append(f"server.speculation: {problem} (`up` refuses this spec)")
-    s = spec.server
-    if s.n_gpu_layers < info.n_layer + 1:
+    s = facts.server
+    if s.n_gpu_layers < model.n_layer + 1:
         plan.estimated.append(
             f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "
             "assumes every layer offloaded"
@@ -164,19 +193,10 @@ def plan_for_spec(
     return plan
 
 
-def preflight(spec: Any) -> Plan | None:
-    """The plan ``up`` should check, or None when the spec gives no memory sizes to plan against."""
-    try:
-        nodes = spec_nodes(spec)
-    except UsageError:
-        return None
-    return plan_for_spec(spec, nodes)
-
-
-def require_fit(plan: Plan) -> None:
-    """Raise :class:`ClusterError` with the numbers when ``plan`` does not fit its nodes."""
+def fit_problem(plan: Plan) -> str | None:
+    """Why ``plan`` does not fit its nodes, with the numbers and what to do (None: it fits)."""
     if plan.fits:
-        return
+        return None
     short = [
         f"{n.name} needs {n.total_bytes / GIB:.1f} GiB (weights {n.weights_bytes / GIB:.1f} + KV "
         f"{n.kv_bytes / GIB:.1f} + compute {n.compute_bytes / GIB:.1f}"
@@ -185,18 +205,12 @@ def require_fit(plan: Plan) -> None:
         for n in plan.nodes
         if n.headroom_bytes < 0
     ]
-    raise ClusterError(
+    return (
         f"the model will not fit: {'; '.join(short)}; lower ctx_size, use q8_0/q4_0 KV "
         "(cache_type_k/v), or add a worker (see `splitserve plan -c SPEC`)"
     )
 
 
-def split_for_up(spec: Any) -> list[float] | None:
-    """What ``up`` needs in one call: raise :class:`ClusterError` when the spec will not fit, else the
-    ``--tensor-split`` to pass when the spec leaves it out (None: keep the spec's, or nothing to plan with).
-    """
-    plan = preflight(spec)
-    if plan is None:
-        return None
-    require_fit(plan)
-    return None if spec.server.tensor_split is not None else list(plan.tensor_split)
+def split_to_fill(facts: ClusterFacts, plan: Plan) -> list[float] | None:
+    """The ``--tensor-split`` `up` fills in from ``plan`` (None: the spec gives its own)."""
+    return None if facts.server.tensor_split is not None else list(plan.tensor_split)

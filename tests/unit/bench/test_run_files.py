@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import SpeedOptions, Target, load_run, parse_set, run_speed
-from splitserve.cli._bench import out_path
+from splitserve.bench import SpeedOptions, Target, load_run, parse_set, run_path, run_speed
 
 from .fakes import FakeServer
 
 
 def test_the_run_id_is_the_file_name_the_cli_chose(tmp_path: Path) -> None:
-    path = out_path(tmp_path / "runs", "speed")  # what `bench speed -o runs/` names the file
+    path = run_path(tmp_path / "runs", "speed")  # what `bench speed -o runs/` names the file
     opts = SpeedOptions(prompt_tokens=[20], gen_tokens=2, concurrency=[1], repeat=1)
     run, written = run_speed(Target(url="http://fake:1/v1"), opts, path, transport=FakeServer().transport())
     assert written == path and run.id == path.stem

@@ -205,7 +205,9 @@ def test_dry_run_shows_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     from splitserve.cli._app import app
 
     eng = fake_engine(tmp_path)
-    monkeypatch.setattr(cli, "resolve_engines", lambda spec: {"head": eng} | {w.name: eng for w in spec.workers})
+    import splitserve.cluster._execute as execute
+
+    monkeypatch.setattr(execute, "resolve_engines", lambda spec, engine=None: {"head": eng} | {w.name: eng for w in spec.workers})
     path = tmp_path / "c.toml"
     path.write_text(f'model = "{small_dense(tmp_path / "m.gguf")}"\n[[workers]]\nname = "w1"\n'
                     '[server]\nspeculation = "ngram-simple"\nspec_ngram_simple_size_n = 8\n')

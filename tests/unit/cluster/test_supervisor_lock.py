@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from splitserve import ClusterError
+from splitserve._clock import FakeClock
+from splitserve.cluster import Edges
 from splitserve.cluster import _supervise as sv
 from splitserve.cluster import cluster_state_dir, down, parse_spec, up
 from splitserve.cluster._state import (
@@ -112,6 +114,10 @@ class FakeTransport:
         return self.logs.get(log.name, "")
 
 
+def _edges(fake: FakeTransport, clock: FakeClock | None = None) -> Edges:
+    return Edges(node=lambda host, ssh=None: fake, clock=clock or FakeClock())  # type: ignore[arg-type,return-value]
+
+
 def _state(*procs: tuple[str, str, int]) -> ClusterState:
     return ClusterState(name="s", spec_file=None, model="m", endpoint="http://x", engine="e",
                         processes=[ProcessRecord(n, r, "local", pid, None, "127.0.0.1", pid, f"/l/{n}.log", [])
@@ -121,35 +127,32 @@ def _state(*procs: tuple[str, str, int]) -> ClusterState:
 PROCS = (("gateway", "gateway", 1), ("w1", "rpc", 2), ("w2", "rpc", 3), ("head", "server", 4))
 
 
-def test_a_dead_head_is_named_before_the_workers_it_took_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dead_head_is_named_before_the_workers_it_took_with_it() -> None:
     fake = FakeTransport({1: None, 2: -13, 3: None, 4: -9},
                          {"w1.log": "recv failed\nClient connection closed\n", "head.log": "srv  update_slots\n"})
-    monkeypatch.setattr(sv, "transport_for", lambda host, ssh=None: fake)
-    death = sv.find_dead(_state(*PROCS), settle=0)
+    death = sv.find_dead(_state(*PROCS), settle=0, edges=_edges(fake))
     assert death is not None and death.node == "head" and "killed by signal 9" in death.message
     assert [d.node for d in death.others] == ["w1"]
     assert "signal 13" in death.others[0].message and "because its head went away" in death.others[0].message
 
 
-def test_a_killed_worker_stays_the_root_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_worker_stays_the_root_cause() -> None:
     fake = FakeTransport({1: None, 2: None, 3: -9, 4: -6}, {})
-    monkeypatch.setattr(sv, "transport_for", lambda host, ssh=None: fake)
-    death = sv.find_dead(_state(*PROCS), settle=0)
+    death = sv.find_dead(_state(*PROCS), settle=0, edges=_edges(fake))
     assert death is not None and death.node == "w2" and "signal 9" in death.message
     assert [d.node for d in death.others] == ["head"] and "after w2" in death.others[0].message
 
 
-def test_who_died_first_comes_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_who_died_first_comes_first() -> None:
     fake = FakeTransport({1: -9, 2: None, 3: None, 4: None}, {})
-    monkeypatch.setattr(sv, "transport_for", lambda host, ssh=None: fake)
-    real_sleep = time.sleep
+    clock = FakeClock()
 
-    def settle(seconds: float) -> None:  # the head dies while the first death settles
+    def settle(now: float) -> None:  # the head dies while the first death settles
         fake.codes[4] = -6
-        real_sleep(0)
 
-    monkeypatch.setattr(sv.time, "sleep", settle)
-    death = sv.find_dead(_state(*PROCS), settle=0.01)
+    clock.on_advance.append(settle)
+    death = sv.find_dead(_state(*PROCS), settle=0.01, edges=_edges(fake, clock))
+    assert clock.slept == [0.01]
     assert death is not None and death.node == "gateway"  # seen dead first, though it ranks last by role
     assert [d.node for d in death.others] == ["head"]
 

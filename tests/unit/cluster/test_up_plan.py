@@ -11,7 +11,7 @@ from gguf_factory import dense_llama
 from splitserve import ClusterError
 from splitserve.cluster import launch_plan, parse_spec, up
 from splitserve.engine import Engine
-from splitserve.plan import split_for_up
+from splitserve.cluster._planning import split_for_up
 
 
 def spec_for(model: Path, tmp_path: Path, mem: list[float], split: list[float] | None = None):  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ import pytest
 from gguf_factory import Q, T, dense_llama, moe_qwen3, write_model
 
 from splitserve._errors import ModelError
-from splitserve.model import inspect_model, read_gguf, shard_paths, tool_call_format
+from splitserve.model import inspect_model, read_gguf, shard_paths
 
 
 def test_dense_model_shape_bytes_and_parameters(tmp_path: Path) -> None:
@@ -125,25 +125,42 @@ def test_smollm2_template_and_geometry(smollm2: Path) -> None:
     assert m.chat_template is not None and m.tool_call_format is None  # ChatML without tools
 
 
-def test_tool_call_formats_agree_with_the_chat_layer() -> None:
+HERMES = '{% for c in m.tool_calls %}<tool_call>\n{"name": "{{ c.name }}"}</tool_call>{% endfor %}'
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        (HERMES, "hermes"),
+        ("<minimax:tool_call><invoke name=", "minimax-m2"),
+        ("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}", None),
+        ("plain", None),
+    ],
+)
+def test_tool_call_format_is_named_by_the_detector_the_caller_passes(
+    tmp_path: Path, template: str, expected: str | None
+) -> None:
     from splitserve.chat import detect_format
-    from splitserve.engine import resolve_source
 
-    templates = sorted((resolve_source(None).path / "models" / "templates").glob("*.jinja"))
-    assert len(templates) > 20
-    seen = set()
-    for p in templates:
-        text = p.read_text()
-        ours, theirs = tool_call_format(text), detect_format(text)
-        if theirs is not None:  # what the gateway parses, inspect names the same way
-            assert ours == theirs, p.name
-            seen.add(ours)
-    assert {"minimax-m2", "minimax-m3", "hermes", "qwen3-coder"} <= seen
+    [p] = dense_llama(tmp_path / "t.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256,
+                      chat_template=template)
+    assert inspect_model(p).tool_call_format is None  # the model layer knows no formats
+    m = inspect_model(p, tool_format=detect_format)
+    assert m.tool_call_format == expected == detect_format(template)
+    assert m.to_dict()["chat_template"] == {"embedded": True, "tool_call_format": expected}
+    assert inspect_model(p, tool_format=lambda t: "seen" if t == template else "other").tool_call_format == "seen"
 
 
-def test_tool_call_formats() -> None:
-    hermes = '{% for c in m.tool_calls %}<tool_call>\n{"name": "{{ c.name }}"}</tool_call>{% endfor %}'
-    assert tool_call_format(hermes) == "hermes"
-    assert tool_call_format("<minimax:tool_call><invoke name=") == "minimax-m2"
-    assert tool_call_format("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}") is None
-    assert tool_call_format("plain") is None and tool_call_format(None) is None
+def test_inspect_names_the_format_the_gateway_parses(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    import splitserve.cli._inspect  # noqa: F401  (registers inspect)
+    from splitserve.cli import app
+
+    [p] = dense_llama(tmp_path / "h.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256,
+                      chat_template=HERMES)
+    r = CliRunner().invoke(app, ["inspect", str(p), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["chat_template"]["tool_call_format"] == "hermes"

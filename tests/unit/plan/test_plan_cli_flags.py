@@ -154,21 +154,21 @@ def test_piped_output_keeps_long_paths_whole(tmp_path: Path) -> None:
 
 
 def test_measure_asks_llama_cpp_about_the_overridden_spec(model: Path, tmp_path: Path) -> None:
-    from splitserve.cli._inspect import _measured_spec
+    from splitserve.cluster._planning import measured_spec
     from splitserve.cluster import load_spec
 
     path = tmp_path / "c.toml"
     path.write_text(f'model = "{model}"\n[[workers]]\nname = "w1"\n[server]\nctx_size = 4096\n')
     spec = load_spec(path)
-    assert _measured_spec(spec, {}, None) is spec
-    out = _measured_spec(spec, {"ctx": 1024, "cache_type_k": "q8_0", "flash_attn": False,
+    assert measured_spec(spec, {}, None) is spec
+    out = measured_spec(spec, {"ctx": 1024, "cache_type_k": "q8_0", "flash_attn": False,
                                 "tensor_split": (1.0,), "margin_bytes": 0}, model)
     assert (out.server.ctx_size, out.server.cache_type_k, out.server.flash_attn) == (1024, "q8_0", "off")
     assert out.server.tensor_split == [1.0] and spec.server.ctx_size == 4096
     with pytest.raises(UsageError, match="server.cache_type_v"):
-        _measured_spec(spec, {"cache_type_v": "q7_9"}, None)
+        measured_spec(spec, {"cache_type_v": "q7_9"}, None)
     with pytest.raises(UsageError, match="spec's model"):
-        _measured_spec(spec, {}, tmp_path / "other.gguf")
+        measured_spec(spec, {}, tmp_path / "other.gguf")
 
 
 def test_inspect_json_names_each_fact_of_the_header(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import splitserve.cli._inspect  # noqa: F401  (registers plan)
 from splitserve.cli._app import app
 from splitserve.cluster import parse_spec
+from splitserve.cluster._planning import plan_for_spec, spec_options
 from splitserve.model import inspect_model
 from splitserve.plan import (
     DRAFT_MODEL_TYPES,
@@ -24,8 +25,6 @@ from splitserve.plan import (
     make_plan,
     msa_warnings,
     parse_types,
-    plan_for_spec,
-    spec_options,
     speculation_refusal,
     speculation_support,
 )

@@ -9,15 +9,8 @@ from gguf_factory import dense_llama
 
 from splitserve._errors import UsageError
 from splitserve.cluster import load_spec
-from splitserve.plan import (
-    GIB,
-    Node,
-    parse_breakdown,
-    plan_for_spec,
-    preflight,
-    spec_nodes,
-    spec_options,
-)
+from splitserve.cluster._planning import plan_for_spec, plan_if_sized, spec_nodes, spec_options
+from splitserve.plan import GIB, Node, parse_breakdown
 
 SPEC = """
 name = "t"
@@ -62,7 +55,7 @@ def test_spec_without_memory_sizes_asks_for_nodes(spec_file: Path) -> None:
     spec = load_spec(spec_file)
     with pytest.raises(UsageError, match=r"no memory size for w1, w2.*--node"):
         spec_nodes(spec)
-    assert preflight(spec) is None
+    assert plan_if_sized(spec) is None
 
 
 def test_plan_for_spec_uses_the_server_options(spec_file: Path) -> None:
@@ -90,7 +83,7 @@ def test_split_for_up_refuses_or_fills_the_split(spec_file: Path) -> None:
     from types import SimpleNamespace
 
     from splitserve._errors import ClusterError
-    from splitserve.plan import split_for_up
+    from splitserve.cluster._planning import split_for_up
 
     spec = load_spec(spec_file)
     assert split_for_up(spec) is None  # no memory sizes: nothing to plan against

@@ -1,0 +1,560 @@
+"""Carrying out a :class:`~._commands.LaunchPlan`: the one place that starts a cluster's processes.
+
+`up`, the supervisor's gateway restart, bench's workers-only mode and `plan --measure` each build
+a plan (:mod:`._launch`, pure) and hand it to :class:`Executor`, which runs its steps through
+the I/O edges in :class:`Edges` — nodes (:class:`~._transport.Node`), the network (ports, RPC
+HELLO), the engine's HTTP API, the gateway's ``/health`` and a clock. Tests give fake edges
+(:class:`~._fake.FakeNetwork`, :class:`~splitserve.engine.FakeEngine`, a fake clock) and run
+`up`, supervision and restarts in microseconds.
+
+:func:`gather_facts` is the other half of `up`'s I/O: what the plan needs to know of the world
+(engines, the model's architecture, the planner's split, ports held, a stale earlier run).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .._clock import SYSTEM_CLOCK, Clock
+from .._errors import ClusterError, NodeError, SplitserveError
+from ..engine import Engine, EngineHTTPError, EngineUnavailable
+from ._commands import (
+    LaunchPlan,
+    ProcessPlan,
+    cluster_state_dir,
+    default_gateway_port,
+    model_architecture,
+    process_env,
+    rpc_endpoint,
+    spec_ports,
+)
+from ._edges import REAL_EDGES, Edges, EngineProbe, Network, RealNetwork
+from ._launch import EngineFact, LaunchFacts, Step, gateway_restart_plan, plan_launch, workers_plan
+from ._logparse import load_progress, load_warnings, parse_load_report
+from ._preflight import COPIED, run_checks
+from ._run import (
+    Event,
+    OnEvent,
+    _check_gateway_auth,
+    check_serving,
+    death_message,
+    resolve_engines,
+    stop_recorded,
+)
+from ._spec import ClusterSpec, check_binds, check_files, check_server_auth, is_local_host
+from ._state import ClusterState, ProcessRecord, clear_state, lock_holder, read_state, supervised_message, write_state
+from ._transport import Node, ProcessRef, stop, wait_reaped
+
+# -- facts --------------------------------------------------------------------------------------
+
+
+def _remote_engine_facts(spec: ClusterSpec, engines: dict[str, Engine], edges: Edges) -> dict[str, EngineFact]:
+    from ._distribute import check_node_engine
+
+    out = {}
+    for w in spec.workers:
+        if not w.remote:
+            continue
+        try:
+            check = check_node_engine(spec, w, engines[w.name], edges.node(w.host, spec.ssh))
+        except ClusterError:
+            continue  # unreachable now: the preflight says so, and the plan checks it as a step
+        own = engines[w.name].provenance.get("node_path")
+        binary = check.detail.split()[0] if own and check.present else None
+        out[w.name] = EngineFact(check.present, check.same, check.protocol, check.detail, binary)
+    return out
+
+
+def gather_facts(
+    spec: ClusterSpec,
+    engine: Engine | None = None,
+    edges: Edges = REAL_EDGES,
+    *,
+    probe_remote: bool = True,
+    plan_split: bool = True,
+) -> LaunchFacts:
+    """What `up` needs to know before it decides: engines, the model's architecture and the planner's
+    split (its header), a stale earlier run, the gateway's port. Reads only; changes nothing.
+
+    ``probe_remote=False`` skips asking remote workers about their engines (a dry-run that cannot
+    reach them); the plan then checks them as a step. ``plan_split=False`` leaves out the planner
+    (a dry-run where the model file is not there)."""
+    serving_warnings = check_serving(spec)  # a spec the model cannot serve is refused first
+    engines = resolve_engines(spec, engine)
+    facts = LaunchFacts(engines=engines, architecture=model_architecture(spec.model))
+    facts.serving_warnings = serving_warnings
+    if spec.server.tensor_split is None and plan_split:
+        # The planner refuses a spec that will not fit (with the numbers per node) and, when the
+        # spec gives memory sizes but no split, fills in --tensor-split.
+        from ._planning import split_for_up
+
+        try:
+            facts.planned_split = split_for_up(spec)
+        except SplitserveError as exc:
+            facts.refusal = exc  # refused as a step, after the warnings (as `up` always did)
+    old = read_state(cluster_state_dir(spec))
+    if old is not None:
+        for rec in old.processes:
+            try:
+                running = edges.node(rec.host, old.extra.get("ssh")).alive(rec.ref)
+            except ClusterError:
+                running = True
+            if running:
+                facts.stale.append(rec.node)
+                facts.stale_ports.add(rec.port)
+    g = spec.gateway
+    if g.enabled and g.port is None:
+        first = default_gateway_port(spec)
+        if edges.net.port_busy("local", g.host, first) and first not in facts.stale_ports:
+            facts.busy_ports.add(first)
+            facts.spare_port = edges.net.spare_port(g.host, spec_ports(spec))
+    if probe_remote:
+        facts.remote_engines = _remote_engine_facts(spec, engines, edges)
+    return facts
+
+
+def preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent) -> None:
+    # Ports are checked below, after the stale processes are gone, with the historic message.
+    rows = run_checks(spec, engines, skip=("ports",))
+    for row in rows:
+        if row.status != "pass":
+            emit(Event("preflight", row.node, f"{row.status}: {row.check}: {row.message}"))
+        elif (row.check == "smoke" or (row.check == "engine" and COPIED in row.message)) and row.node != "head":
+            emit(Event(row.check, row.node, row.message))  # what preflight did there: copied, tested
+    failed = [r for r in rows if r.status == "fail"]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more; see `splitserve preflight`)" if len(failed) > 1 else ""
+        raise NodeError(first.node, f"preflight {first.check}: {first.message}; fix: {first.fix}{more}")
+    emit(
+        Event(
+            "preflight",
+            "cluster",
+            f"{len(rows)} checks passed"
+            if not any(r.status == "warn" for r in rows)
+            else f"{len(rows)} checks, warnings above",
+        )
+    )
+
+
+# -- the executor -------------------------------------------------------------------------------
+
+
+def _record(proc: ProcessPlan, ref: ProcessRef) -> ProcessRecord:
+    return ProcessRecord(
+        node=proc.node,
+        role=proc.role,
+        host=proc.host,
+        pid=ref.pid,
+        start_ticks=ref.start_ticks,
+        bind=proc.bind,
+        port=proc.port,
+        log=str(proc.log),
+        argv=proc.argv,
+    )
+
+
+GATEWAY_TIMEOUT = 60.0
+"""Seconds the gateway gets, once llama-server is ready, to answer ``/health`` with 200."""
+
+
+class Executor:
+    """Runs a plan's steps; remembers what it started so a failure stops it all."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        plan: LaunchPlan,
+        state: ClusterState,
+        edges: Edges = REAL_EDGES,
+        on_event: OnEvent | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.state = state
+        self.edges = edges
+        self.clock = edges.clock
+        self.emit = on_event or (lambda _e: None)
+        self.should_stop = should_stop
+        self.started: list[tuple[ProcessPlan, Node, ProcessRef]] = []
+        self.record = True
+        """Write each started process to the state file (not for bench's private workers)."""
+        self.head_started: float | None = None
+
+    def node(self, host: str) -> Node:
+        return self.edges.node(host, self.spec.ssh)
+
+    # -- steps ----------------------------------------------------------------------------------
+    def run(self) -> ClusterState:
+        for step in self.plan.steps:
+            getattr(self, "do_" + step.action)(step)
+        return self.state
+
+    def do_stop_stale(self, step: Step) -> None:
+        root = cluster_state_dir(self.spec)
+        old = read_state(root)
+        if old is not None:
+            stopped = stop_recorded(old, edges=self.edges)
+            if stopped:
+                self.emit(
+                    Event("stale", "cluster", f"stopped stale processes of {self.spec.name}: {', '.join(stopped)}")
+                )
+            clear_state(root)
+
+    def do_refuse(self, step: Step) -> None:
+        raise step.args["error"]
+
+    def do_warn(self, step: Step) -> None:
+        self.emit(Event("gateway_port" if step.node == "gateway" else "warning", step.node, step.text))
+
+    def do_preflight(self, step: Step) -> None:
+        preflight_or_raise(self.spec, self.plan_engines(), self.emit)
+
+    def plan_engines(self) -> dict[str, Engine]:
+        return self.plan.engines or resolve_engines(self.spec)
+
+    def do_engine(self, step: Step) -> None:
+        mode = step.args.get("mode")
+        if mode == "fail":
+            raise NodeError(step.node, str(step.args["error"]))
+        if mode in ("present", "own"):
+            self.emit(Event("engine", step.node, step.text))
+            return
+        from ._distribute import check_node_engine, copy_engine
+
+        worker = next(w for w in self.spec.workers if w.name == step.node)
+        eng = self.plan_engines()[worker.name]
+        node = self.node(worker.host)
+        # Checked again: the preflight may have copied it meanwhile.
+        check = check_node_engine(self.spec, worker, eng, node)
+        own = eng.provenance.get("node_path")
+        if own:
+            head_proto = self.plan_engines()["head"].rpc_protocol
+            if not check.present:
+                raise NodeError(
+                    worker.name,
+                    f"{check.detail} on {worker.host}: build llama.cpp there with -DGGML_RPC=ON "
+                    "or remove the worker's `engine` to copy the head's",
+                )
+            if check.protocol and head_proto and check.protocol != head_proto:
+                raise NodeError(
+                    worker.name,
+                    f"RPC protocol {check.protocol} of the build in {own} differs from the head's {head_proto}: "
+                    "build the same llama.cpp version on every node",
+                )
+            self.emit(Event("engine", step.node, f"own engine: {check.detail}"))
+            return
+        if check.same:
+            self.emit(Event("engine", step.node, f"engine present on {worker.host}: {check.detail}"))
+            return
+        sent = copy_engine(worker, eng, node)
+        self.emit(
+            Event(
+                "engine",
+                step.node,
+                f"engine copied to {worker.host}:{eng.bin_dir} ({sent / 1048576:.1f} MiB, sha256 verified)",
+            )
+        )
+
+    def do_drop_caches(self, step: Step) -> None:
+        res = self.node(step.node).run(str(step.args["script"]), check=False, timeout=120)
+        msg = "page cache dropped" if res.returncode == 0 else "could not drop the page cache (needs root or sudo -n)"
+        self.emit(Event("drop_caches", step.node, msg))
+
+    def do_check_port(self, step: Step) -> None:
+        proc = step.process
+        assert proc is not None
+        if self.edges.net.port_busy(proc.host, proc.bind, proc.port):
+            raise NodeError(proc.node, f"port {proc.port} on {proc.bind} is already in use by another process")
+
+    def do_start(self, step: Step) -> None:
+        proc = step.process
+        assert proc is not None
+        self.check_alive("at start")
+        node = self.node(proc.host)
+        node.new_log(proc.log, f"# splitserve: {proc.shell()}")
+        env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
+        ref = node.spawn(proc.argv, env, proc.log)
+        self.started.append((proc, node, ref))
+        if self.record:
+            self.state.processes = [p for p in self.state.processes if p.node != proc.node] + [_record(proc, ref)]
+            write_state(self.plan.state_dir, self.state)
+        if proc.role == "server":
+            self.head_started = self.clock.monotonic()
+        kinds = {"gateway": "gateway_started", "rpc": "worker_started", "server": "head_started"}
+        self.emit(Event(kinds.get(proc.role, "started"), proc.node, step.text.removeprefix("start ")))
+
+    def do_wait_workers(self, step: Step) -> None:
+        timeout = float(step.args.get("timeout", 60.0))
+        deadline = self.clock.monotonic() + timeout
+        waiting = [p for p, _n, _r in self.started if p.role == "rpc"]
+        while waiting:
+            self.check_alive("at start")
+            for proc in list(waiting):
+                if self.edges.net.port_answers(proc.bind, proc.port, timeout=0.2):
+                    waiting.remove(proc)
+                    self.emit(Event("worker_ready", proc.node, f"{proc.bind}:{proc.port} answers"))
+            if waiting and self.clock.monotonic() > deadline:
+                names = ", ".join(p.node for p in waiting)
+                raise NodeError(
+                    waiting[0].node,
+                    f"port {waiting[0].port} on {waiting[0].bind} did not answer "
+                    f"within {timeout:.0f} s (waiting for: {names})",
+                )
+            if waiting:
+                self.clock.sleep(0.01)
+
+    def do_rpc_hello(self, step: Step) -> None:
+        proc = step.process
+        assert proc is not None
+        want = step.args.get("want")
+        try:
+            got = self.edges.net.rpc_hello(proc.bind, proc.port)
+        except (OSError, ClusterError) as exc:
+            raise NodeError(proc.node, f"no RPC HELLO answer from {proc.bind}:{proc.port}: {exc}") from None
+        if want and got != want:
+            raise NodeError(
+                proc.node,
+                f"its ggml-rpc-server speaks RPC protocol {got}, the head's engine "
+                f"{want}: use the same llama.cpp build on every node",
+            )
+        self.emit(Event("protocol", proc.node, f"RPC protocol {got}"))
+
+    def do_wait_ready(self, step: Step) -> None:
+        head = step.process
+        assert head is not None
+        timeout = float(step.args.get("timeout", self.spec.load_timeout))
+        node = self.node(head.host)
+        deadline = self.clock.monotonic() + timeout
+        url = self.plan.engine_endpoint or self.plan.endpoint
+        last_progress = ""
+        with self.edges.engine(url, self.spec.server.api_key) as client:
+            while True:
+                self.check_alive("during load")
+                try:
+                    status = client.health_status()
+                except EngineUnavailable:
+                    status = 0
+                if status == 200:
+                    break
+                progress = load_progress(node.read_log(head.log, max_bytes=64 << 10))
+                if progress and progress != last_progress:
+                    last_progress = progress
+                    self.emit(Event("loading", "head", progress))
+                if self.clock.monotonic() > deadline:
+                    raise NodeError(
+                        "head",
+                        f"llama-server was not ready within {timeout:.0f} s "
+                        f"(last: {last_progress or 'no progress in its log'}; log: {head.log})",
+                    )
+                self.clock.sleep(0.02)
+            try:
+                client.complete("Hello", n_predict=1, cache_prompt=False)
+            except (EngineHTTPError, EngineUnavailable) as exc:
+                self.check_alive("during the first completion")
+                raise NodeError("head", f"the first one-token completion failed: {exc}") from None
+        started = self.head_started if self.head_started is not None else deadline - timeout
+        self.state.load_seconds = round(self.clock.monotonic() - started, 3)
+
+    def do_wait_gateway(self, step: Step) -> None:
+        gw = step.process
+        assert gw is not None
+        deadline = self.clock.monotonic() + GATEWAY_TIMEOUT
+        last = "no answer"
+        while True:
+            self.check_alive("at start" if self.plan.workers else "at restart")
+            status, text = self.edges.http_health(self.plan.endpoint + "/health")
+            if status == 200:
+                break
+            last = f"HTTP {status}: {text}" if status else text
+            if self.clock.monotonic() > deadline:
+                raise NodeError(
+                    "gateway",
+                    f"the gateway on {gw.bind}:{gw.port} was not ready within "
+                    f"{GATEWAY_TIMEOUT:.0f} s (last: {last}; log: {gw.log})",
+                )
+            self.clock.sleep(0.05)
+        if self.plan.workers:
+            self.emit(
+                Event(
+                    "gateway_ready",
+                    "gateway",
+                    f"{self.plan.endpoint}/v1 serves (tool calls and reasoning parsed by splitserve)",
+                )
+            )
+
+    def do_report(self, step: Step) -> None:
+        head = self.plan.head
+        self.state.ready_at = self.clock.time()
+        self.state.phase = "ready"
+        text = self.node(head.host).read_log(head.log, max_bytes=8 << 20)
+        self.state.extra["memory"] = [d.as_dict() for d in parse_load_report(text).devices]
+        found = load_warnings(text)
+        self.state.extra["warnings"] = [w.as_dict() for w in found]
+        for w in found:
+            self.emit(Event("warning", "head", w.line()))
+        via = f" (llama-server: {self.plan.engine_endpoint})" if self.plan.gateway is not None else ""
+        self.emit(Event("ready", "head", f"{self.plan.endpoint} ready in {self.state.load_seconds or 0:.1f} s{via}"))
+
+    # -- failures -------------------------------------------------------------------------------
+    def check_alive(self, during: str) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise ClusterError(f"cluster {self.spec.name}: stopped {during} (asked to stop)")
+        # Workers first: a dead worker is the root cause of a head that then fails.
+        for proc, node, ref in sorted(self.started, key=lambda t: t[0].role != "rpc"):
+            if not node.alive(ref):
+                raise NodeError(proc.node, death_message(proc.role, node, ref, proc.log, during))
+
+    def stop_all(self) -> list[str]:
+        leftovers = []
+        for proc, node, ref in reversed(self.started):
+            if not stop(node, ref, clock=self.clock):
+                leftovers.append(f"{proc.node} (pid {ref.pid})")
+        wait_reaped([(n, r) for _p, n, r in self.started], clock=self.clock)
+        return leftovers
+
+
+def up(
+    spec: ClusterSpec,
+    *,
+    engine: Engine | None = None,
+    on_event: OnEvent | None = None,
+    tensor_split: list[float] | None = None,
+    worker_timeout: float = 60.0,
+    preflight: bool = True,
+    should_stop: Callable[[], bool] | None = None,
+    edges: Edges = REAL_EDGES,
+) -> ClusterState:
+    """Start the cluster and wait until it serves; returns its recorded state.
+
+    ``preflight=False`` skips the checks of :func:`~splitserve.cluster.preflight` (`--skip-preflight`).
+    A cluster whose supervisor (`up --foreground` / `run`, another process) holds its state
+    folder is refused, with nothing touched. ``should_stop`` (the supervisor's) is asked while
+    the cluster starts: when it says yes, what was started is stopped and ClusterError raised.
+    """
+    if spec.backend != "llama.cpp":  # vLLM / SGLang: their own executor
+        from ._engines_run import engine_up
+
+        return engine_up(spec, on_event=on_event, preflight=preflight, should_stop=should_stop, edges=edges)
+    t0 = edges.clock.monotonic()
+    check_binds(spec)
+    check_server_auth(spec)
+    check_files(spec)
+    _check_gateway_auth(spec)
+    root = cluster_state_dir(spec)
+    holder = lock_holder(root)
+    if holder is not None and holder.pid != os.getpid():
+        raise ClusterError(supervised_message(spec.name, holder))
+    facts = gather_facts(spec, engine, edges)
+    plan = plan_launch(spec, facts, preflight=preflight, tensor_split=tensor_split, worker_timeout=worker_timeout)
+    state = ClusterState(
+        name=spec.name,
+        spec_file=str(spec.source_file) if spec.source_file else None,
+        model=str(spec.model),
+        endpoint=plan.endpoint,
+        engine=facts.engines["head"].key,
+        started_at=edges.clock.time(),
+        engine_endpoint=plan.engine_endpoint,
+    )
+    state.extra["ssh"] = spec.ssh.model_dump(mode="json")
+    ex = Executor(spec, plan, state, edges, on_event, should_stop)
+    try:
+        ex.run()
+    except BaseException as exc:
+        leftovers = ex.stop_all()
+        state.phase = "failed"
+        clear_state(root)
+        if leftovers and isinstance(exc, SplitserveError):
+            raise ClusterError(f"{exc}; could not stop: {', '.join(leftovers)}") from None
+        raise
+    state.up_seconds = round(edges.clock.monotonic() - t0, 3)
+    write_state(root, state)
+    return state
+
+
+def restart_gateway(spec: ClusterSpec, state: ClusterState, edges: Edges = REAL_EDGES) -> ClusterState:
+    """Start the gateway of a running cluster again (it died; the engine still serves)."""
+    old = state.gateway
+    if old is None:
+        raise ClusterError(f"cluster {spec.name} runs no gateway")
+    plan = gateway_restart_plan(spec, state.engine_url, Path(old.log), old.port, state.endpoint)
+    ex = Executor(spec, plan, state, edges)
+    try:
+        ex.run()
+    except BaseException:
+        ex.stop_all()
+        raise
+    return state
+
+
+@contextmanager
+def workers_only(
+    spec: ClusterSpec, engine: Engine | None = None, edges: Edges = REAL_EDGES
+) -> Iterator[tuple[list[str], Engine]]:
+    """The cluster's RPC workers without its head: yields (``host:port`` list, head engine).
+
+    A running cluster is stopped first and brought back afterwards."""
+    from ._run import down
+
+    was_running = read_state(cluster_state_dir(spec)) is not None
+    if was_running:
+        down(spec, edges=edges)
+    engines = resolve_engines(spec, engine)
+    plan = workers_plan(spec, engines)
+    ex = Executor(
+        spec,
+        plan,
+        ClusterState(name=spec.name, spec_file=None, model=str(spec.model), endpoint="", engine=engines["head"].key),
+        edges,
+    )
+    ex.record = False
+    try:
+        ex.run()
+        yield [rpc_endpoint(w) for w in spec.workers], engines["head"]
+    finally:
+        ex.stop_all()
+        if was_running:
+            up(spec, engine=engine, edges=edges)
+
+
+def run_until_log(
+    node: Node, proc: ProcessPlan, markers: tuple[str, ...], timeout: float, clock: Clock = SYSTEM_CLOCK
+) -> str:
+    """Start ``proc`` on ``node``, wait until its log holds one of ``markers`` (or it exits, or
+    ``timeout`` passes), stop it and return its log (`plan --measure`)."""
+    node.new_log(proc.log, f"# splitserve: {proc.shell()}")
+    env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
+    ref = node.spawn(proc.argv, env, proc.log)
+    text, offset = "", 0
+    deadline = clock.monotonic() + timeout
+    try:
+        while clock.monotonic() < deadline:
+            chunk, offset = node.read_log_since(proc.log, offset)
+            text += chunk
+            if any(m in text for m in markers) or not node.alive(ref):
+                chunk, offset = node.read_log_since(proc.log, offset)
+                return text + chunk
+            clock.sleep(0.05)
+        return text
+    finally:
+        stop(node, ref, grace=2.0, clock=clock)
+
+
+__all__ = [
+    "GATEWAY_TIMEOUT",
+    "REAL_EDGES",
+    "Edges",
+    "EngineProbe",
+    "Executor",
+    "Network",
+    "RealNetwork",
+    "gather_facts",
+    "restart_gateway",
+    "run_until_log",
+    "up",
+    "workers_only",
+]

@@ -1,0 +1,38 @@
+"""Which :class:`~._transport.Node` serves a spec's ``host``: this machine, or another one over SSH."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ._ssh import SshNode
+from ._transport import LocalNode, Node
+
+_NODES: dict[object, Node] = {}
+
+LOCAL_HOSTS = ("local", "localhost", "127.0.0.1")
+
+
+def node_for(host: str, ssh: Any = None) -> Node:
+    """The node for a spec's ``host`` value (one shared instance per host and ssh settings).
+
+    ``ssh`` is the spec's :class:`~splitserve.cluster.SshSpec` (or its dict form from a state
+    file); without it the plain ``ssh`` defaults apply."""
+    if host in LOCAL_HOSTS:
+        return _NODES.setdefault("local", LocalNode())
+    if isinstance(ssh, dict):
+        cfg, options, timeout = ssh.get("config"), ssh.get("options") or [], ssh.get("connect_timeout", 10.0)
+    elif ssh is not None:
+        cfg, options, timeout = ssh.config, ssh.options, ssh.connect_timeout
+    else:
+        cfg, options, timeout = None, [], 10.0
+    key = (host, str(cfg) if cfg else None, tuple(options), float(timeout))
+    if key not in _NODES:
+        _NODES[key] = SshNode(host, config=Path(cfg) if cfg else None, options=options, connect_timeout=float(timeout))
+    return _NODES[key]
+
+
+transport_for = node_for
+"""The older name of :func:`node_for`."""
+
+__all__ = ["LOCAL_HOSTS", "node_for", "transport_for"]

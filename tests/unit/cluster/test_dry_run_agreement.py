@@ -1,0 +1,216 @@
+"""`up --dry-run` prints what `up` runs: for several specs, the command lines the CLI's dry-run
+prints are exactly the argv the real `up` then starts on a :class:`FakeNetwork` (host, log and
+order included), and the dry-run itself starts nothing.
+
+Both go through the real code: the dry-run through `splitserve up --dry-run` (typer's CliRunner),
+whose ``gather_facts`` is only handed the fake network's edges (the CLI has no such argument);
+`up` through :func:`splitserve.cluster.up` with the same edges. The engine is an engine folder on
+disk named by the spec, the model a synthetic GGUF (the planner reads its headers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gguf_factory import dense_llama
+from splitserve.cli import _cluster as cli_cluster
+from splitserve.cli._app import app
+from splitserve.cluster import FakeNetwork, gather_facts, load_spec, up
+from splitserve.engine import FakeEngine
+
+ENGINE_FILES = {"llama-server": b"server", "ggml-rpc-server": b"rpc", "libggml-base.so": b"ggml"}
+
+LOCAL_2 = """
+[[workers]]
+name = "w1"
+port = 50100
+
+[[workers]]
+name = "w2"
+port = 50101
+"""
+
+PLANNER_SPLIT = """
+[server]
+ctx_size = 2048
+
+[[workers]]
+name = "w1"
+port = 50100
+memory_gib = 8
+
+[[workers]]
+name = "w2"
+port = 50101
+memory_gib = 24
+"""
+
+THREE_NODES = """
+drop_caches = true
+
+[ssh]
+options = ["-o", "ControlMaster=auto"]
+
+[server]
+ctx_size = 4096
+parallel = 2
+
+[[workers]]
+name = "spark2"
+host = "spark2"
+bind = "10.20.20.2"
+
+[[workers]]
+name = "spark3"
+host = "spark3"
+bind = "10.20.20.3"
+threads = 8
+"""
+
+SPECULATION = """
+[server]
+speculation = "ngram-mod"
+spec_ngram_mod_n_match = 24
+batch = 1024
+
+[gateway]
+model_name = "smol"
+max_concurrent = 4
+
+[[workers]]
+name = "w1"
+port = 50100
+"""
+
+SPECS = {"local-2workers": LOCAL_2, "planner-split": PLANNER_SPLIT, "3-nodes": THREE_NODES, "speculation": SPECULATION}
+
+
+def engine_folder(root: Path) -> Path:
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, data in ENGINE_FILES.items():
+        (bin_dir / name).write_bytes(data)
+    provenance = {
+        "key": "b4000-cpu",
+        "backend": "cpu",
+        "bin_dir": "bin",
+        "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"},
+        "rpc_protocol": "3.0.0",
+    }
+    (root / "engine.json").write_text(json.dumps(provenance))
+    return root
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(model, engine folder), made once: a small vocabulary keeps reading the headers quick."""
+    root = tmp_path_factory.mktemp("agree")
+    (model,) = dense_llama(root / "m.gguf", n_layer=4, n_vocab=320)
+    return model, engine_folder(root / "engine")
+
+
+@pytest.fixture()
+def write_spec(tmp_path: Path, shared: tuple[Path, Path]) -> Callable[[str], Path]:
+    model, engine = shared
+
+    def write(body: str) -> Path:
+        head = f'name = "agree"\nmodel = "{model}"\nengine = "{engine}"\nstate_dir = "{tmp_path / "st"}"\n'
+        path = tmp_path / "cluster.toml"
+        path.write_text(head + body)
+        return path
+
+    return write
+
+
+def fake_network() -> FakeNetwork:
+    """Remote workers whose copy of the engine matches the head's (sha256), so `up` copies nothing."""
+    net = FakeNetwork()
+    sums = "".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in ENGINE_FILES.items() if n != "llama-server")
+    for host in ("spark2", "spark3"):
+        net.node(host).answers.append(("sha256sum", subprocess.CompletedProcess([], 0, sums.encode(), b"")))
+    return net
+
+
+def printed_commands(output: str) -> list[tuple[str, str, list[str]]]:
+    """(host, log, argv) of every start step of a dry-run's output, in order."""
+    lines = output.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r"#    on (\S+), log (.+)", line)
+        if m:
+            words = shlex.split(lines[i + 1])
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                words.pop(0)  # the environment the command runs with
+            out.append((m.group(1), m.group(2), words))
+    return out
+
+
+def dry_run(monkeypatch: pytest.MonkeyPatch, config: Path, net: FakeNetwork) -> tuple[str, list[dict[str, Any]]]:
+    calls: list[dict[str, Any]] = []
+
+    def on_fakes(spec: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(dict(kwargs))
+        kwargs["edges"] = net.edges(FakeEngine())
+        return gather_facts(spec, *args, **kwargs)
+
+    monkeypatch.setattr(cli_cluster, "gather_facts", on_fakes)
+    res = CliRunner().invoke(app, ["up", "-c", str(config), "--dry-run", "--skip-preflight"])
+    assert res.exit_code == 0, res.output
+    return res.stdout, calls
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_up_runs_exactly_what_the_dry_run_printed(
+    name: str, write_spec: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write_spec(SPECS[name])
+    net = fake_network()
+    printed, calls = dry_run(monkeypatch, config, net)
+    assert len(calls) == 1 and calls[0].get("plan_split") is True, "the dry-run plans the split like up"
+    assert net.spawned == [], "the dry-run starts nothing"
+
+    up(load_spec(config), preflight=False, edges=net.edges(FakeEngine()))
+    ran = [(p.node, str(p.log), p.argv) for p in net.spawned]
+    assert printed_commands(printed) == ran
+
+
+def test_the_planners_split_is_printed_as_up_passes_it(
+    write_spec: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write_spec(PLANNER_SPLIT)
+    net = fake_network()
+    printed, _ = dry_run(monkeypatch, config, net)
+    up(load_spec(config), preflight=False, edges=net.edges(FakeEngine()))
+    (head,) = [p.argv for p in net.spawned if Path(p.argv[0]).name == "llama-server"]
+    split = head[head.index("--tensor-split") + 1]
+    w1, w2 = (float(x) for x in split.split(","))
+    assert 0 < w1 < w2, "the 24 GiB worker gets the larger share"
+    (printed_head,) = [argv for _h, _l, argv in printed_commands(printed) if argv[0].endswith("llama-server")]
+    assert printed_head[printed_head.index("--tensor-split") + 1] == split
+
+
+def test_the_three_node_dry_run_shows_the_engine_check_and_the_cache_drops(
+    write_spec: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write_spec(THREE_NODES)
+    net = fake_network()
+    printed, _ = dry_run(monkeypatch, config, net)
+    steps = [ln for ln in printed.splitlines() if re.match(r"# \d+\. ", ln)]
+    assert any("spark2: engine present on spark2: 2 files match the head's build (sha256)" in s for s in steps)
+    assert [s.split(": ", 1)[0].split(". ", 1)[1] for s in steps if "drop the page cache" in s] == [
+        "local",
+        "spark2",
+        "spark3",
+    ]
+    hosts = [h for h, _l, _a in printed_commands(printed)]
+    assert hosts == ["local", "spark2", "spark3", "local"]
