@@ -1,0 +1,803 @@
+"""vLLM and SGLang deployments as values: the processes per node, the known fixes, the checks.
+
+Pure: a spec and the facts the I/O side gathered about each node go in, argv/env per process,
+human notes and preflight rows come out; nothing here starts a process or opens a socket.
+
+Launch styles
+-------------
+- vLLM, Ray-free (``launcher = "native"``): ``vllm serve M --nnodes N --node-rank R --master-addr
+  HEAD --master-port P`` on every node, ``--headless`` on the ranks > 0
+  (vllm-project/vllm ``docs/serving/parallelism_scaling.md``).
+- vLLM over Ray (``launcher = "ray"``): ``ray start --head`` on the head, ``ray start --address
+  HEAD:PORT`` on the others, then ``vllm serve ... --distributed-executor-backend ray`` on the head;
+  with ``ray_probe = true`` the head runs :mod:`._ray_probe` instead of vLLM.
+- SGLang: ``python -m sglang.launch_server --model-path M --nnodes N --node-rank R
+  --dist-init-addr HEAD:PORT`` on every node (docs.sglang.io multi_node_deployment).
+
+The known fixes (``fixes = true``, the default; each comes back as a note for ``--dry-run``):
+``NCCL_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME`` / ``UCX_NET_DEVICES`` set to the private link's
+interface and ``VLLM_HOST_IP`` to the node's own address on every node; ``--object-store-memory``
+capped on every ``ray start``; ``RAY_memory_monitor_refresh_ms=0`` on every node; ``--load-format
+safetensors`` for vLLM where a node has no GPUDirect Storage (shared/research/round2.md §3.2).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .._errors import ClusterError
+from ._commands import ProcessPlan, base_url, cluster_state_dir
+from ._spec import ClusterSpec
+from ._spec_engines import (
+    DEFAULT_OBJECT_STORE_BYTES,
+    SglangSpec,
+    VllmSpec,
+    engine_table,
+    gpus_per_rank_node,
+    node_names,
+    spec_gpus,
+)
+
+ROLES = ("ray_head", "ray_worker", "ray_probe", "vllm", "vllm_headless", "sglang")
+"""Process roles of these backends (llama.cpp's are ``rpc``, ``server``, ``gateway``)."""
+
+NIC_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "UCX_NET_DEVICES")
+"""Set to the private link's interface: NCCL and Gloo otherwise pick the first interface that is
+up, often a 1 GbE management port (3x Spark at ~6 tok/s: forum 373387)."""
+PROBE_VARIABLES = (*NIC_VARIABLES, "VLLM_HOST_IP", "RAY_memory_monitor_refresh_ms")
+"""What the Ray probe reports from inside each node's Ray workers."""
+UNIFIED_MEMORY_GPUS = ("GB10", "Thor", "Orin")
+"""GPU names (``nvidia-smi -L``) whose memory is the system's (DGX Spark, Jetson)."""
+PROBE_FILE = "ray-probe.json"
+
+
+@dataclass(frozen=True)
+class EngineCheck:
+    """One preflight row (the fields of ``_preflight.CheckRow``, which turns these into its rows;
+    kept apart so that this pure module does not import the preflight's I/O)."""
+
+    check: str
+    node: str
+    status: str
+    """``pass``, ``warn``, ``fail`` or ``skip``."""
+    message: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EngineNode:
+    """What the I/O side found on one node."""
+
+    name: str
+    """``head`` or the worker's name."""
+    address: str
+    """The node's address on the private link (a worker's ``bind``; the head's ``head_bind`` or the
+    address it holds on the workers' subnet)."""
+    interface: str | None = None
+    """The interface holding ``address`` (``ip -j addr``), None when not found."""
+    mtu: int | None = None
+    operstate: str | None = None
+    """``UP``, ``DOWN``, ``UNKNOWN`` (loopback, some virtual links) as ``ip`` reports it."""
+    gpus: int | None = None
+    """``nvidia-smi -L`` lines; None when it is missing there."""
+    gpu_names: tuple[str, ...] = ()
+    python: str = "python3"
+    """The interpreter that has the engine (and Ray); its folder holds the ``vllm`` / ``ray`` scripts."""
+    engine_version: str | None = None
+    """``vllm.__version__`` / ``sglang.__version__``; None when it does not import."""
+    ray_version: str | None = None
+    gds: bool | None = None
+    """GPUDirect Storage available; None: unknown."""
+    unified_memory: bool | None = None
+    """GPU memory is system memory (GB10); None: unknown (read from ``gpu_names`` when given)."""
+
+    @property
+    def bin_dir(self) -> PurePosixPath:
+        return PurePosixPath(self.python).parent
+
+    @property
+    def is_unified(self) -> bool | None:
+        if self.unified_memory is not None:
+            return self.unified_memory
+        if self.gpu_names:
+            return any(k in name for name in self.gpu_names for k in UNIFIED_MEMORY_GPUS)
+        return None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineNode:
+        values = dict(data)
+        values["gpu_names"] = tuple(values.get("gpu_names") or ())
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["gpu_names"] = list(self.gpu_names)
+        return out
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """Facts for every node of a spec, head first."""
+
+    nodes: tuple[EngineNode, ...]
+
+    def node(self, name: str) -> EngineNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise ClusterError(f"no facts for node {name!r}; gathered for: {', '.join(n.name for n in self.nodes)}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineFacts:
+        return cls(tuple(EngineNode.from_dict(n) for n in data["nodes"]))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"nodes": [n.as_dict() for n in self.nodes]}
+
+
+@dataclass
+class EnginePlan:
+    """Every process of a vLLM / SGLang deployment in start order, and what splitserve changed."""
+
+    processes: list[ProcessPlan]
+    endpoint: str
+    """The engine's HTTP URL on the head (what the gateway talks to); the probe's has none."""
+    notes: list[str] = field(default_factory=list)
+    """One line per fix written (and per fix that could not be), for ``--dry-run``."""
+    probe_out: Path | None = None
+    """Where the Ray probe writes its report (``ray_probe = true``)."""
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+def engine_plan(spec: ClusterSpec, facts: EngineFacts) -> EnginePlan:
+    """The deployment of ``spec`` (backend ``vllm`` or ``sglang``) on nodes described by ``facts``."""
+    table = engine_table(spec)
+    if table is None:
+        raise ClusterError(f"{spec.source_file or '<spec>'}: backend = {spec.backend!r} has no engine plan here")
+    build = _Builder(spec, table, facts)
+    if isinstance(table, VllmSpec):
+        build.vllm(table)
+    else:
+        build.sglang(table)
+    return build.plan
+
+
+def vllm_processes(spec: ClusterSpec, facts: EngineFacts) -> list[ProcessPlan]:
+    """The processes of a ``backend = "vllm"`` spec, in start order."""
+    if not isinstance(spec.vllm, VllmSpec) or spec.backend != "vllm":
+        raise ClusterError(f'{spec.source_file or "<spec>"}: not a backend = "vllm" spec')
+    return engine_plan(spec, facts).processes
+
+
+def sglang_processes(spec: ClusterSpec, facts: EngineFacts) -> list[ProcessPlan]:
+    """The processes of a ``backend = "sglang"`` spec, in start order."""
+    if not isinstance(spec.sglang, SglangSpec) or spec.backend != "sglang":
+        raise ClusterError(f'{spec.source_file or "<spec>"}: not a backend = "sglang" spec')
+    return engine_plan(spec, facts).processes
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+_LOG_NAMES = {
+    "ray_head": "ray",
+    "ray_worker": "ray",
+    "ray_probe": "ray-probe",
+    "vllm": "vllm",
+    "vllm_headless": "vllm",
+    "sglang": "sglang",
+}
+
+
+class _Builder:
+    def __init__(self, spec: ClusterSpec, table: VllmSpec | SglangSpec, facts: EngineFacts) -> None:
+        self.spec = spec
+        self.table = table
+        self.names = node_names(spec)
+        self.nodes = [facts.node(n) for n in self.names]
+        self.head = self.nodes[0]
+        self.root = cluster_state_dir(spec)
+        self.plan = EnginePlan(processes=[], endpoint=base_url(table.host, table.port))
+        self.multi = len(self.nodes) > 1
+        self._noted: set[str] = set()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.plan.notes.append(text)
+
+    def host_of(self, name: str) -> str:
+        if name == "head":
+            return self.spec.head.host
+        return next(w.host for w in self.spec.workers if w.name == name)
+
+    def log(self, name: str, role: str) -> Path:
+        worker = next((w for w in self.spec.workers if w.name == name), None)
+        file = f"{name}-{_LOG_NAMES[role]}.log"
+        if worker is not None and worker.remote:
+            return Path(f"{worker.workdir.rstrip('/')}/clusters/{self.spec.name}/logs/{file}")
+        return self.root / "logs" / file
+
+    def interface(self, node: EngineNode) -> str | None:
+        nic = self.table.nic
+        if isinstance(nic, str):
+            return nic
+        if isinstance(nic, dict) and node.name in nic:
+            return nic[node.name]
+        return node.interface
+
+    def node_env(self, node: EngineNode, ray: bool, engine: bool = True) -> dict[str, str]:
+        """The fixes' variables for one node, then the node's and the table's own."""
+        env: dict[str, str] = {}
+        t = self.table
+        if t.fixes and (self.multi or ray):
+            iface = self.interface(node)
+            if iface:
+                for var in NIC_VARIABLES:
+                    env[var] = iface
+                self.note(
+                    f"fix: {', '.join(NIC_VARIABLES)} = the private link's interface on every node "
+                    f"({self._iface_list()}), so NCCL and Gloo do not pick the management NIC"
+                )
+            else:
+                self.note(
+                    f"fix not written on {node.name}: no interface holds {node.address}; NCCL and Gloo pick "
+                    f"their own (set {self.spec.backend}.nic)"
+                )
+            if isinstance(t, VllmSpec):
+                env["VLLM_HOST_IP"] = node.address
+                self.note("fix: VLLM_HOST_IP = each node's own private-link address (Ray and vLLM agree on the IP)")
+        if ray and self.memory_monitor_off():
+            env["RAY_memory_monitor_refresh_ms"] = "0"
+            self.note(
+                "fix: RAY_memory_monitor_refresh_ms=0 on every node: Ray's 95 % memory monitor false-kills "
+                "rank 0 on unified-memory machines (set vllm.ray.memory_monitor = true to keep it)"
+            )
+        if node.name != "head":
+            env.update(next(w for w in self.spec.workers if w.name == node.name).env)
+        if engine:
+            env.update(t.env)
+        return env
+
+    def _iface_list(self) -> str:
+        return ", ".join(f"{n.name}: {self.interface(n) or '?'}" for n in self.nodes)
+
+    def memory_monitor_off(self) -> bool:
+        t = self.table
+        if not isinstance(t, VllmSpec):
+            return False
+        if t.ray.memory_monitor is not None:
+            return not t.ray.memory_monitor
+        return t.fixes and any(n.is_unified is not False for n in self.nodes)
+
+    def gpus(self, node: EngineNode) -> int | None:
+        given = spec_gpus(self.spec)[node.name]
+        return given if given is not None else node.gpus
+
+    def add(self, node: EngineNode, role: str, argv: list[str], env: dict[str, str], bind: str, port: int) -> None:
+        self.plan.processes.append(
+            ProcessPlan(
+                node=node.name,
+                role=role,
+                host=self.host_of(node.name),
+                argv=argv,
+                env=env,
+                bind=bind,
+                port=port,
+                log=self.log(node.name, role),
+            )
+        )
+
+    # -- vLLM ------------------------------------------------------------------------------------
+
+    def vllm(self, t: VllmSpec) -> None:
+        if t.launcher == "ray":
+            self.ray_cluster(t)
+            if t.ray_probe:
+                self.ray_probe(t)
+                return
+        count = len(self.nodes)
+        ray = t.launcher == "ray"
+        for rank, node in enumerate(self.nodes[:1] if ray else self.nodes):
+            argv = [str(node.bin_dir / "vllm"), "serve", t.model]
+            headless = not ray and rank > 0
+            if not headless:
+                argv += ["--host", t.host, "--port", str(t.port)]
+            argv += [
+                "--tensor-parallel-size",
+                str(t.tensor_parallel_size),
+                "--pipeline-parallel-size",
+                str(t.pipeline_parallel_size),
+            ]
+            if t.data_parallel_size > 1:
+                argv += ["--data-parallel-size", str(t.data_parallel_size)]
+            if ray:
+                argv += ["--distributed-executor-backend", "ray"]
+            elif count > 1:
+                argv += [
+                    "--nnodes",
+                    str(count),
+                    "--node-rank",
+                    str(rank),
+                    "--master-addr",
+                    self.head.address,
+                    "--master-port",
+                    str(t.master_port),
+                ]
+                if headless:
+                    argv.append("--headless")
+            argv += self.vllm_model_args(t)
+            if not headless:
+                argv += self.frontend_args(t)
+            argv += list(t.extra_args)
+            env = self.node_env(node, ray=ray)
+            if ray:
+                env["RAY_ADDRESS"] = _host_port(self.head.address, t.ray.port)
+            if t.api_key and not headless:
+                env["VLLM_API_KEY"] = t.api_key
+            if headless:
+                self.add(node, "vllm_headless", argv, env, node.address, 0)
+            else:
+                self.add(node, "vllm", argv, env, t.host, t.port)
+
+    def vllm_model_args(self, t: VllmSpec) -> list[str]:
+        argv: list[str] = []
+        if t.dtype:
+            argv += ["--dtype", t.dtype]
+        if t.quantization:
+            argv += ["--quantization", t.quantization]
+        if t.max_model_len:
+            argv += ["--max-model-len", str(t.max_model_len)]
+        if t.gpu_memory_utilization is not None:
+            argv += ["--gpu-memory-utilization", f"{t.gpu_memory_utilization:g}"]
+        load_format = t.load_format
+        if load_format is None and t.fixes and not t.model.lower().endswith(".gguf"):
+            missing = [n.name for n in self.nodes if n.gds is not True]
+            if missing:
+                load_format = "safetensors"
+                unknown = [n.name for n in self.nodes if n.gds is None]
+                why = "unknown" if len(unknown) == len(missing) else "missing"
+                self.note(
+                    f"fix: --load-format safetensors: GPUDirect Storage {why} on {', '.join(missing)} (a GDS "
+                    'loader throws without it); set vllm.load_format = "auto" to let vLLM choose'
+                )
+        if load_format:
+            argv += ["--load-format", load_format]
+        return argv
+
+    def frontend_args(self, t: VllmSpec | SglangSpec) -> list[str]:
+        argv: list[str] = []
+        if t.served_model_name:
+            argv += ["--served-model-name", t.served_model_name]
+        if t.parsers == "engine":
+            if t.tool_call_parser:
+                if isinstance(t, VllmSpec):
+                    argv.append("--enable-auto-tool-choice")
+                argv += ["--tool-call-parser", t.tool_call_parser]
+            if t.reasoning_parser:
+                argv += ["--reasoning-parser", t.reasoning_parser]
+        return argv
+
+    # -- Ray -------------------------------------------------------------------------------------
+
+    def ray_cluster(self, t: VllmSpec) -> None:
+        r = t.ray
+        store = r.object_store_memory
+        if store is None and t.fixes:
+            store = DEFAULT_OBJECT_STORE_BYTES
+            self.note(
+                f"fix: --object-store-memory {store} (1 GiB) on every ray start: Ray reserves 30 % of RAM "
+                "by default, memory a unified-memory node needs for the model (vllm.ray.object_store_memory)"
+            )
+        gcs = _host_port(self.head.address, r.port)
+        for rank, node in enumerate(self.nodes):
+            argv = [str(node.bin_dir / "ray"), "start"]
+            if rank == 0:
+                argv += ["--head", "--node-ip-address", node.address, "--port", str(r.port)]
+                argv += ["--include-dashboard", "true" if r.dashboard else "false", "--disable-usage-stats"]
+            else:
+                argv += ["--address", gcs, "--node-ip-address", node.address]
+            gpus = 0 if t.ray_probe and self.gpus(node) is None else self.gpus(node)
+            if gpus is not None:
+                argv += ["--num-gpus", str(gpus)]
+            if r.num_cpus is not None:
+                argv += ["--num-cpus", str(r.num_cpus)]
+            if store is not None:
+                argv += ["--object-store-memory", str(store)]
+            argv += ["--block", *r.extra_args]
+            env = self.node_env(node, ray=True)
+            if rank == 0:
+                self.add(node, "ray_head", argv, env, node.address, r.port)
+            else:
+                self.add(node, "ray_worker", argv, env, node.address, 0)
+
+    def ray_probe(self, t: VllmSpec) -> None:
+        out = self.root / PROBE_FILE
+        self.plan.probe_out = out
+        self.plan.endpoint = ""
+        argv = [
+            self.head.python,
+            "-m",
+            "splitserve.cluster._ray_probe",
+            "--address",
+            _host_port(self.head.address, t.ray.port),
+            "--node-ip-address",
+            self.head.address,
+            "--expect-nodes",
+            str(len(self.nodes)),
+            "--out",
+            str(out),
+        ]
+        env = {"PYTHONUNBUFFERED": "1", **self.node_env(self.head, ray=True, engine=False)}
+        self.note(f"ray_probe: the head runs splitserve's Ray probe instead of vllm serve; its report: {out}")
+        self.add(self.head, "ray_probe", argv, env, self.head.address, 0)
+
+    # -- SGLang ----------------------------------------------------------------------------------
+
+    def sglang(self, t: SglangSpec) -> None:
+        count = len(self.nodes)
+        for rank, node in enumerate(self.nodes):
+            argv = [node.python, "-m", "sglang.launch_server", "--model-path", t.model]
+            if rank == 0:
+                argv += ["--host", t.host, "--port", str(t.port)]
+            argv += ["--tp-size", str(t.tensor_parallel_size)]
+            if t.pipeline_parallel_size > 1:
+                argv += ["--pp-size", str(t.pipeline_parallel_size)]
+            if t.data_parallel_size > 1:
+                argv += ["--dp-size", str(t.data_parallel_size)]
+            if count > 1:
+                argv += [
+                    "--nnodes",
+                    str(count),
+                    "--node-rank",
+                    str(rank),
+                    "--dist-init-addr",
+                    _host_port(self.head.address, t.dist_init_port),
+                ]
+            if t.dtype:
+                argv += ["--dtype", t.dtype]
+            if t.quantization:
+                argv += ["--quantization", t.quantization]
+            if t.max_model_len:
+                argv += ["--context-length", str(t.max_model_len)]
+            if t.gpu_memory_utilization is not None:
+                argv += ["--mem-fraction-static", f"{t.gpu_memory_utilization:g}"]
+            if t.load_format:
+                argv += ["--load-format", t.load_format]
+            if rank == 0:
+                argv += self.frontend_args(t)
+                if t.api_key:
+                    argv += ["--api-key", t.api_key]
+            argv += list(t.extra_args)
+            env = self.node_env(node, ray=False)
+            if rank == 0:
+                self.add(node, "sglang", argv, env, t.host, t.port)
+            else:
+                self.add(node, "sglang", argv, env, node.address, 0)
+
+
+# -- facts: the commands the I/O side runs on each node, and their parsers ------------------
+
+
+def fact_commands(spec: ClusterSpec, python: str = "python3") -> dict[str, list[str]]:
+    """The command lines (argv) whose outputs make a node's :class:`EngineNode`, by fact name:
+    ``engine`` (the version, or a failed import), ``nic`` (``ip -j addr show``), ``gpus``
+    (``nvidia-smi -L``) and, for the Ray launcher, ``ray`` (``ray --version``)."""
+    module = "sglang" if spec.backend == "sglang" else "vllm"
+    probe = isinstance(spec.vllm, VllmSpec) and spec.backend == "vllm" and spec.vllm.ray_probe
+    cmds: dict[str, list[str]] = {}
+    if not probe:  # the probe starts no engine: its import is not asked for
+        cmds["engine"] = [python, "-c", f"import {module}; print({module}.__version__)"]
+    cmds["nic"] = ["ip", "-j", "addr", "show"]
+    cmds["gpus"] = ["nvidia-smi", "-L"]
+    if isinstance(spec.vllm, VllmSpec) and spec.backend == "vllm" and spec.vllm.launcher == "ray":
+        cmds["ray"] = [str(PurePosixPath(python).parent / "ray"), "--version"]
+    return cmds
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One network interface as ``ip -j addr`` reports it."""
+
+    name: str
+    mtu: int | None
+    operstate: str | None
+    addresses: tuple[tuple[str, int], ...]
+    """(address, prefix length) pairs."""
+
+
+def parse_ip_addr(text: str) -> list[Interface]:
+    """The interfaces in ``ip -j addr show`` output; a ClusterError when it is not that JSON."""
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError as exc:
+        raise ClusterError(f"`ip -j addr show` printed no JSON ({exc.msg}); is iproute2 too old for -j?") from None
+    if not isinstance(data, list):
+        raise ClusterError("`ip -j addr show` printed JSON that is not a list of interfaces")
+    out = []
+    for item in data:
+        if not isinstance(item, dict) or not item.get("ifname"):
+            continue
+        addrs = tuple(
+            (str(a["local"]), int(a.get("prefixlen", 32 if "." in str(a["local"]) else 128)))
+            for a in item.get("addr_info") or []
+            if isinstance(a, dict) and a.get("local")
+        )
+        mtu = item.get("mtu")
+        out.append(
+            Interface(
+                name=str(item["ifname"]),
+                mtu=int(mtu) if isinstance(mtu, int) else None,
+                operstate=str(item["operstate"]) if item.get("operstate") else None,
+                addresses=addrs,
+            )
+        )
+    return out
+
+
+def interface_for_address(interfaces: Iterable[Interface], address: str) -> Interface | None:
+    """The interface that holds ``address``, or None."""
+    want = ipaddress.ip_address(address)
+    for iface in interfaces:
+        if any(ipaddress.ip_address(a) == want for a, _ in iface.addresses):
+            return iface
+    return None
+
+
+def address_towards(interfaces: Iterable[Interface], peer: str) -> tuple[Interface, str] | None:
+    """This node's interface and address on the subnet that contains ``peer`` (how the head's
+    private-link address is found from a worker's ``bind``), or None."""
+    target = ipaddress.ip_address(peer)
+    for iface in interfaces:
+        for addr, prefix in iface.addresses:
+            net = ipaddress.ip_network(f"{addr}/{prefix}", strict=False)
+            if target in net and ipaddress.ip_address(addr) != target:
+                return iface, addr
+    return None
+
+
+_VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:[.+-]?[A-Za-z0-9.]+)?)")
+
+
+def parse_version(text: str) -> str | None:
+    """The version in ``ray --version`` (``ray, version 2.60.0``) or a ``print(__version__)``."""
+    for line in reversed((text or "").strip().splitlines()):
+        m = _VERSION_RE.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def parse_gpu_list(text: str) -> tuple[str, ...]:
+    """GPU names from ``nvidia-smi -L`` (``GPU 0: NVIDIA GB10 (UUID: ...)``)."""
+    names = []
+    for line in (text or "").splitlines():
+        m = re.match(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", line.strip())
+        if m:
+            names.append(m.group(1))
+    return tuple(names)
+
+
+def node_facts(
+    name: str,
+    address: str,
+    outputs: Mapping[str, tuple[int, str]],
+    python: str = "python3",
+    gds: bool | None = None,
+) -> EngineNode:
+    """A node's facts from the (exit status, stdout) of each :func:`fact_commands` command; a
+    command that failed or is missing leaves its fact unknown (None)."""
+
+    def ok(key: str) -> str | None:
+        rc, out = outputs.get(key, (1, ""))
+        return out if rc == 0 else None
+
+    iface = None
+    nic = ok("nic")
+    if nic is not None:
+        iface = interface_for_address(parse_ip_addr(nic), address)
+    gpus_out = ok("gpus")
+    names = parse_gpu_list(gpus_out) if gpus_out is not None else ()
+    engine = ok("engine")
+    ray = ok("ray")
+    return EngineNode(
+        name=name,
+        address=address,
+        interface=iface.name if iface else None,
+        mtu=iface.mtu if iface else None,
+        operstate=iface.operstate if iface else None,
+        gpus=len(names) if gpus_out is not None else None,
+        gpu_names=names,
+        python=python,
+        engine_version=parse_version(engine) if engine is not None else None,
+        ray_version=parse_version(ray) if ray is not None else None,
+        gds=gds,
+    )
+
+
+# -- preflight rows ----------------------------------------------------------------------------
+
+
+def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
+    """Preflight rows for a vLLM / SGLang spec: ``engine`` (importable everywhere, one version),
+    ``nic`` (the private link's interface found and up, its MTU), ``gpus`` (per node against the
+    parallel sizes) and, for the Ray launcher, ``ray`` (one version everywhere)."""
+    table = engine_table(spec)
+    if table is None:
+        return []
+    names = node_names(spec)
+    nodes = [facts.node(n) for n in names]
+    module = spec.backend
+    rows: list[EngineCheck] = []
+    # engine
+    versions = {n.engine_version for n in nodes if n.engine_version}
+    want = _majority([n.engine_version for n in nodes if n.engine_version])
+    probe = isinstance(table, VllmSpec) and table.ray_probe
+    for n in nodes:
+        if probe:
+            rows.append(EngineCheck("engine", n.name, "skip", f"ray_probe: {module} is not started"))
+        elif n.engine_version is None:
+            rows.append(
+                EngineCheck(
+                    "engine", n.name, "fail", f"{module} does not import with {n.python}", f"pip install {module}"
+                )
+            )
+        elif len(versions) > 1 and n.engine_version != want:
+            rows.append(
+                EngineCheck(
+                    "engine",
+                    n.name,
+                    "fail",
+                    f"{module} {n.engine_version} here, {want} on the other nodes",
+                    f"pip install {module}=={want}",
+                )
+            )
+        else:
+            rows.append(EngineCheck("engine", n.name, "pass", f"{module} {n.engine_version}"))
+    # nic
+    ray = isinstance(table, VllmSpec) and table.launcher == "ray"
+    if len(nodes) > 1 or ray:
+        mtus = {n.mtu for n in nodes if n.mtu is not None}
+        for n in nodes:
+            override = table.nic if isinstance(table.nic, str) else (table.nic or {}).get(n.name)
+            fix = f"give the node's private-link address ({'head_bind' if n.name == 'head' else 'bind'})"
+            if n.interface is None:
+                rows.append(EngineCheck("nic", n.name, "fail", f"no interface holds {n.address}", fix))
+                continue
+            if override and override != n.interface:
+                rows.append(
+                    EngineCheck(
+                        "nic",
+                        n.name,
+                        "warn",
+                        f"{module}.nic = {override!r} but {n.address} is on {n.interface}",
+                        "drop the nic override or fix the address",
+                    )
+                )
+                continue
+            state = (n.operstate or "unknown").upper()
+            detail = f"{n.interface} ({n.address}), {state}, mtu {n.mtu or '?'}"
+            if state == "DOWN":
+                rows.append(EngineCheck("nic", n.name, "fail", detail, f"sudo ip link set {n.interface} up"))
+            elif len(mtus) > 1:
+                rows.append(
+                    EngineCheck(
+                        "nic",
+                        n.name,
+                        "warn",
+                        f"{detail}; MTUs differ across nodes ({', '.join(str(m) for m in sorted(mtus))})",
+                        "give every node's link the same MTU (9000 on a direct QSFP link)",
+                    )
+                )
+            elif state != "UP":
+                rows.append(EngineCheck("nic", n.name, "warn", detail, "check the link (`ip link show`)"))
+            else:
+                rows.append(EngineCheck("nic", n.name, "pass", detail))
+    # gpus
+    per_node = gpus_per_rank_node(table, len(nodes))
+    world = table.world_size
+    given = spec_gpus(spec)
+    counts = {n.name: given[n.name] if given[n.name] is not None else n.gpus for n in nodes}
+    for n in nodes:
+        have = counts[n.name]
+        if probe:
+            rows.append(EngineCheck("gpus", n.name, "skip", "ray_probe: the probe needs no GPUs"))
+        elif have is None:
+            rows.append(EngineCheck("gpus", n.name, "skip", "nvidia-smi not found; GPU count unknown"))
+        elif per_node is not None and have < per_node:
+            rows.append(
+                EngineCheck(
+                    "gpus",
+                    n.name,
+                    "fail",
+                    f"{have} GPU(s); tensor x pipeline x data parallel = {world} over {len(nodes)} node(s) "
+                    f"needs {per_node} per node",
+                    "lower the parallel sizes or add GPUs",
+                )
+            )
+        elif per_node is None and all(c is not None for c in counts.values()):
+            total = sum(c or 0 for c in counts.values())
+            status = "pass" if total >= world else "fail"
+            rows.append(
+                EngineCheck(
+                    "gpus",
+                    n.name,
+                    status,
+                    f"{have} GPU(s); the Ray cluster has {total} for a world of {world}",
+                    "" if status == "pass" else "lower the parallel sizes or add GPUs",
+                )
+            )
+        else:
+            rows.append(EngineCheck("gpus", n.name, "pass", f"{have} GPU(s)"))
+    # ray
+    if ray:
+        rv = _majority([n.ray_version for n in nodes if n.ray_version])
+        versions = {n.ray_version for n in nodes if n.ray_version}
+        for n in nodes:
+            if n.ray_version is None:
+                rows.append(
+                    EngineCheck("ray", n.name, "fail", f"no ray next to {n.python}", 'pip install "ray[default]"')
+                )
+            elif len(versions) > 1 and n.ray_version != rv:
+                rows.append(
+                    EngineCheck(
+                        "ray",
+                        n.name,
+                        "fail",
+                        f"ray {n.ray_version} here, {rv} on the other nodes (Ray refuses mixed versions)",
+                        f"pip install ray=={rv}",
+                    )
+                )
+            else:
+                rows.append(EngineCheck("ray", n.name, "pass", f"ray {n.ray_version}"))
+    return rows
+
+
+def _majority(values: list[str]) -> str | None:
+    """The most common value (the head's wins ties: it is first)."""
+    if not values:
+        return None
+    return max(dict.fromkeys(values), key=values.count)
+
+
+def shell_lines(plan: EnginePlan) -> list[str]:
+    """``node: command`` per process, for ``--dry-run``."""
+    return [f"{p.node} ({p.role}): {p.shell()}" for p in plan.processes]
+
+
+__all__ = [
+    "NIC_VARIABLES",
+    "PROBE_VARIABLES",
+    "ROLES",
+    "EngineCheck",
+    "EngineFacts",
+    "EngineNode",
+    "EnginePlan",
+    "Interface",
+    "address_towards",
+    "backend_checks",
+    "engine_plan",
+    "fact_commands",
+    "interface_for_address",
+    "node_facts",
+    "parse_gpu_list",
+    "parse_ip_addr",
+    "parse_version",
+    "sglang_processes",
+    "shell_lines",
+    "vllm_processes",
+]
