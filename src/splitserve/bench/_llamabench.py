@@ -119,8 +119,8 @@ def run_llama_bench(
         proc.wait()
         raise
     finally:
-        if log:
-            errfile.close()  # type: ignore[union-attr]
+        if not isinstance(errfile, int):  # the log file (DEVNULL is an int)
+            errfile.close()
     if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log and log.exists() else []
         raise EngineError(

@@ -221,9 +221,9 @@ def sweep_figure(run: BenchRun) -> Any:
         ax2.plot(xs, [r["decode_tps_server"] for r in rs], marker="o", label=label)
     ax1.set(title=f"Prefill vs {axis}", xlabel=axis, ylabel="prefill tokens/s (server)")
     ax2.set(title=f"Decode vs {axis}", xlabel=axis, ylabel="decode tokens/s (server)")
-    for ax, key in ((ax1, "prefill_tps_server"), (ax2, "decode_tps_server")):
+    for ax, field in ((ax1, "prefill_tps_server"), (ax2, "decode_tps_server")):
         ax.grid(alpha=0.3)
-        _headroom(ax, (r[key] for r in rows))
+        _headroom(ax, (r[field] for r in rows))
         ax.legend(fontsize=7)
     return fig
 

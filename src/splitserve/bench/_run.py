@@ -19,7 +19,7 @@ from ._client import BenchClient, Target
 from ._context import ContextOptions, context_cells
 from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv, run_llama_bench
 from ._machine import machine_info
-from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run, new_run_id
+from ._records import BenchRun, RequestRecord, RunKind, RunWriter, SweepPoint, load_run, new_run_id
 from ._speed import Session, SpeedOptions, speed_notes, workload_cells
 from ._tables import (
     agent_turn_rows,
@@ -36,7 +36,7 @@ from ._workloads import WorkloadPlan, apply_baselines, apply_reference, build_pl
 Progress = Callable[[RequestRecord], None]
 
 
-def _new_run(kind: str, label: str, settings: dict[str, Any], out: Path | None = None) -> BenchRun:
+def _new_run(kind: RunKind, label: str, settings: dict[str, Any], out: Path | None = None) -> BenchRun:
     # a file named with a run id (the CLI names them before the run starts): the run keeps that id
     stem = out.stem if out is not None and out.suffix == ".json" else ""
     run_id = stem if re.fullmatch(rf"{re.escape(kind)}-\d{{8}}T\d{{6}}Z-[0-9a-f]{{4}}", stem) else new_run_id(kind)
@@ -44,7 +44,7 @@ def _new_run(kind: str, label: str, settings: dict[str, Any], out: Path | None =
         kind=kind,
         id=run_id,
         label=label,
-        settings=settings,  # type: ignore[arg-type]
+        settings=settings,
         machine=machine_info(),
     )
 
@@ -107,7 +107,7 @@ def _finish(writer: RunWriter, body: Callable[[], object]) -> BenchRun:
 
 
 def _http_run(
-    kind: str,
+    kind: RunKind,
     label: str,
     settings: dict[str, Any],
     target: Target,

@@ -139,4 +139,5 @@ def summary_tables(run: BenchRun) -> list[Table]:
     """The headline, then the cells (what the run measured; none for a run with no results)."""
     heads = headline_items(run)
     out: list[Table] = [("headline", ["figure", "value"], [[k, v] for k, v in heads])] if heads else []
-    return out + _CELLS.get(run.kind, lambda _r: [])(run)
+    cells = _CELLS.get(run.kind)
+    return out + (cells(run) if cells is not None else [])

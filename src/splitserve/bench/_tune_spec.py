@@ -202,10 +202,11 @@ def tuned_spec_text(
         holder = data if table is None else data.get(table)
         if not isinstance(holder, dict) or not isinstance(holder.get(key), str):
             continue
-        raw = holder[key]
+        raw: str = holder[key]
         if raw.startswith(("/", "~")):
             continue
-        absolute = str((spec_dir / raw).resolve())  # type: ignore[operator]
+        assert spec_dir is not None  # moved: both folders given
+        absolute = str((spec_dir / raw).resolve())
         lines = set_key(lines, table, key, toml_value(absolute))
         (expected if table is None else expected[table])[key] = absolute
     server = expected.setdefault("server", {})

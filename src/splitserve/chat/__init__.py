@@ -9,6 +9,8 @@
 - :func:`tool_call_grammar` builds the GBNF that forces a tool call in a format's syntax.
 """
 
+import typing
+
 from ._check import CheckResult, check_template
 from ._errors import TemplateError, TransplantError
 from ._events import (
@@ -23,8 +25,9 @@ from ._events import (
     ToolCallStart,
     coalesce,
 )
+from ._forced import tool_call_grammar
 from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser, random_call_id
-from ._grammar import GrammarBuilder, GrammarError, GrammarTool, tool_call_grammar
+from ._grammar import GrammarBuilder, GrammarError, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._registry import (
     NO_FORMAT_HINT,
@@ -36,8 +39,12 @@ from ._registry import (
     register_format,
 )
 from ._render import assistant_turn, make_environment, render_chat
+from ._scan import TextBuffer, find_first, hold_len
 from ._schema import Schema, ToolSet, coerce_text, coerce_value, json_type
 from ._transplant import Recipe, list_recipes, load_recipe, transplant
+
+if typing.TYPE_CHECKING:  # at run time __getattr__ below imports it on first use
+    from ._gguf import read_chat_templates
 
 __all__ = [
     "NO_FORMAT_HINT",
@@ -57,6 +64,7 @@ __all__ = [
     "Recipe",
     "Schema",
     "TemplateError",
+    "TextBuffer",
     "ToolCallArgsDelta",
     "ToolCallEnd",
     "ToolCallFormat",
@@ -71,7 +79,9 @@ __all__ = [
     "coerce_text",
     "coerce_value",
     "detect_format",
+    "find_first",
     "get_format",
+    "hold_len",
     "json_type",
     "list_formats",
     "list_recipes",

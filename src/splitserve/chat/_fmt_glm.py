@@ -201,7 +201,7 @@ def is_glm(template: str) -> bool:
 
 
 _PROBE_NAME = "probe_fn"
-_PROBE = [
+_PROBE: list[dict[str, Any]] = [
     {"role": "user", "content": "go"},
     {
         "role": "assistant",
@@ -211,7 +211,7 @@ _PROBE = [
         ],
     },
 ]
-_PROBE_TOOLS = [
+_PROBE_TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {

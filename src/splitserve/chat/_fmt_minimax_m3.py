@@ -89,7 +89,7 @@ def _shape(node: _Node, schema: Schema | None) -> Any:
     return {k: list(v) if isinstance(v, _Dup) else v for k, v in out.items()}
 
 
-class _Dup(list):  # type: ignore[type-arg]
+class _Dup(list[Any]):
     """Values of a repeated key, collected into a list."""
 
 

@@ -1,7 +1,8 @@
 """GBNF grammars that force a tool call in a format's own syntax (``tool_choice: required``).
 
-:func:`tool_call_grammar` builds, for one request, a grammar for llama.cpp's ``grammar``
-field whose sentences are exactly: optional reasoning (where the format has reasoning
+The primitives of :func:`splitserve.chat.tool_call_grammar` (in ``_forced``, which joins them to a
+format; this module knows no format, so formats can import it).  The grammar is, for one request,
+a grammar for llama.cpp's ``grammar`` field whose sentences are exactly: optional reasoning (where the format has reasoning
 markers; required when the prompt pre-filled the opener), then one tool call (or one or
 more when ``parallel``) to one of the allowed tools, in the format's exact syntax, then
 nothing. Each format supplies the call syntax through its ``call_grammar`` hook, written
@@ -26,10 +27,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._format import ToolCallFormat
+from typing import Any
 
 _MAX_DEPTH = 6
 _JSON_BAD = frozenset('"\\') | frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
@@ -490,45 +488,6 @@ def tools_for_grammar(tools: list[dict[str, Any]] | None, name: str | None = Non
     return out
 
 
-def tool_call_grammar(
-    fmt: ToolCallFormat,
-    tools: list[dict[str, Any]] | None,
-    *,
-    name: str | None = None,
-    parallel: bool = True,
-    prefilled: bool = False,
-    reasoning: bool = True,
-) -> str:
-    """A GBNF grammar forcing a tool call in ``fmt``'s syntax (see the module docstring).
-
-    ``tools`` are the request's tools (OpenAI shape); ``name`` restricts the call to that
-    function; ``parallel`` allows one or more calls (else exactly one); ``prefilled`` says
-    the prompt ends with the reasoning opener (the output starts inside reasoning, so the
-    closer must come first); ``reasoning=False`` offers no reasoning block (the prompt
-    already closed it, e.g. thinking disabled). :class:`GrammarError` when the format
-    writes no calls or no tool is allowed.
-    """
-    hook = fmt.call_grammar
-    if hook is None:
-        raise GrammarError(f"the {fmt.name} format writes no tool calls")
-    allowed = tools_for_grammar(tools, name)
-    if not allowed:
-        what = f"no tool named {name!r}" if name is not None else "no tools"
-        raise GrammarError(f"cannot force a tool call: the request declares {what}")
-    g = GrammarBuilder()
-    calls = g.rule("tool-calls", hook(g, allowed, parallel))
-    spec = fmt.reasoning
-    if spec is None:
-        return g.render(calls)
-    gap = "[ \\t\\n]{0,4}"
-    if prefilled:
-        return g.render(f"{g.until(spec.close)} {gap} {calls}")
-    if not reasoning:
-        return g.render(calls)
-    think = g.rule("reasoning", f"{lit(spec.open)} {g.until(spec.close)} {gap}")
-    return g.render(f"{think}? {calls}")
-
-
 __all__ = [
     "CallGrammar",
     "GrammarBuilder",
@@ -536,6 +495,5 @@ __all__ = [
     "GrammarTool",
     "char_class",
     "lit",
-    "tool_call_grammar",
     "tools_for_grammar",
 ]

@@ -133,9 +133,9 @@ class ReasoningSplitter:
                 lead = self._buf.lstrip()
                 if not lead and not eof:
                     return out
-                for marker, nxt in ((spec.open, _REASONING), (spec.close, _AFTER)):
-                    if lead.startswith(marker):
-                        self._buf = lead[len(marker) :]
+                for tag, nxt in ((spec.open, _REASONING), (spec.close, _AFTER)):
+                    if lead.startswith(tag):
+                        self._buf = lead[len(tag) :]
                         self._state = nxt
                         self._assumed = False
                         break

@@ -104,7 +104,7 @@ def _compile(template: str) -> jinja2.Template:
         ) from None
 
 
-class Arguments(dict):  # type: ignore[type-arg]
+class Arguments(dict[str, Any]):
     """A tool call's arguments as templates get them: a mapping (``.items()``, ``tojson``)
     that also joins a string as its JSON text (``'...' + arguments``: the templates written
     for arguments as a string, Functionary's and the original DeepSeek-R1-Distill's)."""

@@ -374,7 +374,7 @@ class FlatXmlParser(TaggedCallParser):
         self.bool_words = dialect.bool_words
         self._value_started = False
         self._trail_nl = False
-        self._value_markers = (
+        self._value_markers: tuple[str, ...] = (
             (d.param_close, d.param_prefix, d.invoke_close, d.wrap_close, d.invoke_prefix, d.wrap_open)
             if d.lenient_values
             else (d.param_close,)

@@ -6,7 +6,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import IO, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -101,15 +101,15 @@ def _one_line_usage_errors() -> None:
 
     shown = UsageError.show
 
-    def show(self: UsageError, file: object = None) -> None:
+    def show(self: UsageError, file: IO[Any] | None = None) -> None:
         if isinstance(self, NoArgsIsHelpError):
-            shown(self, file)  # type: ignore[arg-type]
+            shown(self, file)
             return
         where = self.ctx.command_path if self.ctx is not None else "splitserve"
         at = "" if where == "splitserve" else f"{where}: "  # the prefix already names it
         err_console.print(f"splitserve: error: {at}{self.format_message()} (see `{where} --help`)", markup=False)
 
-    UsageError.show = show  # type: ignore[method-assign]
+    UsageError.show = show  # type: ignore[method-assign]  # a deliberate patch of click's method
 
 
 def main(argv: list[str] | None = None) -> None:

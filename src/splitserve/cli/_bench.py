@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._errors import UsageError
 from ._app import app, make_console, maps_errors
+
+if TYPE_CHECKING:
+    from ..bench import Target
 
 PROBES = 3  # calibration requests before the cells (splitserve.bench._speed.PROBE_WORDS)
 
@@ -88,17 +91,9 @@ def ints(text: str, what: str) -> list[int]:
     return out
 
 
-def out_path(out: Path | None, kind: str) -> Path:
-    from ..bench._records import new_run_id
-
-    if out is not None and out.suffix == ".json":
-        return out
-    return (out or Path("bench-runs")) / f"{new_run_id(kind)}.json"
-
-
 def resolve_target(
     url: str | None, spec: Path | None, model: str | None, api_key: str | None, api: str
-) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+) -> tuple[Target, dict[str, Any], dict[str, Any] | None]:
     """(Target, engine provenance, cluster facts) for ``--url`` or ``-c``."""
     from ..bench import Target
 
@@ -107,10 +102,12 @@ def resolve_target(
     if (url is None) == (spec is None):
         raise UsageError("give exactly one of --url URL or -c cluster.toml")
     if url is not None:
-        return Target(url=url, model=model, api_key=api_key, api=api), {}, None  # type: ignore[arg-type]
-    from ..bench._cluster import cluster_facts, cluster_target
+        kind = cast(Literal["chat", "completions"], api)  # checked above
+        return Target(url=url, model=model, api_key=api_key, api=kind), {}, None
+    from ..bench import cluster_facts, cluster_target
 
-    target, engine, cluster = cluster_target(spec, api=api)  # type: ignore[arg-type]
+    assert spec is not None  # exactly one of url and spec, and url is None
+    target, engine, cluster = cluster_target(spec, api=api)
     target.model = model
     if api_key:
         target.api_key = api_key
@@ -150,8 +147,7 @@ def workload_options(
 ) -> Any:
     """Fill the workload fields of ``opts`` and resolve the workloads' files (errors before any
     request); returns the plan."""
-    from ..bench._run import plan_for
-    from ..bench._workloads import parse_workloads
+    from ..bench import parse_workloads, plan_for
 
     opts.workloads = parse_workloads(workload)
     opts.workload_files = [str(f) for f in files or []]
@@ -173,8 +169,7 @@ def summary_renderables(run: Any) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
-    from ..bench._describe import caption
-    from ..bench._summary import summary_tables
+    from ..bench import caption, summary_tables
 
     out: list[Any] = [Text(caption([run]), style="bold")]
     for title, head, rows in summary_tables(run):
@@ -195,8 +190,7 @@ def finish(run: Any, path: Path, report: bool) -> None:
         console.print(item)
     console.print(f"run written to {path}", markup=False)
     if report:
-        from ..bench import load_run
-        from ..bench._report import write_report
+        from ..bench import load_run, write_report
 
         md, _plots = write_report([load_run(path)], path.with_suffix(""))
         console.print(f"report written to {md}", markup=False)
@@ -249,7 +243,7 @@ def speed_cmd(
 
     Example: splitserve bench speed --url http://127.0.0.1:8080 --workload copy,edit,json,agent --reference base.json
     """
-    from ..bench import SpeedOptions, run_speed
+    from ..bench import SpeedOptions, run_path, run_speed
 
     path = Path()
     try:
@@ -267,7 +261,7 @@ def speed_cmd(
             if not reference.is_file():
                 raise UsageError(f"--reference {reference}: no such run file")
             opts.reference = str(reference)
-        path = out_path(out, "speed")
+        path = run_path(out, "speed")
         with progress_bar(opts.total_requests(plan) + PROBES, "bench speed") as step:
             run, path = run_speed(target, opts, path, label, step, engine or None, facts, plan=plan)
         finish(run, path, report)
@@ -301,7 +295,7 @@ def context_cmd(
 
     Example: splitserve bench context --url http://127.0.0.1:8080 --lengths 8k,64k --depths 0.1,0.5,0.9
     """
-    from ..bench import ContextOptions, parse_depths, parse_lengths, run_context
+    from ..bench import ContextOptions, parse_depths, parse_lengths, run_context, run_path
 
     path = Path()
     try:
@@ -315,7 +309,7 @@ def context_cmd(
             max_tokens=max_tokens,
             repeat=repeat,
         )
-        path = out_path(out, "context")
+        path = run_path(out, "context")
         with progress_bar(len(opts.cells()) + PROBES, "bench context") as step:
             run, path = run_context(target, opts, path, label, step, engine or None, facts)
         finish(run, path, report)
@@ -359,9 +353,16 @@ def sweep_cmd(
 
     Example: splitserve bench sweep -c cluster.toml --set speculation=none,ngram-simple,ngram-mod --workload copy,edit,agent
     """
-    from ..bench import SpeedOptions, parse_set, run_sweep
-    from ..bench._cluster import ClusterRestarter, engine_provenance, with_server
-    from ..bench._workloads import with_baseline
+    from ..bench import (
+        ClusterRestarter,
+        SpeedOptions,
+        engine_provenance,
+        parse_set,
+        run_path,
+        run_sweep,
+        with_baseline,
+        with_server,
+    )
     from ..cluster import load_spec
 
     path = Path()
@@ -376,7 +377,7 @@ def sweep_cmd(
             repeat=repeat,
         )
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
-        path = out_path(out, "sweep")
+        path = run_path(out, "sweep")
 
         def on_event(ev: Any) -> None:
             if ev.kind in ("ready", "stale"):
@@ -428,7 +429,7 @@ def engine_cmd(
 
     Example: splitserve bench engine -c cluster.toml -p 512,4096 -n 128
     """
-    from ..bench import EngineBenchOptions, run_engine_bench
+    from ..bench import EngineBenchOptions, run_engine_bench, run_path
     from ..engine import get_engine
 
     path = Path()
@@ -445,7 +446,7 @@ def engine_cmd(
         )
         if cluster is None and model is not None and not model.is_file():
             raise UsageError(f"-m {model}: no such model file")
-        path = out_path(out, "engine")
+        path = run_path(out, "engine")
         total = len(opts.prompt_tokens) + len(opts.gen_tokens)
         total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
         with Progress(
@@ -462,7 +463,7 @@ def engine_cmd(
             if cluster is not None:
                 if model or rpc:
                     raise UsageError("with -c the model and workers come from the spec; drop -m/--rpc")
-                from ..bench._cluster import cluster_facts, workers_only
+                from ..bench import cluster_facts, workers_only
                 from ..cluster import load_spec
 
                 spec = load_spec(cluster)
@@ -515,8 +516,7 @@ def report_cmd(
 
     Example: splitserve bench report bench-runs/speed-a.json bench-runs/speed-b.json -o report/
     """
-    from ..bench import load_run
-    from ..bench._report import write_report
+    from ..bench import load_run, write_report
 
     loaded = [load_run(p) for p in runs]
     folder = out or (runs[0].with_suffix("") if len(runs) == 1 else Path("bench-report"))

@@ -38,7 +38,7 @@ def demo_cmd(
     """
     t0 = time.monotonic()
     engine, _ = build_with_progress(BuildOptions(backend="cpu"))
-    console.print(f"engine: {engine.key}")  # type: ignore[attr-defined]
+    console.print(f"engine: {engine.key}")
     console.print("starting 2 RPC workers, llama-server (SmolLM2-135M-Instruct, layers split 1:1) and the gateway")
 
     def on_text(piece: str) -> None:
@@ -55,7 +55,7 @@ def demo_cmd(
         prompt=prompt,
         keep=keep,
         port=port,
-        on_event=on_event,  # type: ignore[arg-type]
+        on_event=on_event,
         on_text=on_text,
     )
     print()

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..engine import BuildOptions, build_engine, get_engine, list_engines
+from ..engine import BuildOptions, Engine, build_engine, get_engine, list_engines
 from ._app import app, make_console, maps_errors
 
 engine_app = typer.Typer(
@@ -21,7 +21,7 @@ app.add_typer(engine_app, name="engine")
 console = make_console()
 
 
-def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[object, bool]:
+def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[Engine, bool]:
     """Build (or reuse) an engine, showing progress on stderr: a rich bar with ninja's
     ``[N/M]`` and the elapsed time on a terminal, a plain line every 5% (or minute) otherwise
     (a CI log, ``| tee``), where a bar would draw nothing."""
@@ -112,8 +112,8 @@ def build_cmd(
     )
     engine, built = build_with_progress(options)
     what = "built" if built else "already built (cache hit, nothing to do)"
-    console.print(f"engine {engine.key}: {what}")  # type: ignore[attr-defined]
-    console.print(f"  binaries: {engine.bin_dir}")  # type: ignore[attr-defined]
+    console.print(f"engine {engine.key}: {what}")
+    console.print(f"  binaries: {engine.bin_dir}")
 
 
 @engine_app.command("list")

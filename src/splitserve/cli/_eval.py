@@ -124,7 +124,7 @@ def run_cmd(
 
     Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 --concurrency 4 -o runs/local
     """
-    from ..eval._run import RunOptions, run
+    from ..eval import RunOptions, run
 
     run_dir = out or Path("eval-runs") / _default_name(url, model)
     try:
@@ -182,7 +182,7 @@ def run_cmd(
         raise typer.Exit(130) from None
     console.print(f"run written to {path}", markup=False)
     if report:
-        from ..eval._report import write_report
+        from ..eval import write_report
 
         written = write_report(run_dir, run_dir / "report")
         console.print(f"report written to {written[0]}", markup=False)
@@ -197,7 +197,7 @@ def _default_name(url: str, model: str | None) -> str:
 
 
 def _run_dir(path: Path, what: str) -> Path:
-    from ..eval._records import run_file
+    from ..eval import run_file
 
     if not run_file(path).is_file():
         raise UsageError(f"{what} {path}: no run file ({run_file(path)} does not exist)")
@@ -216,7 +216,7 @@ def report_cmd(
 
     Example: splitserve eval report runs/local
     """
-    from ..eval._report import write_report
+    from ..eval import write_report
 
     _need_eval_extra()
     written = write_report(_run_dir(run, "RUN"), out or run / "report")
@@ -236,7 +236,7 @@ def compare_cmd(
 
     Example: splitserve eval compare runs/api runs/local -o runs/api-vs-local
     """
-    from ..eval._report import write_compare
+    from ..eval import write_compare
 
     _need_eval_extra()
     written = write_compare(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import typer
 from rich.table import Table
@@ -204,6 +204,12 @@ def check_cmd(
         raise typer.Exit(1)
 
 
+class _FormatRow(TypedDict):
+    name: str
+    reasoning: list[str] | None
+    end_markers: list[str]
+
+
 @template_app.command("formats")
 @maps_errors
 def formats_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
@@ -214,7 +220,7 @@ def formats_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON
     """
     from ..chat import list_formats
 
-    rows = [
+    rows: list[_FormatRow] = [
         {
             "name": f.name,
             "reasoning": [f.reasoning.open, f.reasoning.close] if f.reasoning else None,

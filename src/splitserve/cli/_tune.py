@@ -125,16 +125,18 @@ def tune_cmd(
     """
     import psutil
 
-    from ..bench import SpeedOptions, load_run
-    from ..bench._cluster import ClusterRestarter, engine_provenance, with_server
-    from ..bench._tune import (
+    from ..bench import (
+        ClusterRestarter,
         PlannerCheck,
+        SpeedOptions,
         TuneOptions,
         default_axes,
         default_budget,
+        engine_provenance,
         first_pass_points,
         grid_points,
         grid_size,
+        load_run,
         metric_for,
         order_axes,
         parse_axes,
@@ -143,6 +145,7 @@ def tune_cmd(
         server_values,
         start_point,
         tune_out_path,
+        with_server,
         write_best_spec,
         write_tune_report,
     )
@@ -297,8 +300,7 @@ def tune_cmd(
 
 
 def _report_only(run_path: Path, compare_with: Path | None) -> None:
-    from ..bench import load_run
-    from ..bench._tune import write_tune_report
+    from ..bench import load_run, write_tune_report
 
     run = load_run(run_path)
     if "tune" not in run.summary:

@@ -26,7 +26,7 @@ import uuid
 from typing import Any
 
 from ._grade import is_mutating
-from ._scenario import OracleTurn, Scenario
+from ._scenario import OracleCall, OracleTurn, Scenario
 
 POLICIES = ("oracle", "null", "loop", "no_edit", "ignore_error", "memory", "leak_reasoning", "unknown_tool")
 LEAK = "Let me think step by step about what the user asked and how to format it.\n"
@@ -47,7 +47,7 @@ def _turn_for(policy: str, scenario: Scenario, messages: list[dict[str, Any]]) -
     if policy == "memory":
         return OracleTurn(content=_final(scenario))
     if policy == "unknown_tool" and turn == 0:
-        return OracleTurn(tool_calls=[{"name": "search_everything", "arguments": {"query": scenario.prompt[:40]}}])
+        return OracleTurn(tool_calls=[OracleCall(name="search_everything", arguments={"query": scenario.prompt[:40]})])
     if policy == "unknown_tool":
         turn -= 1
     if policy == "loop":

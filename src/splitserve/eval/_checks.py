@@ -776,7 +776,7 @@ def response_number(trace: Trace, p: dict[str, Any]) -> CheckResult:
 def _cell_is(want: Any, cell: str) -> bool:
     if _is_number(want):
         try:
-            return float(cell) == want
+            return bool(float(cell) == want)
         except ValueError:
             return False
     return _lit(want).strip() == cell
@@ -814,7 +814,7 @@ def response_csv(trace: Trace, p: dict[str, Any]) -> CheckResult:
     return _res("response_csv", True, f"CSV with {len(rows) - 1} data rows matched; header {rows[0]}")
 
 
-class _YamlLoader(yaml.SafeLoader):
+class _YamlLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints: SafeLoader is Any
     """SafeLoader that leaves dates and times as strings, as JSON has them."""
 
 

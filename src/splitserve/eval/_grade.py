@@ -29,9 +29,10 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
-from . import _sandbox  # noqa: F401  (registers the state_* checks)
 from ._checks import run_check
+from ._sandbox import SANDBOX_TOOLS  # noqa: F401  (importing _sandbox registers the state_* checks)
 from ._scenario import Scenario
 from ._trace import CheckResult, ToolCall, Trace
 
@@ -131,7 +132,7 @@ def _unretried_error(calls: list[ToolCall]) -> ToolCall | None:
     return None
 
 
-def _named_tool(params: dict) -> list[str]:
+def _named_tool(params: dict[str, Any]) -> list[str]:
     if isinstance(params.get("tool"), str):
         return [params["tool"]]
     for key in ("sequence", "tools"):
@@ -141,7 +142,7 @@ def _named_tool(params: dict) -> list[str]:
 
 
 def classify(
-    scenario: Scenario, trace: Trace, failed: list[tuple[CheckResult, dict]], forbidden_hit: list[CheckResult]
+    scenario: Scenario, trace: Trace, failed: list[tuple[CheckResult, dict[str, Any]]], forbidden_hit: list[CheckResult]
 ) -> tuple[str, str]:
     calls = trace.calls
     names = [c.name for c in calls]
@@ -207,7 +208,7 @@ def grade(scenario: Scenario, trace: Trace) -> Grade:
         verdict = "timeout" if trace.error_kind == "timeout" else "error"
         return Grade(verdict, weights.get("fail", 0.0), trace.error_kind, trace.error or trace.error_kind)
     checks: list[CheckResult] = []
-    failed: list[tuple[CheckResult, dict]] = []
+    failed: list[tuple[CheckResult, dict[str, Any]]] = []
     forbidden_hit: list[CheckResult] = []
     for role, items in (
         ("required", scenario.scoring.required),

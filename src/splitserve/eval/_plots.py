@@ -90,14 +90,17 @@ def plot_compare(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) ->
 
     fig, ax = plt.subplots(figsize=(2.4 + 1.3 * len(rows), 4.6))
     for x, (_, c) in enumerate(rows):
+        delta, ci_low, ci_high = c.delta_pp, c.ci_low_pp, c.ci_high_pp
+        # rows hold compared tiers only, and paired_compare sets the interval with the delta
+        assert delta is not None and ci_low is not None and ci_high is not None
         if c.mde_pp is not None:
             band = min(c.mde_pp, 100.0)
             ax.fill_between([x - 0.3, x + 0.3], -band, band, color="#dddddd", lw=0)
-        color = ("#2a9d3a" if c.delta_pp > 0 else "#c44e52") if c.significant else "#4c72b0"
+        color = ("#2a9d3a" if delta > 0 else "#c44e52") if c.significant else "#4c72b0"
         ax.errorbar(
             [x],
-            [c.delta_pp],
-            yerr=[[max(0.0, c.delta_pp - c.ci_low_pp)], [max(0.0, c.ci_high_pp - c.delta_pp)]],
+            [delta],
+            yerr=[[max(0.0, delta - ci_low)], [max(0.0, ci_high - delta)]],
             fmt="o",
             color=color,
             ecolor=color,
@@ -106,8 +109,8 @@ def plot_compare(cmp: Mapping[str, Any], labels: tuple[str, str], path: Path) ->
             ms=7,
         )
         ax.annotate(
-            f"{c.delta_pp:+.1f}",
-            (x, c.delta_pp),
+            f"{delta:+.1f}",
+            (x, delta),
             xytext=(9, 0),
             textcoords="offset points",
             va="center",

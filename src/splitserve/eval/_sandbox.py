@@ -318,7 +318,9 @@ def _cmp(got: Any, op: str, want: Any) -> bool:
 
 def _split_top(text: str, sep: str) -> list[str]:
     """Split at ``sep`` outside quotes."""
-    out, cur, quote = [], [], ""
+    out: list[str] = []
+    cur: list[str] = []
+    quote = ""
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote
@@ -514,7 +516,8 @@ class VirtualSandbox:
 
     def git_diff(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         only = self._path(args["path"]) if isinstance(args.get("path"), str) and args["path"] else None
-        head, out = self._head(), []
+        head = self._head()
+        out: list[str] = []
         for _, p in self._changes(head, self.files):
             if only is not None and p != only and not p.startswith(only + "/"):
                 continue
@@ -585,7 +588,8 @@ class VirtualSandbox:
         return None if ok else (rule.message or "AssertionError")
 
     def run_tests(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        raw = args.get("path") if isinstance(args.get("path"), str) else ""
+        path_arg = args.get("path")
+        raw = path_arg if isinstance(path_arg, str) else ""
         where, _, name = raw.partition("::")
         path = self._path(where) if where else ""
         flt = args.get("filter") if isinstance(args.get("filter"), str) else ""
@@ -1121,6 +1125,7 @@ class VirtualSandbox:
 
     def _git(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
         sub, rest = (argv[0], argv[1:]) if argv else ("", [])
+        call: tuple[Callable[[dict[str, Any]], tuple[Any, ResultKind]], dict[str, Any]]
         if sub == "commit":
             message = next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a in ("-m", "--message")), None)
             if "-a" in rest or "-am" in rest:
@@ -1181,8 +1186,8 @@ def _text(p: dict[str, Any], key: str) -> str:
 
 def _same(got: Any, want: Any) -> bool:
     if _num(got) and _num(want):
-        return got == want
-    return got == want or (isinstance(got, str) != isinstance(want, str) and str(got) == str(want))
+        return bool(got == want)
+    return bool(got == want) or (isinstance(got, str) != isinstance(want, str) and str(got) == str(want))
 
 
 def _state_check(

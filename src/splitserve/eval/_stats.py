@@ -111,11 +111,11 @@ def pass_rate(groups: Iterable[tuple[int, int]]) -> PassRate:
             pairs.append((y, m))
     if not pairs:
         return PassRate(None, 0, 0, 0, None, None, None, None, None, None)
-    y = np.array([p[0] for p in pairs], dtype=float)
-    m = np.array([p[1] for p in pairs], dtype=float)
-    n, total, passes = len(pairs), float(m.sum()), int(y.sum())
+    ys = np.array([p[0] for p in pairs], dtype=float)
+    ms = np.array([p[1] for p in pairs], dtype=float)
+    n, total, passes = len(pairs), float(ms.sum()), int(ys.sum())
     p = passes / total
-    se = math.sqrt(n / (n - 1) * float(((y - p * m) ** 2).sum())) / total if n > 1 else None
+    se = math.sqrt(n / (n - 1) * float(((ys - p * ms) ** 2).sum())) / total if n > 1 else None
     se_b = math.sqrt(p * (1 - p) / (total - 1)) if total > 1 else None
     deff = max(1.0, se * se / (se_b * se_b)) if se is not None and se_b else 1.0
     n_eff = total / deff
@@ -131,7 +131,8 @@ def mcnemar_exact(b: int, c: int) -> float:
     if n == 0:
         return 1.0
     tail = sum(math.comb(n, k) for k in range(min(b, c) + 1))
-    return min(1.0, 2 * tail / 2**n)
+    whole: int = 2**n  # n >= 0, so an int (typeshed types int ** int as Any)
+    return min(1.0, 2 * tail / whole)
 
 
 def planning_mde(n_scenarios: int, trials: float, discordant: float = 0.15, within_flip: float = 0.20) -> float:
@@ -185,8 +186,8 @@ def paired_compare(
     means = np.empty(resamples)
     chunk = max(1, 2_000_000 // n)
     for start in range(0, resamples, chunk):
-        k = min(chunk, resamples - start)
-        means[start : start + k] = d[rng.integers(0, n, size=(k, n))].mean(axis=1)
+        size = min(chunk, resamples - start)
+        means[start : start + size] = d[rng.integers(0, n, size=(size, n))].mean(axis=1)
     low, high = (float(v) for v in np.percentile(means, [2.5, 97.5]))
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
     if sd > 0:

@@ -132,7 +132,7 @@ class HfHub(Hub):
 
     def resolve(self, repo_id: str, commit: str, path: str) -> Resolved:
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # its __all__ is built at run time
 
         url = hf_hub_url(repo_id, path, revision=commit, endpoint=self.endpoint)
         try:

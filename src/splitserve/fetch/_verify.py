@@ -214,10 +214,10 @@ def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -
         parsed = split_name(rel)
         if parsed:
             prefix, index, count = parsed
-            entry = shards.setdefault(prefix, (count, set(), set()))
-            entry[1].add(index)
+            shard = shards.setdefault(prefix, (count, set(), set()))
+            shard[1].add(index)
             if rel in bad:
-                entry[2].add(index)
+                shard[2].add(index)
     for prefix, (count, seen, corrupt) in sorted(shards.items()):
         missing = sorted(set(range(1, count + 1)) - seen)
         if missing:

@@ -274,7 +274,7 @@ def _schema_for(value: Any) -> dict[str, Any]:
 
 
 def _object_schema(obj: dict[str, Any], closed: bool) -> dict[str, Any]:
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {k: _schema_for(v) for k, v in obj.items()},
         "required": list(obj),

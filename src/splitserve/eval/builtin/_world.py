@@ -12,7 +12,7 @@ from ._common import CITIES, DEPARTMENTS, FIRST, LAST, ORDER_STATES, PRODUCTS, p
 
 def orders(rng: Random, n: int, customers: list[str] | None = None) -> list[dict[str, Any]]:
     customers = customers or [person(rng) for _ in range(n)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(n):
         product = rng.choice(PRODUCTS)
         rows.append(

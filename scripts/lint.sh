@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Lint and type checks of src/ with the versions pinned in pyproject's `lint` extra
+# (scripts/setup.sh installs them): ruff's rules, ruff's format, mypy --strict.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "lint: ruff check src" >&2
+.venv/bin/ruff check src
+echo "lint: ruff format --check src" >&2
+.venv/bin/ruff format --check src
+echo "lint: mypy --strict src" >&2
+.venv/bin/mypy --strict src
