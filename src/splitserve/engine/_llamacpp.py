@@ -12,31 +12,18 @@ or :class:`~._backend.EngineStreamError` (in the middle of one), error statuses
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from ._backend import (
-    CompletionStream,
-    EngineBackend,
-    EngineHealth,
-    EngineHTTPError,
-    EngineReply,
-    EngineStreamError,
-    EngineUnavailable,
-    health_down,
-    health_of,
-)
+from ._backend import CompletionStream, EngineStreamError
+from ._http import DONE, SHORT, HttpEngine, sse_data
 from ._llamacpp_stream import Pool, RawStream
 
-SHORT = 5.0
-"""Seconds for the small requests (health, props, slots, tokenize)."""
 
-
-class LlamaCppBackend(EngineBackend):
+class LlamaCppBackend(HttpEngine):
     """llama-server at ``base_url`` (e.g. ``http://127.0.0.1:8080``).
 
     ``connect_timeout`` bounds connecting; ``timeout`` bounds each read, write and pool wait of
@@ -52,16 +39,7 @@ class LlamaCppBackend(EngineBackend):
         timeout: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.url = self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-        )
-        self._timeout = timeout
+        super().__init__(base_url, api_key, connect_timeout, max_connections, timeout, transport)
         self._own_http = self._http
         self._raw: tuple[Pool, bytes] | None = None
         url = httpx.URL(self.base_url)
@@ -78,35 +56,7 @@ class LlamaCppBackend(EngineBackend):
     async def aclose(self) -> None:
         if self._raw is not None:
             self._raw[0].close()
-        await self._http.aclose()
-
-    def _down(self, path: str, exc: Exception) -> EngineUnavailable:
-        return EngineUnavailable(
-            f"{self.base_url}{path}: {type(exc).__name__}: {exc}",
-            url=self.base_url,
-            path=path,
-            reason=type(exc).__name__,
-        )
-
-    async def _request(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
-        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        try:
-            return await self._http.request(method, path, **kwargs, **extra)
-        except httpx.HTTPError as exc:
-            raise self._down(path, exc) from None
-
-    async def _json(self, method: str, path: str, body: Any = None, timeout: float | None = SHORT) -> Any:
-        resp = await self._request(method, path, timeout=timeout, json=body)
-        if resp.status_code != 200:
-            raise EngineHTTPError(resp.status_code, resp.text)
-        return resp.json()
-
-    async def health(self) -> EngineHealth:
-        try:
-            resp = await self._http.get("/health", timeout=SHORT)
-        except httpx.HTTPError as exc:
-            return health_down(self.base_url, "/health", type(exc).__name__)
-        return health_of(resp.status_code, resp.text)
+        await super().aclose()
 
     async def props(self, timeout: float | None = None) -> dict[str, Any]:
         data = await self._json("GET", "/props", timeout=timeout or SHORT)
@@ -135,63 +85,6 @@ class LlamaCppBackend(EngineBackend):
             return RawStream(pool, self.base_url, "/completion", head, {**body, "stream": True}, self._timeout)
         return _LlamaStream(self, {**body, "stream": True})
 
-    async def metrics(self) -> bytes | None:
-        """llama-server's Prometheus text (``llamacpp:*``; it needs ``--metrics``, which `up`
-        passes), or None when the engine does not serve it."""
-        try:
-            resp = await self._http.get("/metrics", timeout=1.0)
-        except httpx.HTTPError:
-            return None
-        if resp.status_code != 200 or "text/plain" not in resp.headers.get("content-type", ""):
-            return None
-        return resp.content
-
-    async def _send(self, request: httpx.Request, path: str, retry: bool) -> httpx.Response:
-        for attempt in (1, 2):
-            try:
-                return await self._http.send(request, stream=True)
-            except httpx.RemoteProtocolError as exc:
-                # llama-server sometimes closes a kept-alive connection just as it is reused
-                # ("disconnected without sending a response"): nothing was processed; retry
-                # once on a fresh connection.
-                if not retry or attempt == 2:
-                    raise self._down(path, exc) from None
-            except httpx.HTTPError as exc:
-                raise self._down(path, exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def open(self, request: httpx.Request, path: str, retry: bool = True) -> httpx.Response:
-        """Send ``request`` and return the response with its body unread, status checked."""
-        resp = await self._send(request, path, retry)
-        if resp.status_code != 200:
-            try:
-                text = (await resp.aread()).decode("utf-8", "replace")
-            except httpx.HTTPError:
-                text = ""
-            finally:
-                await resp.aclose()
-            raise EngineHTTPError(resp.status_code, text)
-        return resp
-
-    async def relay(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: str = "",
-        content: bytes = b"",
-        content_type: str | None = None,
-        check: bool = False,
-    ) -> EngineReply:
-        url = path + (f"?{query}" if query else "")
-        headers = {"Content-Type": content_type} if content_type else {}
-        req = self._http.build_request(method, url, content=content or None, headers=headers)
-        if check:
-            resp = await self.open(req, path)
-        else:
-            resp = await self._send(req, path, retry=False)
-        return EngineReply(resp.status_code, dict(resp.headers.items()), _body(resp), resp.aclose)
-
 
 def _proxied(host: str) -> bool:
     """Whether httpx would reach ``host`` through a proxy of the environment (``HTTP_PROXY``,
@@ -200,14 +93,6 @@ def _proxied(host: str) -> bool:
     if not (proxies.get("http") or proxies.get("all")):
         return False
     return not urllib.request.proxy_bypass(host)
-
-
-async def _body(resp: httpx.Response) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in resp.aiter_bytes():
-            yield chunk
-    except httpx.HTTPError as exc:
-        raise EngineStreamError(f"the engine connection broke mid-stream: {type(exc).__name__}") from None
 
 
 class _LlamaStream(CompletionStream):
@@ -244,7 +129,7 @@ async def sse_batches(resp: httpx.Response) -> AsyncIterator[list[dict[str, Any]
             batch: list[dict[str, Any]] = []
             for line in lines:
                 data = _event(line)
-                if data is _DONE:
+                if data is DONE:
                     if batch:
                         yield batch
                     return
@@ -253,34 +138,16 @@ async def sse_batches(resp: httpx.Response) -> AsyncIterator[list[dict[str, Any]
             if batch:
                 yield batch
         data = _event(pending)
-        if data is not None and data is not _DONE:
+        if data is not None and data is not DONE:
             yield [data]
     except httpx.HTTPError as exc:
         raise EngineStreamError(f"the engine connection broke mid-stream: {type(exc).__name__}") from None
 
 
-_DONE: dict[str, Any] = {}
-
-
 def _event(line: bytes) -> dict[str, Any] | None:
-    """One SSE line -> its JSON object, :data:`_DONE` for ``[DONE]``, None for anything else."""
-    if not line.startswith(b"data: "):
-        return None
-    payload = line[6:].rstrip(b"\r")
-    if payload == b"[DONE]":
-        return _DONE
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        raise EngineStreamError(f"the engine sent an event that is not JSON: {payload[:120]!r}") from None
-    if not isinstance(data, dict):
-        return None
-    if "error" in data and "content" not in data:
-        err = data["error"]
-        raise EngineStreamError(
-            f"the engine failed mid-stream: {err.get('message', err) if isinstance(err, dict) else err}"
-        )
-    return data
+    """One SSE line of llama-server (:func:`~._http.sse_data`); an ``error`` object without
+    ``content`` is its error event."""
+    return sse_data(line, lambda d: "error" in d and "content" not in d)
 
 
 __all__ = ["LlamaCppBackend", "sse_batches"]

@@ -35,16 +35,11 @@ import httpx
 from ._backend import (
     CompletionStream,
     EngineBackend,
-    EngineHealth,
     EngineHTTPError,
-    EngineReply,
     EngineStreamError,
-    EngineUnavailable,
-    health_down,
-    health_of,
 )
+from ._http import DONE, HttpEngine, sse_data
 
-SHORT = 5.0
 KINDS = ("vllm", "sglang")
 """Engine URL prefixes (``vllm+http://...``) served by :class:`VllmBackend`."""
 
@@ -168,7 +163,7 @@ def read_tokenizer_config(root: str) -> dict[str, Any]:
     }
 
 
-class VllmBackend(EngineBackend):
+class VllmBackend(HttpEngine):
     """vLLM's (or SGLang's) OpenAI-compatible server at ``base_url`` (``http://127.0.0.1:8080``).
 
     ``chat_template`` overrides the model's; ``model`` the served model's name (default: the
@@ -186,38 +181,10 @@ class VllmBackend(EngineBackend):
         chat_template: str | None = None,
         model: str | None = None,
     ) -> None:
-        self.url = self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-        )
+        super().__init__(base_url, api_key, connect_timeout, max_connections, timeout, transport)
         self._chat_template = chat_template
         self._model = model
         self._card: dict[str, Any] | None = None
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    def _down(self, path: str, exc: Exception) -> EngineUnavailable:
-        return EngineUnavailable(
-            f"{self.base_url}{path}: {type(exc).__name__}: {exc}",
-            url=self.base_url,
-            path=path,
-            reason=type(exc).__name__,
-        )
-
-    async def _json(self, method: str, path: str, body: Any = None, timeout: float | None = SHORT) -> Any:
-        try:
-            resp = await self._http.request(method, path, json=body, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise self._down(path, exc) from None
-        if resp.status_code != 200:
-            raise EngineHTTPError(resp.status_code, resp.text)
-        return resp.json()
 
     async def card(self) -> dict[str, Any]:
         """The served model's entry in ``/v1/models`` (``id``, ``root``, ``max_model_len``)."""
@@ -232,13 +199,6 @@ class VllmBackend(EngineBackend):
 
     async def model(self) -> str:
         return self._model or str((await self.card()).get("id"))
-
-    async def health(self) -> EngineHealth:
-        try:
-            resp = await self._http.get("/health", timeout=SHORT)
-        except httpx.HTTPError as exc:
-            return health_down(self.base_url, "/health", type(exc).__name__)
-        return health_of(resp.status_code, resp.text)
 
     async def props(self, timeout: float | None = None) -> dict[str, Any]:
         import anyio
@@ -282,40 +242,7 @@ class VllmBackend(EngineBackend):
     def stream(self, body: dict[str, Any]) -> CompletionStream:
         return _VllmStream(self, body)
 
-    async def metrics(self) -> bytes | None:
-        try:
-            resp = await self._http.get("/metrics", timeout=1.0)
-        except httpx.HTTPError:
-            return None
-        if resp.status_code != 200 or "text/plain" not in resp.headers.get("content-type", ""):
-            return None
-        return resp.content
-
-    async def open(self, request: httpx.Request, path: str) -> httpx.Response:
-        try:
-            resp = await self._http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise self._down(path, exc) from None
-        if resp.status_code != 200:
-            try:
-                text = (await resp.aread()).decode("utf-8", "replace")
-            except httpx.HTTPError:
-                text = ""
-            finally:
-                await resp.aclose()
-            raise EngineHTTPError(resp.status_code, text)
-        return resp
-
-    async def relay(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: str = "",
-        content: bytes = b"",
-        content_type: str | None = None,
-        check: bool = False,
-    ) -> EngineReply:
+    async def _relay_content(self, path: str, content: bytes) -> bytes:
         if path in ("/v1/completions", "/tokenize", "/detokenize") and content:
             # The client names the gateway's model; the engine knows its own name only.
             try:
@@ -325,25 +252,7 @@ class VllmBackend(EngineBackend):
             if isinstance(data, dict):
                 data["model"] = await self.model()
                 content = json.dumps(data, ensure_ascii=False).encode()
-        url = path + (f"?{query}" if query else "")
-        headers = {"Content-Type": content_type} if content_type else {}
-        req = self._http.build_request(method, url, content=content or None, headers=headers)
-        if check:
-            resp = await self.open(req, path)
-        else:
-            try:
-                resp = await self._http.send(req, stream=True)
-            except httpx.HTTPError as exc:
-                raise self._down(path, exc) from None
-        return EngineReply(resp.status_code, dict(resp.headers.items()), _body(resp), resp.aclose)
-
-
-async def _body(resp: httpx.Response) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in resp.aiter_bytes():
-            yield chunk
-    except httpx.HTTPError as exc:
-        raise EngineStreamError(f"the engine connection broke mid-stream: {type(exc).__name__}") from None
+        return content
 
 
 class _VllmStream(CompletionStream):
@@ -384,7 +293,7 @@ class _VllmStream(CompletionStream):
                     data = _chunk(line)
                     if data is None:
                         continue
-                    if data is _DONE:
+                    if data is DONE:
                         done = True
                         break
                     if isinstance(data.get("usage"), dict):
@@ -415,29 +324,10 @@ class _VllmStream(CompletionStream):
             await resp.aclose()
 
 
-_DONE: dict[str, Any] = {}
-
-
 def _chunk(line: bytes) -> dict[str, Any] | None:
-    """One SSE line -> its JSON object, :data:`_DONE` for ``[DONE]``, None for anything else;
-    an error event raises :class:`EngineStreamError`."""
-    if not line.startswith(b"data: "):
-        return None
-    payload = line[6:].rstrip(b"\r")
-    if payload == b"[DONE]":
-        return _DONE
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        raise EngineStreamError(f"the engine sent an event that is not JSON: {payload[:120]!r}") from None
-    if not isinstance(data, dict):
-        return None
-    if "error" in data or data.get("object") == "error":
-        err = data.get("error", data)
-        raise EngineStreamError(
-            f"the engine failed mid-stream: {err.get('message', err) if isinstance(err, dict) else err}"
-        )
-    return data
+    """One SSE line of vLLM / SGLang (:func:`~._http.sse_data`); ``error`` or ``object: error``
+    is their error event."""
+    return sse_data(line, lambda d: "error" in d or d.get("object") == "error")
 
 
 __all__ = [
