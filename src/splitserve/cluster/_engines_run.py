@@ -24,15 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, NodeError, SplitserveError
-from ._commands import ProcessPlan, base_url, cluster_state_dir, gateway_plan, process_env
+from ._commands import ProcessPlan, base_url, cluster_state_dir, gateway_plan
 from ._edges import REAL_EDGES, Edges
 from ._engines_facts import engine_preflight, gather_engine_facts, port_rows, ray_status
 from ._engines_plan import EngineFacts, EnginePlan, backend_checks, engine_plan
-from ._run import Event, OnEvent, death_message, stop_recorded
-from ._spec import ClusterSpec, is_local_host
+from ._run import Event, OnEvent, stop_recorded
+from ._runner import ProcessRunner, process_record
+from ._spec import ClusterSpec
 from ._spec_engines import ROLE_NAMES, SglangSpec, VllmSpec, engine_table
-from ._state import ClusterState, ProcessRecord, clear_state, lock_holder, read_state, supervised_message, write_state
-from ._transport import Node, ProcessRef, sh_path, stop, wait_reaped
+from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
+from ._transport import sh_path
 
 FirstToken = Callable[[str, str, "str | None"], "str | None"]
 """(engine URL, model name, key) -> the text of the first streamed token, or None while the
@@ -40,7 +41,6 @@ engine does not answer yet; raises :class:`ClusterError` for an answer that will
 
 RAY_GCS_TIMEOUT = 60.0
 """Seconds ``ray start --head`` gets to open its GCS port."""
-GATEWAY_TIMEOUT = 60.0
 READY_POLL = 1.0
 """Seconds between readiness attempts."""
 
@@ -79,21 +79,7 @@ def first_token(url: str, model: str, api_key: str | None) -> str | None:
     return None
 
 
-def _record(proc: ProcessPlan, ref: ProcessRef) -> ProcessRecord:
-    return ProcessRecord(
-        node=proc.node,
-        role=proc.role,
-        host=proc.host,
-        pid=ref.pid,
-        start_ticks=ref.start_ticks,
-        bind=proc.bind,
-        port=proc.port,
-        log=str(proc.log),
-        argv=proc.argv,
-    )
-
-
-class EngineRun:
+class EngineRun(ProcessRunner):
     """Starts an :class:`EnginePlan`'s processes and waits for readiness; remembers what it started."""
 
     def __init__(
@@ -106,35 +92,14 @@ class EngineRun:
         should_stop: Callable[[], bool] | None = None,
         first_token: FirstToken = first_token,
     ) -> None:
-        self.spec = spec
+        super().__init__(spec, state, edges, on_event, should_stop)
         self.plan = plan
-        self.state = state
-        self.edges = edges
-        self.clock = edges.clock
-        self.emit = on_event or (lambda _e: None)
-        self.should_stop = should_stop
         self.first_token = first_token
-        self.started: list[tuple[ProcessPlan, Node, ProcessRef]] = []
         self.root = cluster_state_dir(spec)
 
-    def node(self, host: str) -> Node:
-        return self.edges.node(host, self.spec.ssh)
-
-    def check_alive(self, during: str) -> None:
-        if self.should_stop is not None and self.should_stop():
-            raise ClusterError(f"cluster {self.spec.name}: stopped {during} (asked to stop)")
-        for proc, node, ref in self.started:
-            if not node.alive(ref):
-                raise NodeError(proc.node, death_message(proc.role, node, ref, proc.log, during))
-
     def start(self, proc: ProcessPlan) -> None:
-        self.check_alive("at start")
-        node = self.node(proc.host)
-        node.new_log(proc.log, f"# splitserve: {proc.shell()}")
-        env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
-        ref = node.spawn(proc.argv, env, proc.log)
-        self.started.append((proc, node, ref))
-        self.state.processes.append(_record(proc, ref))
+        ref = self.spawn(proc)
+        self.state.processes.append(process_record(proc, ref))
         write_state(self.root, self.state)
         what = ROLE_NAMES.get(proc.role, proc.role)
         self.emit(Event("started", proc.node, f"{what} on {proc.host} (pid {ref.pid}, log {proc.log})"))
@@ -196,31 +161,6 @@ class EngineRun:
                     f"(log: {self.plan.processes[-1].log})",
                 )
             self.clock.sleep(READY_POLL)
-
-    def wait_gateway(self, gw: ProcessPlan, endpoint: str) -> None:
-        deadline = self.clock.monotonic() + GATEWAY_TIMEOUT
-        last = "no answer"
-        while True:
-            self.check_alive("at start")
-            status, text = self.edges.http_health(endpoint + "/health")
-            if status == 200:
-                return
-            last = f"HTTP {status}: {text}" if status else text
-            if self.clock.monotonic() > deadline:
-                raise NodeError(
-                    "gateway",
-                    f"the gateway on {gw.bind}:{gw.port} was not ready within {GATEWAY_TIMEOUT:.0f} s "
-                    f"(last: {last}; log: {gw.log})",
-                )
-            self.clock.sleep(0.05)
-
-    def stop_all(self) -> list[str]:
-        leftovers = []
-        for proc, node, ref in reversed(self.started):
-            if not stop(node, ref, clock=self.clock):
-                leftovers.append(f"{proc.node} (pid {ref.pid})")
-        wait_reaped([(n, r) for _p, n, r in self.started], clock=self.clock)
-        return leftovers
 
 
 def _gateway(spec: ClusterSpec, plan: EnginePlan) -> ProcessPlan | None:

@@ -40,13 +40,13 @@ from ._run import (
     OnEvent,
     _check_gateway_auth,
     check_serving,
-    death_message,
     resolve_engines,
     stop_recorded,
 )
+from ._runner import GATEWAY_TIMEOUT, ProcessRunner, process_record
 from ._spec import ClusterSpec, check_binds, check_files, check_server_auth, is_local_host
-from ._state import ClusterState, ProcessRecord, clear_state, lock_holder, read_state, supervised_message, write_state
-from ._transport import Node, ProcessRef, stop, wait_reaped
+from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
+from ._transport import Node, stop
 
 # -- facts --------------------------------------------------------------------------------------
 
@@ -143,25 +143,7 @@ def preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEv
 # -- the executor -------------------------------------------------------------------------------
 
 
-def _record(proc: ProcessPlan, ref: ProcessRef) -> ProcessRecord:
-    return ProcessRecord(
-        node=proc.node,
-        role=proc.role,
-        host=proc.host,
-        pid=ref.pid,
-        start_ticks=ref.start_ticks,
-        bind=proc.bind,
-        port=proc.port,
-        log=str(proc.log),
-        argv=proc.argv,
-    )
-
-
-GATEWAY_TIMEOUT = 60.0
-"""Seconds the gateway gets, once llama-server is ready, to answer ``/health`` with 200."""
-
-
-class Executor:
+class Executor(ProcessRunner):
     """Runs a plan's steps; remembers what it started so a failure stops it all."""
 
     def __init__(
@@ -173,20 +155,11 @@ class Executor:
         on_event: OnEvent | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> None:
-        self.spec = spec
+        super().__init__(spec, state, edges, on_event, should_stop)
         self.plan = plan
-        self.state = state
-        self.edges = edges
-        self.clock = edges.clock
-        self.emit = on_event or (lambda _e: None)
-        self.should_stop = should_stop
-        self.started: list[tuple[ProcessPlan, Node, ProcessRef]] = []
         self.record = True
         """Write each started process to the state file (not for bench's private workers)."""
         self.head_started: float | None = None
-
-    def node(self, host: str) -> Node:
-        return self.edges.node(host, self.spec.ssh)
 
     # -- steps ----------------------------------------------------------------------------------
     def run(self) -> ClusterState:
@@ -274,14 +247,11 @@ class Executor:
     def do_start(self, step: Step) -> None:
         proc = step.process
         assert proc is not None
-        self.check_alive("at start")
-        node = self.node(proc.host)
-        node.new_log(proc.log, f"# splitserve: {proc.shell()}")
-        env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
-        ref = node.spawn(proc.argv, env, proc.log)
-        self.started.append((proc, node, ref))
+        ref = self.spawn(proc)
         if self.record:
-            self.state.processes = [p for p in self.state.processes if p.node != proc.node] + [_record(proc, ref)]
+            self.state.processes = [p for p in self.state.processes if p.node != proc.node] + [
+                process_record(proc, ref)
+            ]
             write_state(self.plan.state_dir, self.state)
         if proc.role == "server":
             self.head_started = self.clock.monotonic()
@@ -363,21 +333,7 @@ class Executor:
     def do_wait_gateway(self, step: Step) -> None:
         gw = step.process
         assert gw is not None
-        deadline = self.clock.monotonic() + GATEWAY_TIMEOUT
-        last = "no answer"
-        while True:
-            self.check_alive("at start" if self.plan.workers else "at restart")
-            status, text = self.edges.http_health(self.plan.endpoint + "/health")
-            if status == 200:
-                break
-            last = f"HTTP {status}: {text}" if status else text
-            if self.clock.monotonic() > deadline:
-                raise NodeError(
-                    "gateway",
-                    f"the gateway on {gw.bind}:{gw.port} was not ready within "
-                    f"{GATEWAY_TIMEOUT:.0f} s (last: {last}; log: {gw.log})",
-                )
-            self.clock.sleep(0.05)
+        self.wait_gateway(gw, self.plan.endpoint, "at start" if self.plan.workers else "at restart")
         if self.plan.workers:
             self.emit(
                 Event(
@@ -399,23 +355,6 @@ class Executor:
             self.emit(Event("warning", "head", w.line()))
         via = f" (llama-server: {self.plan.engine_endpoint})" if self.plan.gateway is not None else ""
         self.emit(Event("ready", "head", f"{self.plan.endpoint} ready in {self.state.load_seconds or 0:.1f} s{via}"))
-
-    # -- failures -------------------------------------------------------------------------------
-    def check_alive(self, during: str) -> None:
-        if self.should_stop is not None and self.should_stop():
-            raise ClusterError(f"cluster {self.spec.name}: stopped {during} (asked to stop)")
-        # Workers first: a dead worker is the root cause of a head that then fails.
-        for proc, node, ref in sorted(self.started, key=lambda t: t[0].role != "rpc"):
-            if not node.alive(ref):
-                raise NodeError(proc.node, death_message(proc.role, node, ref, proc.log, during))
-
-    def stop_all(self) -> list[str]:
-        leftovers = []
-        for proc, node, ref in reversed(self.started):
-            if not stop(node, ref, clock=self.clock):
-                leftovers.append(f"{proc.node} (pid {ref.pid})")
-        wait_reaped([(n, r) for _p, n, r in self.started], clock=self.clock)
-        return leftovers
 
 
 def up(
