@@ -15,13 +15,14 @@ Everything is torn down afterwards: every process in the namespaces killed, then
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+
+from netns_hosts import _kill_netns, _leftovers
+from netns_hosts import unavailable as hosts_unavailable
 
 PREFIX = "ssray"
 
@@ -85,44 +86,12 @@ def _sh(*argv: str) -> None:
 
 
 def unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    for tool in ("ip", "ssh", "ssh-keygen", "unshare"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    if not Path("/usr/sbin/sshd").exists():
-        return "openssh-server (/usr/sbin/sshd) is not installed"
-    return None
-
-
-def _kill_netns(name: str) -> None:
-    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
-    pids = [int(p) for p in out.split() if p.isdigit()]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.05)
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-
-def _leftovers() -> None:
-    """Namespaces of an earlier run whose process is gone."""
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        name = line.split()[0] if line.split() else ""
-        parts = name.split("-")
-        if len(parts) >= 3 and parts[0] == PREFIX and parts[1].isdigit() and not Path(f"/proc/{parts[1]}").exists():
-            _kill_netns(name)
+    return hosts_unavailable("unshare")
 
 
 def make_bridge_hosts(base: Path, count: int) -> Generator[BridgeHosts, None, None]:
     """A head namespace and ``count`` boxes on one /24 (the head ``.1``, box i ``.(i+1)``)."""
-    _leftovers()
+    _leftovers(PREFIX)
     pid = os.getpid()
     net = f"10.215.{pid % 250}"
     head_ns = f"{PREFIX}-{pid}-h"

@@ -66,10 +66,11 @@ def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=60)
 
 
-def unavailable() -> str | None:
+def unavailable(*more_tools: str) -> str | None:
+    """Why these tests cannot run here (None: they can)."""
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
-    for tool in ("ip", "ssh", "ssh-keygen"):
+    for tool in ("ip", "ssh", "ssh-keygen", *more_tools):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     if not Path("/usr/sbin/sshd").exists():
@@ -92,13 +93,13 @@ def _kill_netns(name: str) -> None:
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def _leftovers() -> None:
-    """Namespaces of an earlier run of this fixture whose process is gone."""
+def _leftovers(prefix: str = PREFIX) -> None:
+    """Namespaces named ``prefix-PID-...`` of an earlier run whose process is gone."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for line in out.splitlines():
         name = line.split()[0] if line.split() else ""
         parts = name.split("-")
-        if len(parts) == 3 and parts[0] == PREFIX and parts[1].isdigit() and not Path(f"/proc/{parts[1]}").exists():
+        if len(parts) >= 3 and parts[0] == prefix and parts[1].isdigit() and not Path(f"/proc/{parts[1]}").exists():
             _kill_netns(name)
 
 
