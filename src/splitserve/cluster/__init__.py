@@ -13,7 +13,7 @@ from ._commands import (
     speculation_argv,
 )
 from ._engines_facts import engine_preflight, gather_engine_facts
-from ._engines_plan import EngineCheck, EngineFacts, EngineNode, EnginePlan, engine_plan
+from ._engines_plan import EngineFacts, EngineNode, EnginePlan, engine_plan
 from ._engines_run import dry_run_lines as engine_dry_run_lines
 from ._engines_run import engine_status, engine_up, first_token
 from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, up, workers_only
@@ -67,7 +67,6 @@ __all__ = [
     "ClusterState",
     "DeviceMemory",
     "Edges",
-    "EngineCheck",
     "EngineFacts",
     "EngineNode",
     "EnginePlan",

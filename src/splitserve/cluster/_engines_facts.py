@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from .._errors import ClusterError, NodeError
+from ._checks import CheckRow
 from ._edges import REAL_EDGES, Edges
 from ._engines_plan import (
-    EngineCheck,
     EngineFacts,
     EngineNode,
     EnginePlan,
@@ -131,7 +131,7 @@ def gather_engine_facts(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> EngineF
     return EngineFacts(tuple(nodes))
 
 
-def port_rows(plan: EnginePlan, edges: Edges = REAL_EDGES) -> list[EngineCheck]:
+def port_rows(plan: EnginePlan, edges: Edges = REAL_EDGES) -> list[CheckRow]:
     """One ``ports`` row per process that listens on a port of its own (free, or held)."""
     rows = []
     for p in plan.processes:
@@ -140,11 +140,11 @@ def port_rows(plan: EnginePlan, edges: Edges = REAL_EDGES) -> list[EngineCheck]:
         try:
             busy = edges.net.port_busy(p.host, p.bind, p.port)
         except ClusterError as exc:
-            rows.append(EngineCheck("ports", p.node, "fail", str(exc), "check the address in the spec"))
+            rows.append(CheckRow("ports", p.node, "fail", str(exc), "check the address in the spec"))
             continue
         if busy:
             rows.append(
-                EngineCheck(
+                CheckRow(
                     "ports",
                     p.node,
                     "fail",
@@ -153,35 +153,33 @@ def port_rows(plan: EnginePlan, edges: Edges = REAL_EDGES) -> list[EngineCheck]:
                 )
             )
         else:
-            rows.append(EngineCheck("ports", p.node, "pass", f"port {p.port} on {p.bind} ({p.role}) is free"))
+            rows.append(CheckRow("ports", p.node, "pass", f"port {p.port} on {p.bind} ({p.role}) is free"))
     return rows
 
 
-def engine_preflight(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> list[EngineCheck]:
+def engine_preflight(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> list[CheckRow]:
     """The preflight rows of a vLLM / SGLang spec: ``ssh`` per remote node, then
     :func:`~._engines_plan.backend_checks` (engine, nic, gpus, ray) and the ``ports`` rows."""
     from ._engines_plan import engine_plan
 
-    rows: list[EngineCheck] = []
+    rows: list[CheckRow] = []
     outputs: dict[str, dict[str, tuple[int, str]]] = {}
     for name, host, remote in [("head", spec.head.host, False), *((w.name, w.host, w.remote) for w in spec.workers)]:
         t0 = time.perf_counter()
         try:
             outputs[name] = _node_outputs(spec, name, host, edges)
         except ClusterError as exc:
-            rows.append(EngineCheck("ssh", name, "fail", str(exc), f"make `ssh {host} true` work without a prompt"))
+            rows.append(CheckRow("ssh", name, "fail", str(exc), f"make `ssh {host} true` work without a prompt"))
             continue
         if remote:
-            rows.append(
-                EngineCheck("ssh", name, "pass", f"{host} answers ({(time.perf_counter() - t0) * 1000:.0f} ms)")
-            )
+            rows.append(CheckRow("ssh", name, "pass", f"{host} answers ({(time.perf_counter() - t0) * 1000:.0f} ms)"))
     if "head" not in outputs:
         return rows
     head_nic = outputs["head"].get("nic", (1, ""))
     try:
         address = head_address(spec, head_nic[1] if head_nic[0] == 0 else None)
     except ClusterError as exc:
-        rows.append(EngineCheck("nic", "head", "fail", str(exc), f"set {spec.backend}.head_bind"))
+        rows.append(CheckRow("nic", "head", "fail", str(exc), f"set {spec.backend}.head_bind"))
         return rows
     nodes = []
     for name, addr in [("head", address), *((w.name, w.bind) for w in spec.workers)]:

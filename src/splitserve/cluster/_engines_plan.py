@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._errors import ClusterError
+from ._checks import CheckRow
 from ._commands import ProcessPlan, base_url, cluster_state_dir
 from ._spec import ClusterSpec
 from ._spec_engines import (
@@ -55,22 +56,6 @@ PROBE_VARIABLES = (*NIC_VARIABLES, "VLLM_HOST_IP", "RAY_memory_monitor_refresh_m
 UNIFIED_MEMORY_GPUS = ("GB10", "Thor", "Orin")
 """GPU names (``nvidia-smi -L``) whose memory is the system's (DGX Spark, Jetson)."""
 PROBE_FILE = "ray-probe.json"
-
-
-@dataclass(frozen=True)
-class EngineCheck:
-    """One preflight row (the fields of ``_preflight.CheckRow``, which turns these into its rows;
-    kept apart so that this pure module does not import the preflight's I/O)."""
-
-    check: str
-    node: str
-    status: str
-    """``pass``, ``warn``, ``fail`` or ``skip``."""
-    message: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -632,7 +617,7 @@ def node_facts(
 # -- preflight rows ----------------------------------------------------------------------------
 
 
-def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
+def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
     """Preflight rows for a vLLM / SGLang spec: ``engine`` (importable everywhere, one version),
     ``nic`` (the private link's interface found and up, its MTU), ``gpus`` (per node against the
     parallel sizes) and, for the Ray launcher, ``ray`` (one version everywhere)."""
@@ -642,23 +627,21 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
     names = node_names(spec)
     nodes = [facts.node(n) for n in names]
     module = spec.backend
-    rows: list[EngineCheck] = []
+    rows: list[CheckRow] = []
     # engine
     versions = {n.engine_version for n in nodes if n.engine_version}
     want = _majority([n.engine_version for n in nodes if n.engine_version])
     probe = isinstance(table, VllmSpec) and table.ray_probe
     for n in nodes:
         if probe:
-            rows.append(EngineCheck("engine", n.name, "skip", f"ray_probe: {module} is not started"))
+            rows.append(CheckRow("engine", n.name, "skip", f"ray_probe: {module} is not started"))
         elif n.engine_version is None:
             rows.append(
-                EngineCheck(
-                    "engine", n.name, "fail", f"{module} does not import with {n.python}", f"pip install {module}"
-                )
+                CheckRow("engine", n.name, "fail", f"{module} does not import with {n.python}", f"pip install {module}")
             )
         elif len(versions) > 1 and n.engine_version != want:
             rows.append(
-                EngineCheck(
+                CheckRow(
                     "engine",
                     n.name,
                     "fail",
@@ -667,7 +650,7 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
                 )
             )
         else:
-            rows.append(EngineCheck("engine", n.name, "pass", f"{module} {n.engine_version}"))
+            rows.append(CheckRow("engine", n.name, "pass", f"{module} {n.engine_version}"))
     # nic
     ray = isinstance(table, VllmSpec) and table.launcher == "ray"
     if len(nodes) > 1 or ray:
@@ -676,11 +659,11 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
             override = table.nic if isinstance(table.nic, str) else (table.nic or {}).get(n.name)
             fix = f"give the node's private-link address ({'head_bind' if n.name == 'head' else 'bind'})"
             if n.interface is None:
-                rows.append(EngineCheck("nic", n.name, "fail", f"no interface holds {n.address}", fix))
+                rows.append(CheckRow("nic", n.name, "fail", f"no interface holds {n.address}", fix))
                 continue
             if override and override != n.interface:
                 rows.append(
-                    EngineCheck(
+                    CheckRow(
                         "nic",
                         n.name,
                         "warn",
@@ -692,10 +675,10 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
             state = (n.operstate or "unknown").upper()
             detail = f"{n.interface} ({n.address}), {state}, mtu {n.mtu or '?'}"
             if state == "DOWN":
-                rows.append(EngineCheck("nic", n.name, "fail", detail, f"sudo ip link set {n.interface} up"))
+                rows.append(CheckRow("nic", n.name, "fail", detail, f"sudo ip link set {n.interface} up"))
             elif len(mtus) > 1:
                 rows.append(
-                    EngineCheck(
+                    CheckRow(
                         "nic",
                         n.name,
                         "warn",
@@ -704,9 +687,9 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
                     )
                 )
             elif state != "UP":
-                rows.append(EngineCheck("nic", n.name, "warn", detail, "check the link (`ip link show`)"))
+                rows.append(CheckRow("nic", n.name, "warn", detail, "check the link (`ip link show`)"))
             else:
-                rows.append(EngineCheck("nic", n.name, "pass", detail))
+                rows.append(CheckRow("nic", n.name, "pass", detail))
     # gpus
     per_node = gpus_per_rank_node(table, len(nodes))
     world = table.world_size
@@ -715,12 +698,12 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
     for n in nodes:
         have = counts[n.name]
         if probe:
-            rows.append(EngineCheck("gpus", n.name, "skip", "ray_probe: the probe needs no GPUs"))
+            rows.append(CheckRow("gpus", n.name, "skip", "ray_probe: the probe needs no GPUs"))
         elif have is None:
-            rows.append(EngineCheck("gpus", n.name, "skip", "nvidia-smi not found; GPU count unknown"))
+            rows.append(CheckRow("gpus", n.name, "skip", "nvidia-smi not found; GPU count unknown"))
         elif per_node is not None and have < per_node:
             rows.append(
-                EngineCheck(
+                CheckRow(
                     "gpus",
                     n.name,
                     "fail",
@@ -733,7 +716,7 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
             total = sum(c or 0 for c in counts.values())
             status = "pass" if total >= world else "fail"
             rows.append(
-                EngineCheck(
+                CheckRow(
                     "gpus",
                     n.name,
                     status,
@@ -742,19 +725,17 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
                 )
             )
         else:
-            rows.append(EngineCheck("gpus", n.name, "pass", f"{have} GPU(s)"))
+            rows.append(CheckRow("gpus", n.name, "pass", f"{have} GPU(s)"))
     # ray
     if ray:
         rv = _majority([n.ray_version for n in nodes if n.ray_version])
         versions = {n.ray_version for n in nodes if n.ray_version}
         for n in nodes:
             if n.ray_version is None:
-                rows.append(
-                    EngineCheck("ray", n.name, "fail", f"no ray next to {n.python}", 'pip install "ray[default]"')
-                )
+                rows.append(CheckRow("ray", n.name, "fail", f"no ray next to {n.python}", 'pip install "ray[default]"'))
             elif len(versions) > 1 and n.ray_version != rv:
                 rows.append(
-                    EngineCheck(
+                    CheckRow(
                         "ray",
                         n.name,
                         "fail",
@@ -763,7 +744,7 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[EngineCheck]:
                     )
                 )
             else:
-                rows.append(EngineCheck("ray", n.name, "pass", f"ray {n.ray_version}"))
+                rows.append(CheckRow("ray", n.name, "pass", f"ray {n.ray_version}"))
     return rows
 
 
@@ -783,7 +764,6 @@ __all__ = [
     "NIC_VARIABLES",
     "PROBE_VARIABLES",
     "ROLES",
-    "EngineCheck",
     "EngineFacts",
     "EngineNode",
     "EnginePlan",

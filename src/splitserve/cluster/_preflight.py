@@ -29,13 +29,14 @@ import socket
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, SplitserveError
 from .._net import is_loopback
 from ..engine import Engine
+from ._checks import CheckRow
 from ._edges import port_in_use, probe_port
 from ._spec import ClusterSpec, WorkerSpec, is_local_host, server_auth_problem, unsafe_bind
 
@@ -61,21 +62,6 @@ if command -v ip >/dev/null 2>&1; then ip -o addr show 2>/dev/null | awk '{print
 if [ "$(id -u)" != 0 ] && sudo -n true 2>/dev/null; then echo "sudo yes"; fi
 true
 """
-
-
-@dataclass
-class CheckRow:
-    """One check on one node."""
-
-    check: str
-    node: str
-    status: str
-    """``pass``, ``warn``, ``fail``, or ``skip`` (could not be checked: the reason is the message)."""
-    message: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass
@@ -857,7 +843,7 @@ def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]
     if spec.backend != "llama.cpp":  # vLLM / SGLang: engine, NIC, GPUs, Ray, ports
         from ._engines_facts import engine_preflight
 
-        return [CheckRow(**r.as_dict()) for r in engine_preflight(spec)]
+        return engine_preflight(spec)
 
     try:
         engines = resolve_engines(spec, engine)
