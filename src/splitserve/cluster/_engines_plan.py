@@ -172,6 +172,21 @@ def sglang_processes(spec: ClusterSpec, facts: EngineFacts) -> list[ProcessPlan]
     return engine_plan(spec, facts).processes
 
 
+def _model_args(t: VllmSpec | SglangSpec, max_len_flag: str, memory_flag: str) -> list[str]:
+    """The flags both engines take from the table's dtype, quantization, context length and memory
+    fraction (under their own names for the last two)."""
+    argv: list[str] = []
+    if t.dtype:
+        argv += ["--dtype", t.dtype]
+    if t.quantization:
+        argv += ["--quantization", t.quantization]
+    if t.max_model_len:
+        argv += [max_len_flag, str(t.max_model_len)]
+    if t.gpu_memory_utilization is not None:
+        argv += [memory_flag, f"{t.gpu_memory_utilization:g}"]
+    return argv
+
+
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -340,15 +355,7 @@ class _Builder:
                 self.add(node, "vllm", argv, env, t.host, t.port)
 
     def vllm_model_args(self, t: VllmSpec) -> list[str]:
-        argv: list[str] = []
-        if t.dtype:
-            argv += ["--dtype", t.dtype]
-        if t.quantization:
-            argv += ["--quantization", t.quantization]
-        if t.max_model_len:
-            argv += ["--max-model-len", str(t.max_model_len)]
-        if t.gpu_memory_utilization is not None:
-            argv += ["--gpu-memory-utilization", f"{t.gpu_memory_utilization:g}"]
+        argv = _model_args(t, "--max-model-len", "--gpu-memory-utilization")
         load_format = t.load_format
         if load_format is None and t.fixes and not t.model.lower().endswith(".gguf"):
             missing = [n.name for n in self.nodes if n.gds is not True]
@@ -453,14 +460,7 @@ class _Builder:
                     "--dist-init-addr",
                     _host_port(self.head.address, t.dist_init_port),
                 ]
-            if t.dtype:
-                argv += ["--dtype", t.dtype]
-            if t.quantization:
-                argv += ["--quantization", t.quantization]
-            if t.max_model_len:
-                argv += ["--context-length", str(t.max_model_len)]
-            if t.gpu_memory_utilization is not None:
-                argv += ["--mem-fraction-static", f"{t.gpu_memory_utilization:g}"]
+            argv += _model_args(t, "--context-length", "--mem-fraction-static")
             if t.load_format:
                 argv += ["--load-format", t.load_format]
             if rank == 0:
