@@ -23,7 +23,6 @@ import shlex
 import socket
 import struct
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,50 +214,6 @@ def copy_engine(worker: WorkerSpec, engine: Engine, transport: Node) -> int:
     return len(tar.stdout)
 
 
-def prepare_engines(
-    spec: ClusterSpec,
-    engines: dict[str, Engine],
-    transport_of: Callable[[WorkerSpec], Node],
-    emit: Callable[[str, str], None],
-) -> dict[str, Engine]:
-    """Make every remote worker's engine ready: copy where missing or different, verify; probe
-    own builds (their binary name and protocol). Returns the engines to launch with."""
-    out = dict(engines)
-    head_proto = engines["head"].rpc_protocol
-    for w in spec.workers:
-        if not w.remote:
-            continue
-        eng = engines[w.name]
-        transport = transport_of(w)
-        check = check_node_engine(spec, w, eng, transport)
-        if eng.provenance.get("node_path"):
-            if not check.present:
-                raise NodeError(
-                    w.name,
-                    f"{check.detail} on {w.host}: build llama.cpp there with -DGGML_RPC=ON "
-                    "or remove the worker's `engine` to copy the head's",
-                )
-            if check.protocol and head_proto and check.protocol != head_proto:
-                raise NodeError(
-                    w.name,
-                    f"RPC protocol {check.protocol} of the build in "
-                    f"{eng.provenance['node_path']} differs from the head's {head_proto}: "
-                    "build the same llama.cpp version on every node",
-                )
-            binary = check.detail.split()[0]
-            prov = dict(eng.provenance, binaries={"rpc_server": binary})
-            if check.protocol:
-                prov["rpc_protocol"] = check.protocol
-            out[w.name] = Engine(root=eng.root, bin_dir=eng.bin_dir, provenance=prov)
-            emit(w.name, f"own engine: {check.detail}")
-        elif check.same:
-            emit(w.name, f"engine present on {w.host}: {check.detail}")
-        else:
-            sent = copy_engine(w, eng, transport)
-            emit(w.name, f"engine copied to {w.host}:{eng.bin_dir} ({sent / 1048576:.1f} MiB, sha256 verified)")
-    return out
-
-
 def rpc_hello(host: str, port: int, timeout: float = 5.0) -> str:
     """Ask an RPC server its protocol version (the HELLO message llama-server sends first)."""
     with socket.create_connection((host, port), timeout=timeout) as s:
@@ -288,6 +243,5 @@ __all__ = [
     "is_engine_path",
     "local_manifest",
     "node_engine",
-    "prepare_engines",
     "rpc_hello",
 ]
