@@ -305,17 +305,8 @@ class Gateway:
             rec.queue_s = time.perf_counter() - waited
             return await open_()
 
-        try:
-            resp = await _unless_disconnected(request, go())
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
-            if isinstance(exc, EngineError):
-                raise api_error(exc) from None
-            raise
+        resp = await _open_unless_disconnected(request, stack, go())
         if resp is None:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
             self.metrics.disconnects.inc()
         return resp
 
@@ -427,17 +418,8 @@ class Gateway:
         if request.method == "POST":
             resp = await self.start(request, key, stack, open_)
         else:
-            try:
-                resp = await _unless_disconnected(request, open_())
-            except BaseException as exc:
-                with anyio.CancelScope(shield=True):
-                    await stack.aclose()
-                if isinstance(exc, EngineError):
-                    raise api_error(exc) from None
-                raise
-        if resp is None:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
+            resp = await _open_unless_disconnected(request, stack, open_())
+        if resp is None:  # the client left; ``stack`` is closed
             return Response(status_code=499)
         headers = {
             k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after", "cache-control")
@@ -575,6 +557,24 @@ class Gateway:
         self.authenticate(request)
         data, ctype = self.metrics.render(await self.backend.metrics())
         return Response(data, media_type=ctype.split(";")[0], headers={"Content-Type": ctype})
+
+
+async def _open_unless_disconnected(request: Request, stack: contextlib.AsyncExitStack, work: Awaitable[T]) -> T | None:
+    """:func:`_unless_disconnected` for work that opens an engine request on ``stack``: on an
+    error or a client that left, ``stack`` is closed (shielded) before returning None or raising
+    (an :class:`EngineError` as the API's error)."""
+    try:
+        resp = await _unless_disconnected(request, work)
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await stack.aclose()
+        if isinstance(exc, EngineError):
+            raise api_error(exc) from None
+        raise
+    if resp is None:
+        with anyio.CancelScope(shield=True):
+            await stack.aclose()
+    return resp
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
