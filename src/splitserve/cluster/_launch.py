@@ -145,6 +145,21 @@ def _own_engines(spec: ClusterSpec, facts: LaunchFacts) -> dict[str, Engine]:
     return out
 
 
+def _start_workers(workers: list[ProcessPlan], timeout: float) -> list[Step]:
+    """Start each worker's ggml-rpc-server, then wait until every one answers."""
+    steps = [Step("start", p.node, f"start ggml-rpc-server on {p.bind}:{p.port}", p) for p in workers]
+    if workers:
+        steps.append(
+            Step(
+                "wait_workers",
+                "cluster",
+                f"wait until every worker's port answers (at most {timeout:.0f} s)",
+                args={"timeout": timeout},
+            )
+        )
+    return steps
+
+
 def plan_launch(
     spec: ClusterSpec,
     facts: LaunchFacts,
@@ -187,17 +202,7 @@ def plan_launch(
         steps.append(Step("check_port", proc.node, f"port {proc.port} on {proc.bind} is free", proc))
     if plan.gateway is not None:
         steps.append(Step("start", "gateway", f"start splitserve gateway on {plan.endpoint}", plan.gateway))
-    for proc in plan.workers:
-        steps.append(Step("start", proc.node, f"start ggml-rpc-server on {proc.bind}:{proc.port}", proc))
-    if plan.workers:
-        steps.append(
-            Step(
-                "wait_workers",
-                "cluster",
-                f"wait until every worker's port answers (at most {worker_timeout:.0f} s)",
-                args={"timeout": worker_timeout},
-            )
-        )
+    steps += _start_workers(plan.workers, worker_timeout)
     want = engines["head"].rpc_protocol
     for proc in plan.workers:
         steps.append(
@@ -251,15 +256,7 @@ def workers_plan(spec: ClusterSpec, engines: dict[str, Engine], worker_timeout: 
     for proc in plan.workers:
         proc.log = proc.log.with_name(proc.node + "-bench.log")
     steps = [Step("check_port", p.node, f"port {p.port} on {p.bind} is free", p) for p in plan.workers]
-    steps += [Step("start", p.node, f"start ggml-rpc-server on {p.bind}:{p.port}", p) for p in plan.workers]
-    steps.append(
-        Step(
-            "wait_workers",
-            "cluster",
-            f"wait until every worker's port answers (at most {worker_timeout:.0f} s)",
-            args={"timeout": worker_timeout},
-        )
-    )
+    steps += _start_workers(plan.workers, worker_timeout)
     plan.steps = steps
     plan.gateway = None
     return plan
