@@ -24,11 +24,9 @@ from ._llamacpp_stream import Pool, RawStream
 
 
 class LlamaCppBackend(HttpEngine):
-    """llama-server at ``base_url`` (e.g. ``http://127.0.0.1:8080``).
-
-    ``connect_timeout`` bounds connecting; ``timeout`` bounds each read, write and pool wait of
-    completions and relays (None: no bound, a generation may take as long as it takes; the small
-    requests have their own bound of :data:`SHORT` seconds)."""
+    """llama-server at ``base_url`` (e.g. ``http://127.0.0.1:8080``); timeouts as
+    :class:`~._http.HttpEngine`'s. A streamed ``/completion`` to a plain ``http://`` engine with no
+    proxy goes through the pooled reader of :mod:`._llamacpp_stream`; the rest through httpx."""
 
     def __init__(
         self,

@@ -167,7 +167,7 @@ class VllmBackend(HttpEngine):
     """vLLM's (or SGLang's) OpenAI-compatible server at ``base_url`` (``http://127.0.0.1:8080``).
 
     ``chat_template`` overrides the model's; ``model`` the served model's name (default: the
-    one ``/v1/models`` lists). Timeouts as :class:`~._llamacpp.LlamaCppBackend`'s."""
+    one ``/v1/models`` lists). Timeouts as :class:`~._http.HttpEngine`'s."""
 
     def __init__(
         self,
