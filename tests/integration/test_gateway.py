@@ -215,7 +215,7 @@ def test_multi_turn_history_with_tool_results_renders(m3: str) -> None:
              "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": '{"sky": "sunny"}'}]
     r = c.chat.completions.create(model=model_id(m3), messages=history, tools=TOOLS,  # type: ignore[arg-type]
-                                  max_tokens=10, extra_body={"force_output": "It is sunny."})
+                                  max_tokens=32, extra_body={"force_output": "It is sunny."})
     assert r.choices[0].message.content == "It is sunny." and r.choices[0].finish_reason == "stop"
 
 
