@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -51,3 +52,17 @@ def test_a_taken_port_and_a_wildcard_bind_are_failing_rows(engine, smollm2, stat
     assert "workers[w1].port" in by[("ports", "w1")]["fix"]
     assert by[("bind", "w2")]["status"] == "fail" and "wildcard" in by[("bind", "w2")]["message"]
     assert "allow_public_rpc = true" in by[("bind", "w2")]["fix"]
+
+
+def test_a_missing_model_fails_preflight_with_one_line_naming_it_and_the_fix(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec_file = two_worker_spec(tmp_path, smollm2, name="pfnomodel")
+    missing = tmp_path / "models" / "SmolLM2-135M-Instruct-Q4_1.gguf"
+    spec_file.write_text(spec_file.read_text().replace(str(smollm2), str(missing)))
+    res = subprocess.run([sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("fail: model (head)")]
+    assert len(lines) == 1, res.stdout
+    assert str(missing) in lines[0] and "splitserve fetch" in lines[0] and str(spec_file) in lines[0]
+    rc, rows = preflight(spec_file)
+    assert rc == 1 and [r["status"] for r in rows if r["check"] == "model"] == ["fail"]

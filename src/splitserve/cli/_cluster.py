@@ -174,6 +174,10 @@ def preflight_cmd(
         fails = sum(r.status == "fail" for r in rows)
         warns = sum(r.status == "warn" for r in rows)
         console.print(f"{len(rows)} checks: {fails} failed, {warns} warnings")
+        for r in rows:  # each failure once more on one line, whatever the terminal's width
+            if r.status == "fail":
+                line = f"fail: {r.check} ({r.node}): {r.message}" + (f" -> {r.fix}" if r.fix else "")
+                console.print(line, markup=False, soft_wrap=True)
     if any(r.status == "fail" for r in rows):
         raise typer.Exit(1)
 

@@ -5,7 +5,8 @@ with a one-line fix. The facts of a node (free memory, OOM killers, disk,
 addresses, root/sudo) come from one small ``sh`` script, run locally for
 local nodes and over ssh for remote ones, so both paths are the same code.
 
-Checks: ``ssh`` (reachable, BatchMode), ``engine`` (present, same build or
+Checks: ``model`` (on the head, the only node that reads it: there, whole, a GGUF; see
+:mod:`._model_rows`), ``ssh`` (reachable, BatchMode), ``engine`` (present, same build or
 protocol), ``memory`` (free memory against the node's share of the weights),
 ``oom-killer`` (earlyoom / systemd-oomd would SIGTERM the server mid-load),
 ``link`` (TCP connect round trip from the head to the worker's bind address),
@@ -38,6 +39,7 @@ from .._net import is_loopback
 from ..engine import Engine
 from ._checks import CheckRow
 from ._edges import port_in_use, probe_port
+from ._model_rows import model_rows
 from ._spec import ClusterSpec, WorkerSpec, is_local_host, server_auth_problem, unsafe_bind
 
 OOM_KILLERS = {
@@ -197,6 +199,7 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None, skip
         except SplitserveError as exc:
             rows.append(CheckRow("engine", "head", "fail", str(exc), "build one: splitserve engine build"))
             return rows
+    rows += model_rows(spec)
     hosts = ["local"] + [w.host for w in spec.workers if w.remote]
     hosts = list(dict.fromkeys(hosts))
     node_of_host: dict[str, list[str]] = {}
@@ -848,7 +851,7 @@ def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]
     try:
         engines = resolve_engines(spec, engine)
     except SplitserveError as exc:
-        return [CheckRow("engine", "head", "fail", str(exc), "build one: splitserve engine build")]
+        return [*model_rows(spec), CheckRow("engine", "head", "fail", str(exc), "build one: splitserve engine build")]
     return run_checks(spec, engines)
 
 
