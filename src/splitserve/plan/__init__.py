@@ -46,6 +46,7 @@ from ._spec import (
     plan_layout,
     split_to_fill,
 )
+from ._topology import TOPOLOGIES, Alternative, Box, Topology, boxes_of, choose_topology
 
 __all__ = [
     "BANDWIDTH_GBPS",
@@ -57,6 +58,9 @@ __all__ = [
     "MEASURE_MARKERS",
     "MSA_ARCHS",
     "SPEC_TYPES",
+    "TOPOLOGIES",
+    "Alternative",
+    "Box",
     "ClusterFacts",
     "ComputeEstimate",
     "KVSettings",
@@ -67,7 +71,10 @@ __all__ = [
     "PlanOptions",
     "ServerFacts",
     "SpecSupport",
+    "Topology",
+    "boxes_of",
     "choose_split",
+    "choose_topology",
     "compare_breakdown",
     "device_key",
     "estimate_compute",
