@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 
 need_apt=()
-for tool in cmake:cmake ninja:ninja-build g++:g++ git:git ccache:ccache stdbuf:coreutils readelf:binutils ssh:openssh-client /usr/sbin/sshd:openssh-server ip:iproute2; do
+for tool in cmake:cmake ninja:ninja-build g++:g++ git:git ccache:ccache stdbuf:coreutils readelf:binutils ssh:openssh-client /usr/sbin/sshd:openssh-server ip:iproute2 node:nodejs npm:npm; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
