@@ -46,6 +46,7 @@ from ._relay import (
     relay_events,
     single_prompt,
 )
+from ._responses_http import responses_handler
 from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body, safe_json_loads
 from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
@@ -704,6 +705,11 @@ def create_app(config: GatewayConfig, backend: EngineBackend | None = None) -> S
     routes = [
         Route("/v1/chat/completions", _wrap(gw, "chat", gw.chat), methods=["POST"]),
         Route("/v1/completions", _wrap(gw, "completions", gw.completions), methods=["POST"]),
+        Route(
+            "/v1/responses",
+            _wrap(gw, "responses", responses_handler(gw, lambda body: EngineStream(body, gw.metrics.disconnects.inc))),
+            methods=["POST"],
+        ),
         Route("/v1/models", _wrap(gw, "models", gw.models), methods=["GET"]),
         Route("/health", _wrap(gw, "health", gw.health), methods=["GET"]),
         Route("/metrics", _wrap(gw, "metrics", gw.prometheus), methods=["GET"]),
