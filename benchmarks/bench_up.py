@@ -7,7 +7,7 @@ For each repeat it (1) starts two RPC workers and a bare llama-server with the v
 command lines `up` would use and times llama-server from exec to /health 200,
 then (2) times `up()` as a whole (spec to ready, including the one-token check)
 and (3) the `splitserve up` command (process start included). The overhead is
-(2) - (1). Then it runs `splitserve demo --json` and reports its wall time and
+(2) - (1). Then it runs `splitserve demo -o FILE` and reports its wall time and
 the pp/tg speeds it printed. Needs the CPU engine in the cache. `up` starts the gateway
 too (ready = its /health 200 as well); `--no-gateway` measures without it.
 """
@@ -110,7 +110,7 @@ def main() -> None:
                   f"(+{lib_up - bare:.3f} s), `splitserve up` {cli_up:.3f} s (+{cli_up - bare:.3f} s)")
         demo_json = Path(tmp) / "demo.json"
         t0 = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "splitserve", "demo", "--json", str(demo_json)],
+        res = subprocess.run([sys.executable, "-m", "splitserve", "demo", "-o", str(demo_json)],
                              capture_output=True, text=True)
         demo_wall = time.monotonic() - t0
         if res.returncode != 0:

@@ -46,9 +46,9 @@ def llama_server(engine: Any, model: Path, template: Path) -> Iterator[str]:
 
 def doctor(url: str, template: Path, out: Path) -> tuple[int, dict[str, Any], str]:
     md, js = out / "report.md", out / "report.json"
-    res = CliRunner().invoke(app, ["doctor", "tools", url, "--force-prefill", str(template),
+    res = CliRunner().invoke(app, ["doctor", "tools", "--url", url, "--force-prefill", str(template),
                                    "--raw", "--max-tokens", "16", "--timeout", "600",
-                                   "--markdown", str(md), "--json", str(js)])
+                                   "-o", str(md), "-o", str(js)])
     assert "Traceback" not in res.output
     return res.exit_code, json.loads(js.read_text()), md.read_text()
 

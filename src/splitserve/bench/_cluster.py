@@ -192,8 +192,11 @@ class ClusterRestarter:
         engine: Engine | None = None,
         on_event: Callable[[Event], None] | None = None,
         ignore_eos: bool | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.spec = spec
+        self.api_key = api_key
+        """The key to send (`--api-key`), else the spec's own (a gateway with a keys file has none)."""
         self.ignore_eos = True if ignore_eos is None else ignore_eos
         self.engine = engine
         self.on_event = on_event
@@ -215,7 +218,10 @@ class ClusterRestarter:
             "head_argv": head[0].argv if head else [],
             "effective": effective,
         }
-        return Target(url=state.endpoint, api_key=point.client_api_key, ignore_eos=self.ignore_eos), facts
+        return (
+            Target(url=state.endpoint, api_key=self.api_key or point.client_api_key, ignore_eos=self.ignore_eos),
+            facts,
+        )
 
     def stop(self) -> None:
         if self.current is not None:

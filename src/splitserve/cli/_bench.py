@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._errors import UsageError
-from ._app import app, make_console, maps_errors
+from ._app import API_KEY_ENV, API_KEY_HELP, app, make_console, maps_errors, renamed
 
 if TYPE_CHECKING:
     from ..bench import Target
@@ -20,17 +20,20 @@ PROBES = 3  # calibration requests before the cells (splitserve.bench._speed.PRO
 
 bench_app = typer.Typer(
     help="Measure a served model: speed, concurrency, long context, sweeps, llama-bench, reports.\n\n"
-    "Example: splitserve bench speed --url http://127.0.0.1:8080 --concurrency 1,4",
+    "Example: splitserve bench speed --url http://127.0.0.1:8000 --concurrency 1,4",
     no_args_is_help=True,
 )
 app.add_typer(bench_app, name="bench")
 console = make_console()
 err = make_console(stderr=True)
 
-UrlOpt = Annotated[str | None, typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")]
-SpecOpt = Annotated[Path | None, typer.Option("-c", "--cluster", help="a cluster spec (the cluster `up` started)")]
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. the gateway's http://127.0.0.1:8000")
+]
+SpecOpt = Annotated[Path | None, typer.Option("-c", "--config", help="a cluster spec (the cluster `up` started)")]
+OldSpecOpt = Annotated[Path | None, typer.Option("--cluster", hidden=True, help="old name of -c/--config")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="model name to send (default: the server's first)")]
-KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="bearer token")]
+KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=API_KEY_HELP)]
 ApiOpt = Annotated[str, typer.Option("--api", help="chat (/v1/chat/completions) or completions (/v1/completions)")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="run file (.json) or folder (default ./bench-runs)")]
 LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
@@ -205,7 +208,7 @@ def interrupted(path: Path) -> typer.Exit:
 @maps_errors
 def speed_cmd(
     url: UrlOpt = None,
-    cluster: SpecOpt = None,
+    config: SpecOpt = None,
     model: ModelOpt = None,
     api_key: KeyOpt = None,
     api: ApiOpt = "chat",
@@ -232,6 +235,7 @@ def speed_cmd(
     label: LabelOpt = "",
     report: ReportOpt = False,
     timeout: TimeoutOpt = 600.0,
+    old_cluster: OldSpecOpt = None,
 ) -> None:
     """Prefill and decode speed, TTFT / ITL / end-to-end latency and throughput per concurrency level.
 
@@ -239,15 +243,17 @@ def speed_cmd(
     The copy/edit/json/agent workloads send fixed prompts (greedy, fixed seed) and record decode
     speed, draft acceptance and, with --reference, agreement with the reference run's outputs.
 
-    Example: splitserve bench speed --url http://127.0.0.1:8080 --prompt-tokens 512,4096 --concurrency 1,2,4,8
+    Example: splitserve bench speed --url http://127.0.0.1:8000 --prompt-tokens 512,4096 --concurrency 1,2,4,8
 
-    Example: splitserve bench speed --url http://127.0.0.1:8080 --workload copy,edit,json,agent --reference base.json
+    Example: splitserve bench speed --url http://127.0.0.1:8000 --workload copy,edit,json,agent --reference base.json
     """
     from ..bench import SpeedOptions, run_path, run_speed
 
     path = Path()
     try:
-        target, engine, facts = resolve_target(url, cluster, model, api_key, api)
+        target, engine, facts = resolve_target(
+            url, renamed(config, old_cluster, "-c", "--cluster"), model, api_key, api
+        )
         target.ignore_eos = True if ignore_eos is None else ignore_eos
         target.timeout_s = timeout
         opts = SpeedOptions(
@@ -273,7 +279,7 @@ def speed_cmd(
 @maps_errors
 def context_cmd(
     url: UrlOpt = None,
-    cluster: SpecOpt = None,
+    config: SpecOpt = None,
     model: ModelOpt = None,
     api_key: KeyOpt = None,
     api: ApiOpt = "chat",
@@ -290,16 +296,19 @@ def context_cmd(
     label: LabelOpt = "",
     report: ReportOpt = False,
     timeout: TimeoutOpt = 3600.0,
+    old_cluster: OldSpecOpt = None,
 ) -> None:
     """Long-prompt prefill speed and needle-in-a-haystack retrieval, graded by string match.
 
-    Example: splitserve bench context --url http://127.0.0.1:8080 --lengths 8k,64k --depths 0.1,0.5,0.9
+    Example: splitserve bench context --url http://127.0.0.1:8000 --lengths 8k,64k --depths 0.1,0.5,0.9
     """
     from ..bench import ContextOptions, parse_depths, parse_lengths, run_context, run_path
 
     path = Path()
     try:
-        target, engine, facts = resolve_target(url, cluster, model, api_key, api)
+        target, engine, facts = resolve_target(
+            url, renamed(config, old_cluster, "-c", "--cluster"), model, api_key, api
+        )
         target.timeout_s = timeout
         opts = ContextOptions(
             lengths=parse_lengths(lengths),
@@ -320,7 +329,6 @@ def context_cmd(
 @bench_app.command("sweep")
 @maps_errors
 def sweep_cmd(
-    cluster: Annotated[Path, typer.Option("-c", "--cluster", help="the cluster spec to restart per point")],
     set_: Annotated[
         list[str],
         typer.Option(
@@ -342,6 +350,9 @@ def sweep_cmd(
     out: OutOpt = None,
     label: LabelOpt = "",
     report: ReportOpt = False,
+    config: Annotated[Path | None, typer.Option("-c", "--config", help="the cluster spec to restart per point")] = None,
+    api_key: KeyOpt = None,
+    old_cluster: OldSpecOpt = None,
 ) -> None:
     """Restart the cluster (through `up`) for each setting and run the speed bench at each point.
 
@@ -367,6 +378,9 @@ def sweep_cmd(
 
     path = Path()
     try:
+        cluster = renamed(config, old_cluster, "-c", "--cluster")
+        if cluster is None:
+            raise UsageError("give -c cluster.toml (the cluster to restart per point)")
         spec = load_spec(cluster)
         points = with_baseline(parse_set(set_))
         for values in points:
@@ -383,7 +397,7 @@ def sweep_cmd(
             if ev.kind in ("ready", "stale"):
                 err.print(f"[dim]{ev.node}: {ev.message}[/dim]")
 
-        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos)
+        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos, api_key=api_key)
         with progress_bar(len(points) * (opts.total_requests(plan) + PROBES), "bench sweep") as step:
             run, path = run_sweep(
                 restarter,
@@ -421,6 +435,7 @@ def engine_cmd(
     out: OutOpt = None,
     label: LabelOpt = "",
     report: ReportOpt = False,
+    old_cluster: OldSpecOpt = None,
 ) -> None:
     """llama-bench (in-process pp/tg, no HTTP) with the cluster's --rpc workers.
 
@@ -433,6 +448,7 @@ def engine_cmd(
     from ..engine import get_engine
 
     path = Path()
+    cluster = renamed(cluster, old_cluster, "-c", "--cluster")
     try:
         if flash_attn is not None and flash_attn.lower() not in ("on", "off", "1", "0"):
             raise UsageError(f"--flash-attn {flash_attn!r}: use on or off")

@@ -18,8 +18,6 @@ from ._app import app, make_console, maps_errors
 from ._cluster import print_event
 from ._engine import build_with_progress
 
-console = make_console()
-
 
 @app.command("demo")
 @maps_errors
@@ -29,21 +27,27 @@ def demo_cmd(
     port: Annotated[
         int | None, typer.Option(help="the gateway's port, the endpoint clients use (default: a free one)")
     ] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="also write the figures to this JSON file")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="also write the figures to this JSON file")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the figures as JSON on stdout (the rest goes to stderr)")
+    ] = False,
 ) -> None:
     """SmolLM2-135M split over two local RPC workers: build or reuse the CPU engine, start
     the cluster, stream one chat reply, print speeds and per-worker memory, stop.
 
     Example: splitserve demo --keep
     """
+    console = make_console(stderr=as_json)
     t0 = time.monotonic()
     engine, _ = build_with_progress(BuildOptions(backend="cpu"))
     console.print(f"engine: {engine.key}")
     console.print("starting 2 RPC workers, llama-server (SmolLM2-135M-Instruct, layers split 1:1) and the gateway")
 
+    text_out = sys.stderr if as_json else sys.stdout
+
     def on_text(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+        text_out.write(piece)
+        text_out.flush()
 
     def on_event(event: Event) -> None:
         print_event(event)
@@ -58,7 +62,7 @@ def demo_cmd(
         on_event=on_event,
         on_text=on_text,
     )
-    print()
+    print(file=text_out)
     pp = f"{result.prompt_per_second:.1f}" if result.prompt_per_second else "-"
     tg = f"{result.predicted_per_second:.1f}" if result.predicted_per_second else "-"
     console.print(
@@ -77,9 +81,11 @@ def demo_cmd(
     console.print(table)
     wall = time.monotonic() - t0
     console.print(f"model load {result.load_seconds:.2f} s, up {result.up_seconds:.2f} s, demo wall {wall:.1f} s")
-    if json_out:
-        data = dict(vars(result), demo_wall_seconds=round(wall, 2))
-        json_out.write_text(json.dumps(data, indent=2) + "\n")
+    data = json.dumps(dict(vars(result), demo_wall_seconds=round(wall, 2)), indent=2) + "\n"
+    if out:
+        out.write_text(data)
+    if as_json:
+        sys.stdout.write(data)
     if keep:
         console.print(
             f"still running: {result.endpoint}  (OpenAI base URL {result.endpoint}/v1; "

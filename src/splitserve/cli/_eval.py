@@ -11,12 +11,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from .._errors import UsageError
-from ._app import app, make_console, maps_errors
+from ._app import API_KEY_ENV, API_KEY_HELP, app, make_console, maps_errors
 
 eval_app = typer.Typer(
     help="Agentic tool-use evaluation: Toolery-format or built-in scenarios against any "
     "OpenAI-compatible endpoint, with failure causes and paired comparison.\n\n"
-    "Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 -o runs/local",
+    "Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8000 --trials 3 -o runs/local",
     no_args_is_help=True,
 )
 app.add_typer(eval_app, name="eval")
@@ -95,11 +95,18 @@ def list_cmd(
 @maps_errors
 def run_cmd(
     suite: SuiteArg,
-    url: Annotated[str, typer.Option("--url", help="the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080")],
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="the OpenAI-compatible endpoint, e.g. the gateway's http://127.0.0.1:8000"),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("-c", "--config", help="a cluster spec: its running endpoint (instead of --url)")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="model name to send (default: the endpoint's first)")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=API_KEY_HELP)] = None,
     api_key_env: Annotated[
         str | None,
-        typer.Option(help="name of the environment variable holding the API key (default: SPLITSERVE_API_KEY if set)"),
+        typer.Option(hidden=True, help="old: name of the environment variable holding the API key (use --api-key)"),
     ] = None,
     trials: Annotated[int, typer.Option(min=1, help="trials per scenario")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="scenarios in flight at once")] = 1,
@@ -122,21 +129,30 @@ def run_cmd(
     The time budget of each scenario scales with the decode speed measured at the start; timeouts are
     reported apart from quality failures. Ctrl-C keeps every finished trial; rerun to continue.
 
-    Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8080 --trials 3 --concurrency 4 -o runs/local
+    Example: splitserve eval run ~/toolery/scenarios --url http://127.0.0.1:8000 --trials 3 --concurrency 4 -o runs/local
+
+    Example: splitserve eval run ~/toolery/scenarios -c cluster.toml --limit 10
     """
     from ..eval import RunOptions, run
 
+    if (url is None) == (config is None):
+        raise UsageError("give exactly one of --url URL or -c cluster.toml")
+    key = api_key
+    if config is not None:
+        from ..bench import cluster_target
+
+        target = cluster_target(config)[0]
+        url = target.url
+        key = key or target.api_key
+    assert url is not None  # one of --url and -c, and -c gave its endpoint
     run_dir = out or Path("eval-runs") / _default_name(url, model)
     try:
         if tier is not None and tier not in ("easy", "medium", "hard", "very_hard"):
             raise UsageError(f"--tier {tier!r}: use easy, medium, hard or very_hard")
-        key = None
         if api_key_env is not None:
             key = os.environ.get(api_key_env)
             if not key:
                 raise UsageError(f"--api-key-env {api_key_env}: that environment variable is not set")
-        else:
-            key = os.environ.get("SPLITSERVE_API_KEY") or None
         loaded = _load(suite)
         for p in loaded.problems:
             err.print(f"warning: skipped {p.path}: {p.reason}", markup=False)

@@ -11,7 +11,7 @@ import typer
 
 from .._errors import UsageError
 from ..engine import split_engine_url
-from ._app import app, make_console, maps_errors
+from ._app import API_KEY_ENV, API_KEY_HELP, app, make_console, maps_errors, renamed
 
 console = make_console()
 
@@ -41,7 +41,9 @@ def serve_cmd(
     ] = None,
     host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    api_key: Annotated[str | None, typer.Option(help="accepted API key (or set SPLITSERVE_API_KEY)")] = None,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=f"accepted API key (or set {API_KEY_ENV})")
+    ] = None,
     keys_file: Annotated[Path | None, typer.Option(help="file of hashed keys (`splitserve keys add`)")] = None,
     chat_template: Annotated[
         Path | None, typer.Option(help="jinja chat template file (default: the engine's, from /props)")
@@ -181,9 +183,14 @@ def keys_add_cmd(
 @doctor_app.command("tools")
 @maps_errors
 def doctor_tools_cmd(
-    url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible endpoint")],
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", help="base URL of an OpenAI-compatible endpoint, e.g. the gateway's http://127.0.0.1:8000"
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="model id (default: the first of /v1/models)")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key for the endpoint")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=API_KEY_HELP)] = None,
     force_template: Annotated[
         Path | None,
         typer.Option(
@@ -206,14 +213,19 @@ def doctor_tools_cmd(
             "the chat format it parsed with in the report"
         ),
     ] = False,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="write the report here")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    out: Annotated[
+        list[Path] | None,
+        typer.Option("-o", "--out", help="write the report here: Markdown, or JSON for a .json name; repeatable"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the results as JSON instead of lines")] = False,
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 120.0,
     max_tokens: Annotated[int, typer.Option(help="max_tokens of each probe")] = 256,
+    url_arg: Annotated[str | None, typer.Argument(hidden=True, help="old: the URL without --url")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", hidden=True, help="old name of -o")] = None,
 ) -> None:
     """Probe an endpoint's tool calling: single, multi-turn, parallel, required, none, reasoning, streaming.
 
-    Example: splitserve doctor tools http://127.0.0.1:8000 --markdown report.md
+    Example: splitserve doctor tools --url http://127.0.0.1:8000 -o report.md
     """
     from ..gateway import probe_tools, report_markdown
 
@@ -222,6 +234,10 @@ def doctor_tools_cmd(
             "--force-template and --force-prefill exclude each other: the first "
             "is for a splitserve gateway, the second for llama-server itself"
         )
+    url = renamed(url, url_arg, "--url", "URL")
+    if url is None:
+        raise UsageError("give the endpoint: --url URL (e.g. the gateway's http://127.0.0.1:8000)")
+    outs = [*(out or []), *([markdown] if markdown else [])]
     path = force_template or force_prefill
     try:
         text = path.read_text() if path else None
@@ -237,15 +253,19 @@ def doctor_tools_cmd(
         max_tokens=max_tokens,
         raw=raw,
     )
-    for check in report.checks:
-        mark = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[check.status]
-        console.print(f"{mark}  {check.name:<12} {check.detail}", markup=False)
-    console.print(f"{report.passed}/{len(report.checks)} passed ({report.url}, model {report.model})", markup=False)
-    if markdown:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(report_markdown(report))
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    as_text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+    if as_json:
+        print(as_text, end="")
+    else:
+        for check in report.checks:
+            mark = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[check.status]
+            console.print(f"{mark}  {check.name:<12} {check.detail}", markup=False)
+        console.print(f"{report.passed}/{len(report.checks)} passed ({report.url}, model {report.model})", markup=False)
+    for dest in outs:
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(as_text if dest.suffix.lower() == ".json" else report_markdown(report))
+        except OSError as exc:
+            raise UsageError(f"-o {dest}: cannot write the report: {exc.strerror}") from None
     if report.failed:
         raise typer.Exit(1)

@@ -24,7 +24,7 @@ from ..chat import (
     render_chat,
     transplant,
 )
-from ._app import app, make_console, maps_errors
+from ._app import app, make_console, maps_errors, renamed
 
 template_app = typer.Typer(
     help="Read, render, check and transplant chat templates.\n\nExample: splitserve template check --model model.gguf",
@@ -101,15 +101,17 @@ TemplateOpt = Annotated[Path | None, typer.Option("--template", help="a .jinja f
 ModelOpt = Annotated[Path | None, typer.Option("--model", help="a .gguf whose template to use")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="a named alternate (tool_use, ...)")]
 KwargsOpt = Annotated[str | None, typer.Option("--kwargs", help="template variables as JSON")]
+OldOutputOpt = Annotated[Path | None, typer.Option("--output", hidden=True, help="old name of -o/--out")]
 
 
 @template_app.command("extract")
 @maps_errors
 def extract_cmd(
     model: Annotated[Path, typer.Argument(help="the .gguf model")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="write to this file")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="write to this file")] = None,
     name: NameOpt = None,
     list_names: Annotated[bool, typer.Option("--list", help="list the embedded templates")] = False,
+    old_output: OldOutputOpt = None,
 ) -> None:
     """Print the chat template embedded in a GGUF (reads the header only).
 
@@ -121,6 +123,7 @@ def extract_cmd(
             console.print(f"{key}\t{len(text)} chars\t{detect_format(text) or '-'}")
         return
     text = _template_from(model, name)
+    output = renamed(out, old_output, "-o/--out", "--output")
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
@@ -245,8 +248,9 @@ def transplant_cmd(
     base: Annotated[Path, typer.Option("--base", help="the template to keep (.jinja or .gguf)")],
     donor: Annotated[Path, typer.Option("--donor", help="the template to take blocks from")],
     recipe: Annotated[str, typer.Option("--recipe", help="a shipped recipe name or a .toml")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="where to write the result")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="where to write the result")] = None,
     verify: Annotated[bool, typer.Option(help="check the result renders the canonical conversations")] = True,
+    old_output: OldOutputOpt = None,
 ) -> None:
     """Build a hybrid template: the base with the recipe's blocks taken from the donor.
 
@@ -255,6 +259,9 @@ def transplant_cmd(
 
     Example: splitserve template transplant --base MiniMax-M3.jinja --donor MiniMax-M2.jinja --recipe minimax-m3-hybrid -o MiniMax-M3-hybrid.jinja
     """
+    output = renamed(out, old_output, "-o/--out", "--output")
+    if output is None:
+        raise UsageError("give -o FILE: where to write the result")
     r = load_recipe(recipe)
     result = transplant(_template_from(base), _template_from(donor), r, str(base), str(donor))
     fmt_name = r.format or detect_format(result)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ClusterError, UsageError
-from ._app import app, make_console, maps_errors
+from ._app import API_KEY_ENV, API_KEY_HELP, app, make_console, maps_errors, renamed
 
 console = make_console()
 err = make_console(stderr=True)
@@ -17,8 +17,8 @@ err = make_console(stderr=True)
 @app.command("tune")
 @maps_errors
 def tune_cmd(
-    cluster: Annotated[
-        Path | None, typer.Option("-c", "--cluster", help="the cluster spec to tune (restarted per point)")
+    config: Annotated[
+        Path | None, typer.Option("-c", "--config", help="the cluster spec to tune (restarted per point)")
     ] = None,
     workload: Annotated[
         str, typer.Option("--workload", help="what to be fast at: chat (random words), copy, edit, json, agent")
@@ -111,6 +111,8 @@ def tune_cmd(
             "grid run made after it); starts nothing",
         ),
     ] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=API_KEY_HELP)] = None,
+    old_cluster: Annotated[Path | None, typer.Option("--cluster", hidden=True, help="old name of -c/--config")] = None,
 ) -> None:
     """Find the fastest server settings for a workload: ubatch, batch, threads, speculation type and
     KV cache type, within what the planner says fits, each point restarted through `up` and measured
@@ -153,6 +155,7 @@ def tune_cmd(
     from ._bench import ints, workload_options
 
     path = Path()
+    cluster = renamed(config, old_cluster, "-c", "--cluster")
     try:
         if report_of is not None:
             _report_only(report_of, compare_with)
@@ -246,7 +249,7 @@ def tune_cmd(
             if ev.kind == "stale":
                 err.print(f"  {ev.node}: {ev.message}", markup=False)
 
-        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos)
+        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos, api_key=api_key)
         topts = TuneOptions(
             metric=m.name, workload=chosen, budget=budget, grid=grid, min_gain=min_gain, confirm=confirm
         )
