@@ -16,8 +16,9 @@ from .._errors import SplitserveError
 from ..engine import Engine
 from ..plan import DRAFT_TYPES, MSA_ARCHS
 from ..plan import kv_unified_asked as _kv_unified
-from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, ServerSpec, WorkerSpec, draft_in_use
+from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, ServerSpec, WorkerSpec, draft_in_use, is_local_host
 from ._spec_engines import engine_table
+from ._transport import remote_env, sh_command
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,16 @@ class ProcessPlan:
     log: Path
 
     def shell(self) -> str:
-        """The command as one shell line (for --dry-run and the logs), secrets masked."""
-        envs = " ".join(f"{k}={'***' if _secret(k) else shlex.quote(v)}" for k, v in self.env.items())
+        """The command as one shell line (for --dry-run and the logs), secrets masked.
+
+        A remote process's line is the one its node's shell runs (:func:`~._transport.sh_command`,
+        as :class:`~._ssh.SshNode` starts it): ``~`` expanded there as ``"$HOME"``, the library path
+        before the node's own, so it runs when pasted on that node."""
         argv = ["***" if i and self.argv[i - 1] == "--api-key" else a for i, a in enumerate(self.argv)]
+        if not is_local_host(self.host):
+            env = {k: "***" if _secret(k) else v for k, v in remote_env(self.env).items()}
+            return sh_command(argv, env)
+        envs = " ".join(f"{k}={'***' if _secret(k) else shlex.quote(v)}" for k, v in self.env.items())
         return (envs + " " if envs else "") + shlex.join(argv)
 
 

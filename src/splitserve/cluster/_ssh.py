@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import ClusterError
-from ._transport import Node, PortForward, ProcessRef, sh_path
+from ._transport import Node, PortForward, ProcessRef, remote_env, sh_env_value, sh_path, sh_program
 
 EXIT_MARK = "# splitserve: exit status "
 _EXIT_RE = re.compile(re.escape(EXIT_MARK) + r"(\d+)")
@@ -183,16 +183,11 @@ class SshNode(Node):
     def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessRef:
         env = remote_env(env)
         log = sh_path(log_path)
-        exports = []
-        for key, value in env.items():
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ClusterError(f"{self.host}: bad environment variable name {key!r}")
-            if key == "LD_LIBRARY_PATH":
-                parts = ":".join(sh_path(p) for p in value.split(":") if p)
-                exports.append(f'export LD_LIBRARY_PATH={parts}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"')
-            else:
-                exports.append(f"export {key}={shlex.quote(value)}")
-        program = [sh_path(argv[0]), *(shlex.quote(a) for a in argv[1:])]
+        try:
+            exports = [f"export {key}={sh_env_value(key, value)}" for key, value in env.items()]
+        except ClusterError as exc:
+            raise ClusterError(f"{self.host}: {exc}") from None
+        program = sh_program(argv)  # as `up --dry-run` prints it (sh_command)
         # The wrapper: starts the program, tells us its pid, waits, records the exit status.
         wrapper = f'"$@" & echo $! > "$SPLITSERVE_PIDFILE"; wait $!; echo "{EXIT_MARK}$?" >> "$SPLITSERVE_LOG"'
         script = "\n".join(
@@ -204,7 +199,7 @@ class SshNode(Node):
                 f"SPLITSERVE_LOG={log}",
                 "export SPLITSERVE_PIDFILE SPLITSERVE_LOG",
                 "if command -v stdbuf >/dev/null 2>&1; then buf='stdbuf -oL -eL'; else buf=''; fi",
-                f"setsid sh -c {shlex.quote(wrapper)} sh $buf {' '.join(program)} >> {log} 2>&1 < /dev/null &",
+                f"setsid sh -c {shlex.quote(wrapper)} sh $buf {program} >> {log} 2>&1 < /dev/null &",
                 'i=0; while [ ! -s "$SPLITSERVE_PIDFILE" ] && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done',
                 'pid=$(cat "$SPLITSERVE_PIDFILE"); rm -f "$SPLITSERVE_PIDFILE"',
                 '[ -n "$pid" ] || { echo "the process did not start" >&2; exit 3; }',
@@ -268,20 +263,6 @@ class SshNode(Node):
         size = int(first) if first.strip().isdigit() else offset
         start = offset if size >= offset else 0
         return body.decode("utf-8", "replace"), start + len(body)
-
-
-def remote_env(env: dict[str, str]) -> dict[str, str]:
-    """The part of ``env`` meant for the remote process: what differs from this machine's own
-    environment (callers may pass a full local environment, as for a local process)."""
-    out = {}
-    for key, value in env.items():
-        local = os.environ.get(key)
-        if key == "LD_LIBRARY_PATH" and local and value.endswith(os.pathsep + local):
-            value = value[: -len(local) - 1]
-        elif local is not None and local == value:
-            continue
-        out[key] = value
-    return out
 
 
 def _last_line(raw: bytes) -> str:

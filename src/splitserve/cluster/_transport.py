@@ -12,6 +12,7 @@ forward a port. :class:`LocalNode` runs on this machine;
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -44,6 +45,49 @@ def sh_path(path: str | Path) -> str:
     elif text.startswith("/"):
         return shlex.quote(text)
     return '"$HOME"/' + shlex.quote(text)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def remote_env(env: dict[str, str]) -> dict[str, str]:
+    """The part of ``env`` meant for a remote process: what differs from this machine's own
+    environment (callers may pass a full local environment, as for a local process)."""
+    out = {}
+    for key, value in env.items():
+        local = os.environ.get(key)
+        if key == "LD_LIBRARY_PATH" and local and value.endswith(os.pathsep + local):
+            value = value[: -len(local) - 1]
+        elif local is not None and local == value:
+            continue
+        out[key] = value
+    return out
+
+
+def sh_env_value(key: str, value: str) -> str:
+    """An environment value as a node's shell word: ``LD_LIBRARY_PATH``'s folders as node paths
+    (``~`` expanded there) before the node's own library path; other values quoted."""
+    if not _ENV_NAME.fullmatch(key):
+        raise ClusterError(f"bad environment variable name {key!r}")
+    if key == "LD_LIBRARY_PATH":
+        parts = ":".join(sh_path(p) for p in value.split(":") if p)
+        return f'{parts}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+    return shlex.quote(value)
+
+
+def sh_program(argv: list[str]) -> str:
+    """A command line as a node's shell runs it: the program as a node path (``~/x`` is
+    ``"$HOME"/x``; a bare name is looked up in the node's PATH), the arguments quoted."""
+    first = argv[0]
+    program = sh_path(first) if "/" in first or first.startswith("~") else shlex.quote(first)
+    return " ".join([program, *(shlex.quote(a) for a in argv[1:])])
+
+
+def sh_command(argv: list[str], env: dict[str, str]) -> str:
+    """One line a node's shell runs as is (what `up --dry-run` prints for a remote process, and
+    what :class:`~._ssh.SshNode` starts): ``KEY=value ... program args``."""
+    envs = " ".join(f"{k}={sh_env_value(k, v)}" for k, v in env.items())
+    return (envs + " " if envs else "") + sh_program(argv)
 
 
 class PortForward:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -141,18 +140,36 @@ def fake_network() -> FakeNetwork:
     return net
 
 
+HOME = "/home/splitserve-test"
+
+
+def shell_words(line: str) -> list[str]:
+    """The words a real bash makes of a printed line (``~``/``$HOME`` expanded with HOME as
+    above, nothing run), the environment assignments in front dropped."""
+    script = 'words() { printf "%s\\0" "$@"; }; eval "words $1"'
+    res = subprocess.run(["bash", "-c", script, "bash", line], capture_output=True, check=True,
+                         env={"HOME": HOME, "PATH": "/usr/bin:/bin"})
+    words = res.stdout.decode().split("\0")[:-1]
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        words.pop(0)  # the environment the command runs with
+    return words
+
+
 def printed_commands(output: str) -> list[tuple[str, str, list[str]]]:
-    """(host, log, argv) of every start step of a dry-run's output, in order."""
+    """(host, log, argv) of every start step of a dry-run's output, in order, as a shell on that
+    host runs it (a remote argv's ``~/`` is that node's home)."""
     lines = output.splitlines()
     out = []
     for i, line in enumerate(lines):
         m = re.fullmatch(r"#    on (\S+), log (.+)", line)
         if m:
-            words = shlex.split(lines[i + 1])
-            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
-                words.pop(0)  # the environment the command runs with
-            out.append((m.group(1), m.group(2), words))
+            out.append((m.group(1), m.group(2), shell_words(lines[i + 1])))
     return out
+
+
+def home(argv: list[str]) -> list[str]:
+    """An argv as the node's shell sees it: a leading ``~/`` is the home folder."""
+    return [HOME + a[1:] if a.startswith("~/") else a for a in argv]
 
 
 def dry_run(monkeypatch: pytest.MonkeyPatch, config: Path, net: FakeNetwork) -> tuple[str, list[dict[str, Any]]]:
@@ -180,7 +197,7 @@ def test_up_runs_exactly_what_the_dry_run_printed(
     assert net.spawned == [], "the dry-run starts nothing"
 
     up(load_spec(config), preflight=False, edges=net.edges(FakeEngine()))
-    ran = [(p.node, str(p.log), p.argv) for p in net.spawned]
+    ran = [(p.node, str(p.log), home(p.argv)) for p in net.spawned]
     assert printed_commands(printed) == ran
 
 
@@ -214,3 +231,23 @@ def test_the_three_node_dry_run_shows_the_engine_check_and_the_cache_drops(
     ]
     hosts = [h for h, _l, _a in printed_commands(printed)]
     assert hosts == ["local", "spark2", "spark3", "local"]
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_every_dry_run_line_is_valid_shell(
+    name: str, write_spec: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed, _ = dry_run(monkeypatch, write_spec(SPECS[name]), fake_network())
+    for line in printed.splitlines():
+        res = subprocess.run(["bash", "-n", "-c", line], capture_output=True, text=True)
+        assert res.returncode == 0, f"{line!r}: {res.stderr}"
+
+
+def test_a_remote_line_expands_the_tilde_on_the_node(
+    write_spec: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed, _ = dry_run(monkeypatch, write_spec(THREE_NODES), fake_network())
+    (line,) = [ln for ln in printed.splitlines() if "-H 10.20.20.2" in ln]
+    assert "'~" not in line and "~/" not in line, line
+    assert line.startswith('LD_LIBRARY_PATH="$HOME"/.cache/splitserve/engines/b4000-cpu"${LD_LIBRARY_PATH:+')
+    assert shell_words(line)[0] == f"{HOME}/.cache/splitserve/engines/b4000-cpu/ggml-rpc-server"
