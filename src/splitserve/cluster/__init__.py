@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._checks import LINK_RTT_MEANING, LINK_RTT_WARN_MS, link_rtt_status
 from ._commands import (
     LaunchPlan,
     ProcessPlan,
@@ -59,6 +60,8 @@ from ._systemd import systemd_units
 from ._transport import LocalNode, LocalTransport, Node, PortForward, ProcessRef, Transport, read_tail
 
 __all__ = [
+    "LINK_RTT_MEANING",
+    "LINK_RTT_WARN_MS",
     "REAL_EDGES",
     "STATE_FILE",
     "Backoff",
@@ -119,6 +122,7 @@ __all__ = [
     "gather_engine_facts",
     "gather_facts",
     "launch_plan",
+    "link_rtt_status",
     "load_progress",
     "load_spec",
     "load_warnings",

@@ -9,7 +9,8 @@ Checks: ``model`` (on the head, the only node that reads it: there, whole, a GGU
 :mod:`._model_rows`), ``ssh`` (reachable, BatchMode), ``engine`` (present, same build or
 protocol), ``memory`` (free memory against the node's share of the weights),
 ``oom-killer`` (earlyoom / systemd-oomd would SIGTERM the server mid-load),
-``link`` (TCP connect round trip from the head to the worker's bind address),
+``link`` (the link RTT: the lowest of 5 TCP handshakes from the head to the worker's bind address;
+see :data:`._checks.LINK_RTT_MEANING`),
 ``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
 address of the node, not public or wildcard unless allowed; llama-server and
 the gateway beyond loopback only with a key), ``smoke`` (the
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import re
 import socket
-import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,7 +37,7 @@ from typing import Any
 from .._errors import ClusterError, SplitserveError
 from .._net import is_loopback
 from ..engine import Engine
-from ._checks import CheckRow
+from ._checks import LINK_RTT_WARN_MS, CheckRow, link_rtt_status
 from ._edges import port_in_use, probe_port
 from ._model_rows import model_rows
 from ._spec import ClusterSpec, WorkerSpec, is_local_host, server_auth_problem, unsafe_bind
@@ -48,7 +48,7 @@ OOM_KILLERS = {
     "oomd": "sudo systemctl disable --now oomd",
     "nohang": "sudo systemctl disable --now nohang",
 }
-RTT_WARN_MS = 1.0
+RTT_WARN_MS = LINK_RTT_WARN_MS
 COPIED = "copied the head's build"
 """In an ``engine`` row: preflight copied the engine there (``up`` reports it as done)."""
 
@@ -159,7 +159,8 @@ def _mib(n: float) -> str:
 
 
 def _connect_rtt_ms(host: str, port: int, tries: int = 5, timeout: float = 2.0) -> tuple[float | None, str]:
-    """Median TCP connect time (a refused connect is one round trip too)."""
+    """The link RTT (:data:`._checks.LINK_RTT_MEANING`): the lowest of ``tries`` TCP handshakes,
+    each one round trip that the far kernel answers (SYN-ACK, or RST for a port nothing serves)."""
     times = []
     for _ in range(tries):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -173,7 +174,7 @@ def _connect_rtt_ms(host: str, port: int, tries: int = 5, timeout: float = 2.0) 
             except OSError as exc:
                 return None, exc.strerror or str(exc)
             times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times), ""
+    return min(times), ""
 
 
 def _local_port_busy(bind: str, port: int) -> bool | None:
@@ -626,19 +627,21 @@ def _link_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
                     "check the link's addresses and routes, and that no firewall drops the port",
                 )
             )
-        elif rtt > RTT_WARN_MS:
+        elif link_rtt_status(rtt) == "warn":
             rows.append(
                 CheckRow(
                     "link",
                     w.name,
                     "warn",
-                    f"TCP connect to {w.bind} takes {rtt:.2f} ms (over {RTT_WARN_MS:g} ms): "
-                    "WiFi instead of the fast link?",
+                    f"link RTT to {w.bind}: {rtt:.3f} ms (lowest of 5 TCP handshakes; over {RTT_WARN_MS:g} ms): "
+                    "WiFi or a routed path instead of the direct link?",
                     "set bind to the worker's address on the direct/fast link",
                 )
             )
         else:
-            rows.append(CheckRow("link", w.name, "pass", f"TCP connect to {w.bind}: {rtt:.3f} ms"))
+            rows.append(
+                CheckRow("link", w.name, "pass", f"link RTT to {w.bind}: {rtt:.3f} ms (lowest of 5 TCP handshakes)")
+            )
     return rows
 
 

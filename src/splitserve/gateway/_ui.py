@@ -17,6 +17,7 @@ planner's figures for the spec, the gateway's prometheus registry, and the newes
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -107,14 +108,16 @@ def find_root(port: int, engine_url: str) -> Path | None:
 # -- readings ----------------------------------------------------------------------------------------
 
 _SS_PEER = re.compile(r"^\S+\s+\S+\s+(?P<local>\S+)\s+(?P<peer>\S+)")
-_SS_RTT = re.compile(r"\brtt:(?P<rtt>[\d.]+)/")
+_SS_MINRTT = re.compile(r"\bminrtt:(?P<rtt>[\d.]+)")
 _SS_ACKED = re.compile(r"\bbytes_acked:(?P<n>\d+)")
 
 
 def parse_ss(text: str, endpoints: set[str]) -> dict[str, dict[str, float]]:
-    """``ss -tinH state established`` output -> per peer endpoint: ``rtt_ms`` (the kernel's
-    smoothed round trip of the connection) and ``bytes_sent`` (acknowledged bytes), summed over
-    the connections to one endpoint."""
+    """``ss -tinH state established`` output -> per peer endpoint: ``rtt_ms``, the link RTT as
+    preflight measures it (:data:`splitserve.cluster.LINK_RTT_MEANING`): the kernel's ``minrtt`` of
+    the connection, the lowest over the connections to one endpoint; and ``bytes_sent``
+    (acknowledged bytes), summed over them. The smoothed ``rtt:`` is not read: on a busy RPC
+    connection it holds delayed ACKs and the worker's compute time."""
     out: dict[str, dict[str, float]] = {}
     peer: str | None = None
     for line in text.splitlines():
@@ -124,10 +127,10 @@ def parse_ss(text: str, endpoints: set[str]) -> dict[str, dict[str, float]]:
             continue
         if peer is None:
             continue
-        rtt, acked = _SS_RTT.search(line), _SS_ACKED.search(line)
-        link = out.setdefault(peer, {"rtt_ms": 0.0, "bytes_sent": 0.0})
+        rtt, acked = _SS_MINRTT.search(line), _SS_ACKED.search(line)
+        link = out.setdefault(peer, {"bytes_sent": 0.0})
         if rtt:
-            link["rtt_ms"] = max(link["rtt_ms"], float(rtt.group("rtt")))
+            link["rtt_ms"] = min(link.get("rtt_ms", math.inf), float(rtt.group("rtt")))
         if acked:
             link["bytes_sent"] += float(acked.group("n"))
         peer = None

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster import ClusterState
+from ..cluster import LINK_RTT_MEANING, LINK_RTT_WARN_MS, ClusterState, link_rtt_status
 
 Sample = tuple[str, dict[str, str], float]
 """One prometheus sample: its name (``splitserve_requests_total``), labels and value."""
@@ -44,7 +44,8 @@ class Snapshot:
     slots: list[dict[str, Any]] | None = None
     slots_error: str | None = None
     links: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Worker ``host:port`` -> ``rtt_ms``, ``bytes_sent`` of the head's socket to it."""
+    """Worker ``host:port`` -> ``rtt_ms`` (the link RTT: the kernel's ``minrtt``), ``bytes_sent`` of
+    the head's socket to it."""
     plan: dict[str, Any] | None = None
     """:meth:`Plan.to_dict` for the cluster's spec."""
     plan_note: str | None = None
@@ -310,6 +311,9 @@ def nodes_view(snap: Snapshot, history: History) -> list[dict[str, Any]]:
                 "link": (
                     {
                         "rtt_ms": link.get("rtt_ms"),
+                        "rtt_status": link_rtt_status(link["rtt_ms"]) if "rtt_ms" in link else None,
+                        "rtt_warn_ms": LINK_RTT_WARN_MS,
+                        "rtt_meaning": LINK_RTT_MEANING,
                         "bytes_sent": int(link.get("bytes_sent") or 0),
                         "bytes_per_s": history.link_rate.get(ep),
                     }

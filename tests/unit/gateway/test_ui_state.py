@@ -173,18 +173,43 @@ def test_without_a_cluster_the_view_is_the_gateway_alone() -> None:
 
 
 SS = """0      0          127.0.0.1:35876    127.0.0.1:50052
-\t bbr wscale:10,10 rto:204 rtt:1.645/2.331 ato:40 bytes_sent:36044615 bytes_acked:36044300 bytes_received:11868
+\t bbr wscale:10,10 rto:204 rtt:1.645/2.331 ato:40 bytes_sent:36044615 bytes_acked:36044300 bytes_received:11868 minrtt:0.011
+0      0          127.0.0.1:35880    127.0.0.1:50052
+\t bbr rtt:5.4/2.0 bytes_acked:100 minrtt:0.009 snd_wnd:65536
 0      0          127.0.0.1:50052    127.0.0.1:35876
-\t bbr rtt:0.038/0.03 bytes_sent:11868 bytes_acked:11868 bytes_received:36044299
+\t bbr rtt:0.038/0.03 bytes_sent:11868 bytes_acked:11868 bytes_received:36044299 minrtt:0.004
 0      0          [::1]:40000    [::1]:50053
-\t cubic rtt:0.2/0.1 bytes_acked:5
+\t cubic rtt:0.2/0.1 bytes_acked:5 minrtt:1.7
 """
 
 
-def test_parse_ss_reads_the_heads_side_of_each_worker_link() -> None:
+def test_parse_ss_reads_the_link_rtt_as_the_kernels_minrtt_of_the_heads_side() -> None:
+    # the smoothed rtt (1.645, 5.4 ms on loopback) holds delayed ACKs and compute time: not the link
     links = parse_ss(SS, {"127.0.0.1:50052", "[::1]:50053", "127.0.0.1:9"})
-    assert links == {"127.0.0.1:50052": {"rtt_ms": 1.645, "bytes_sent": 36044300.0},
-                     "[::1]:50053": {"rtt_ms": 0.2, "bytes_sent": 5.0}}
+    assert links == {"127.0.0.1:50052": {"rtt_ms": 0.009, "bytes_sent": 36044400.0},
+                     "[::1]:50053": {"rtt_ms": 1.7, "bytes_sent": 5.0}}
+
+
+def test_the_page_warns_on_the_link_rtt_exactly_where_preflight_does(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from splitserve.cluster import LINK_RTT_MEANING, LINK_RTT_WARN_MS, _preflight
+    from splitserve.cluster._spec import WorkerSpec
+
+    def page(rtt: float) -> dict:
+        out = assemble(_snap(10.0, links={"127.0.0.1:50052": {"rtt_ms": rtt, "bytes_sent": 0}}), History())
+        return {n["node"]: n for n in out["nodes"]}["w1"]["link"]
+
+    def preflight(rtt: float) -> str:
+        monkeypatch.setattr(_preflight, "_connect_rtt_ms", lambda *a, **k: (rtt, ""))
+        spec = type("S", (), {"workers": [WorkerSpec(name="w1", port=50052)]})()
+        (row,) = _preflight._link_rows(spec, {"local": object()}, lambda w: "local")  # type: ignore[arg-type]
+        return row.status
+
+    for rtt in (0.009, 0.5, LINK_RTT_WARN_MS, LINK_RTT_WARN_MS + 0.001, 5.4):
+        link = page(rtt)
+        assert link["rtt_status"] == preflight(rtt), rtt
+        assert link["rtt_warn_ms"] == LINK_RTT_WARN_MS and link["rtt_meaning"] == LINK_RTT_MEANING
+    assert page(0.009)["rtt_status"] == "pass" and page(5.4)["rtt_status"] == "warn"
+    assert "lowest TCP round trip" in LINK_RTT_MEANING
 
 
 def test_find_runs_picks_the_newest_bench_and_eval_with_their_plots(tmp_path: Path) -> None:

@@ -83,7 +83,8 @@
         <td class="num">${n.role === "gateway" ? "" : two(p.kv_bytes, m.kv_bytes)}</td>
         <td class="num">${n.role === "gateway" ? "" : two(p.compute_bytes, (m.compute_bytes || 0) + (m.output_bytes || 0))}</td>
         <td class="num">${n.role === "gateway" ? "" : two(p.headroom_bytes, n.headroom_bytes)}</td>
-        <td class="num rtt">${n.link ? fix(n.link.rtt_ms, 3) + " ms" : ""}</td>
+        <td class="num rtt ${n.link && n.link.rtt_status === "warn" ? "warn" : ""}" data-rtt-status="${esc(n.link ? n.link.rtt_status : "")}"
+          title="${n.link ? esc(n.link.rtt_meaning + "; over " + n.link.rtt_warn_ms + " ms is a warning, as in preflight") : ""}">${n.link ? fix(n.link.rtt_ms, 3) + " ms" : ""}</td>
         <td class="load">${load}</td></tr>`;
     });
     $("nodes").tBodies[0].innerHTML = rows.join("") || `<tr><td colspan="10" class="muted">no cluster state found (a gateway started by <code>splitserve up</code> shows its nodes here)</td></tr>`;
