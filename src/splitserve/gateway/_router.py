@@ -1,0 +1,408 @@
+"""Replicas behind one gateway: which engine serves a request.
+
+    Router(names)                      # pure: replica states, in-flight counts, session affinity
+    ReplicaBackend({name: backend})    # an EngineBackend over several: each request to one replica
+
+A session (the ``X-Session-Id`` header, the request's ``user``, Anthropic's ``metadata.user``; the
+prompt's first characters when none is given) sticks to the replica that served it first, so an
+agent loop finds its prompt in that engine's cache. A new session goes to the least-loaded replica
+that is up: load is the larger of the gateway's own requests in flight there and the engine's busy
+slots (the two count the same requests), then the fewer sessions held, then the spec's order.
+
+A replica that is down or loading gets no new request. A request that never reached its engine
+(the connection was refused, or the engine answered 503 while loading) is sent once to another
+replica; a stream that broke after it began is not retried (its client already has tokens): the
+gateway ends it with an error event. Replicas marked down are probed again (``health()``) before a
+request is refused for want of one, and every ``probe_interval`` seconds while one is down.
+
+The gateway passes the session to :class:`ReplicaBackend` in the request body under
+:data:`SESSION_FIELD`, which is removed before the body reaches an engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import EngineError
+from ..engine import (
+    CompletionStream,
+    EngineBackend,
+    EngineHealth,
+    EngineHTTPError,
+    EngineReply,
+    EngineUnavailable,
+)
+
+SESSION_FIELD = "splitserve_session"
+"""The body key under which the gateway hands the session key to :class:`ReplicaBackend`."""
+PREFIX_CHARS = 2048
+"""Characters of the prompt that key a request without a session (system prompt and tools)."""
+
+
+@dataclass
+class ReplicaState:
+    """What the router knows of one replica."""
+
+    name: str
+    status: str = "ok"  #: ``ok``, ``loading``, ``error`` or ``down`` (an :class:`EngineHealth` status)
+    running: int = 0  #: this gateway's requests in flight there
+    busy_slots: int = 0  #: the engine's own count of slots processing (from ``/slots``), when known
+    sessions: int = 0  #: sessions whose affinity is this replica
+    served: int = 0  #: requests sent there
+    retried_away: int = 0  #: requests that met it down or loading and went elsewhere
+    down_since: float | None = None
+
+    @property
+    def load(self) -> int:
+        return max(self.running, self.busy_slots)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "running": self.running,
+            "busy_slots": self.busy_slots,
+            "sessions": self.sessions,
+            "served": self.served,
+            "retried_away": self.retried_away,
+        }
+
+
+class NoReplica(Exception):
+    """No replica can take a request now; ``loading`` when at least one is loading."""
+
+    def __init__(self, message: str, loading: bool) -> None:
+        super().__init__(message)
+        self.loading = loading
+
+
+class Router:
+    """Replica choice (see the module); pure and synchronous, the caller does the I/O."""
+
+    def __init__(self, names: list[str], max_sessions: int = 4096) -> None:
+        if not names:
+            raise ValueError("Router: no replicas")
+        self.replicas = [ReplicaState(n) for n in names]
+        self.max_sessions = max_sessions
+        self._affinity: OrderedDict[str, int] = OrderedDict()
+
+    def index(self, name: str) -> int:
+        return [r.name for r in self.replicas].index(name)
+
+    def pick(self, key: str | None, exclude: tuple[int, ...] = ()) -> int:
+        """The replica for a request of session ``key`` (None: no affinity), not one of ``exclude``.
+
+        Raises :class:`NoReplica` when none is up."""
+        up = [i for i, r in enumerate(self.replicas) if r.status == "ok" and i not in exclude]
+        if not up:
+            states = ", ".join(f"{r.name} {r.status}" for r in self.replicas)
+            loading = any(r.status == "loading" for r in self.replicas)
+            raise NoReplica(f"no replica can take the request ({states})", loading)
+        if key is not None:
+            held = self._affinity.get(key)
+            if held is not None and held in up:
+                self._affinity.move_to_end(key)
+                return held
+        choice = min(up, key=lambda i: (self.replicas[i].load, self.replicas[i].sessions, i))
+        if key is not None:
+            self._bind(key, choice)
+        return choice
+
+    def _bind(self, key: str, i: int) -> None:
+        old = self._affinity.pop(key, None)
+        if old is not None:
+            self.replicas[old].sessions -= 1
+        self._affinity[key] = i
+        self.replicas[i].sessions += 1
+        while len(self._affinity) > self.max_sessions:
+            _, dropped = self._affinity.popitem(last=False)
+            self.replicas[dropped].sessions -= 1
+
+    def holder(self, key: str) -> int | None:
+        """The replica a session sticks to (None: none yet)."""
+        return self._affinity.get(key)
+
+    def started(self, i: int) -> None:
+        self.replicas[i].running += 1
+        self.replicas[i].served += 1
+
+    def finished(self, i: int) -> None:
+        self.replicas[i].running = max(0, self.replicas[i].running - 1)
+
+    def set_status(self, i: int, status: str, now: float | None = None) -> None:
+        r = self.replicas[i]
+        if status != "ok" and r.status == "ok":
+            r.down_since = time.monotonic() if now is None else now
+        elif status == "ok":
+            r.down_since = None
+        r.status = status
+
+    def set_busy(self, i: int, busy: int) -> None:
+        self.replicas[i].busy_slots = max(0, busy)
+
+    def any_not_ok(self) -> bool:
+        return any(r.status != "ok" for r in self.replicas)
+
+
+def session_of(body: dict[str, Any]) -> str | None:
+    """The routing key of a request body (its session, else its prompt's prefix); removes
+    :data:`SESSION_FIELD` from the body."""
+    session = body.pop(SESSION_FIELD, None)
+    if isinstance(session, str) and session:
+        return "s:" + session
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        return "p:" + hashlib.sha1(prompt[:PREFIX_CHARS].encode("utf-8", "replace")).hexdigest()
+    return None
+
+
+def _failover(exc: Exception) -> str | None:
+    """The replica status an error shows before any token was sent (None: not a reason to retry)."""
+    if isinstance(exc, EngineUnavailable):
+        return "down"
+    if isinstance(exc, EngineHTTPError) and exc.status == 503:
+        return "loading"
+    return None
+
+
+class _RoutedStream(CompletionStream):
+    """One streamed completion on the replica the router picks, tried once more elsewhere when
+    the first one turns out to be down or loading before it answered."""
+
+    def __init__(self, owner: ReplicaBackend, body: dict[str, Any]) -> None:
+        self.owner = owner
+        self.body = body
+        self.key = session_of(body)
+        self.replica: int | None = None
+        self.inner: CompletionStream | None = None
+
+    async def open(self) -> None:
+        tried: tuple[int, ...] = ()
+        while True:
+            i = await self.owner.choose(self.key, tried)
+            inner = self.owner.backends[i].stream(self.body)
+            self.owner.router.started(i)
+            try:
+                await inner.open()
+            except Exception as exc:
+                self.owner.router.finished(i)
+                status = _failover(exc)
+                if status is None or len(tried) >= 1:
+                    if status is not None:
+                        self.owner.mark(i, status)
+                    raise
+                self.owner.mark(i, status)
+                self.owner.router.replicas[i].retried_away += 1
+                with contextlib.suppress(Exception):
+                    await inner.aclose()
+                tried += (i,)
+                continue
+            self.replica, self.inner = i, inner
+            return
+
+    async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+        assert self.inner is not None, "open() first"
+        async for batch in self.inner.batches():
+            yield batch
+
+    async def aclose(self) -> None:
+        inner, self.inner = self.inner, None
+        if inner is not None:
+            try:
+                await inner.aclose()
+            finally:
+                if self.replica is not None:
+                    self.owner.router.finished(self.replica)
+
+
+class ReplicaBackend(EngineBackend):
+    """One :class:`EngineBackend` over several replicas of the same model (see the module)."""
+
+    def __init__(self, backends: Mapping[str, EngineBackend], *, probe_interval: float = 1.0) -> None:
+        if not backends:
+            raise ValueError("ReplicaBackend: no replicas")
+        self.names = list(backends)
+        self.backends = [backends[n] for n in self.names]
+        self.router = Router(self.names)
+        self.url = ", ".join(f"{n}={b.url}" for n, b in zip(self.names, self.backends, strict=True))
+        self.probe_interval = probe_interval
+        self._probe: asyncio.Task[None] | None = None
+
+    # -- routing -----------------------------------------------------------------------------
+    def mark(self, i: int, status: str) -> None:
+        self.router.set_status(i, status)
+        if status != "ok":
+            self._start_probing()
+
+    async def choose(self, key: str | None, exclude: tuple[int, ...] = ()) -> int:
+        """:meth:`Router.pick`, after a fresh look at the replicas when none seems up."""
+        try:
+            return self.router.pick(key, exclude)
+        except NoReplica:
+            await self.health()
+        try:
+            return self.router.pick(key, exclude)
+        except NoReplica as exc:
+            if exc.loading:
+                raise EngineHTTPError(503, f'{{"error": {{"code": 503, "message": "{exc}"}}}}') from None
+            raise EngineUnavailable(str(exc), url=self.url, path="", reason="no replica up") from None
+
+    def _start_probing(self) -> None:
+        if self._probe is not None and not self._probe.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._probe = loop.create_task(self._probe_loop())
+
+    async def _probe_loop(self) -> None:
+        while self.router.any_not_ok():
+            await asyncio.sleep(self.probe_interval)
+            await self.health()
+
+    def state(self) -> list[dict[str, Any]]:
+        """Each replica's state, for ``status`` and the live page."""
+        return [r.as_dict() for r in self.router.replicas]
+
+    # -- the interface -----------------------------------------------------------------------
+    async def health(self) -> EngineHealth:
+        """Every replica's health (each one's status is updated); ok when one is."""
+        answers = await asyncio.gather(*(b.health() for b in self.backends))
+        for i, h in enumerate(answers):
+            self.router.set_status(i, h.status)
+        for h in answers:
+            if h.ok:
+                return h
+        for h in answers:
+            if h.status == "loading":
+                return h
+        detail = "; ".join(f"{n}: {h.message}" for n, h in zip(self.names, answers, strict=True))
+        return EngineHealth(answers[0].status, answers[0].http_status, detail, answers[0].retry_after)
+
+    async def _any(self) -> EngineBackend:
+        return self.backends[await self.choose(None)]
+
+    async def props(self, timeout: float | None = None) -> dict[str, Any]:
+        return await (await self._any()).props(timeout)
+
+    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The slots of one replica (each has the same ``--parallel``); :meth:`all_slots` for all."""
+        return await (await self._any()).slots(timeout)
+
+    async def all_slots(self, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Every replica's slots (an empty list for one that does not answer); updates their load."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for i, (name, b) in enumerate(zip(self.names, self.backends, strict=True)):
+            try:
+                slots = await b.slots(timeout)
+            except EngineError:
+                slots = []
+            self.router.set_busy(i, sum(1 for s in slots if s.get("is_processing")))
+            out[name] = slots
+        return out
+
+    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        return await (await self._any()).tokenize(text, add_special)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return await (await self._any()).detokenize(tokens)
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = session_of(body)
+        tried: tuple[int, ...] = ()
+        while True:
+            i = await self.choose(key, tried)
+            self.router.started(i)
+            try:
+                return await self.backends[i].complete(body)
+            except Exception as exc:
+                status = _failover(exc)
+                if status is not None:
+                    self.mark(i, status)
+                if status is None or tried:
+                    raise
+                self.router.replicas[i].retried_away += 1
+                tried += (i,)
+            finally:
+                self.router.finished(i)
+
+    def stream(self, body: dict[str, Any]) -> CompletionStream:
+        return _RoutedStream(self, body)
+
+    async def metrics(self) -> bytes | None:
+        """Every replica's Prometheus text, each sample labelled ``replica="NAME"``."""
+        seen: set[bytes] = set()
+        out: list[bytes] = []
+        for name, b in zip(self.names, self.backends, strict=True):
+            text = await b.metrics()
+            if not text:
+                continue
+            for line in text.splitlines():
+                if line.startswith(b"#"):
+                    if line not in seen:
+                        seen.add(line)
+                        out.append(line)
+                elif line.strip():
+                    out.append(label_sample(line, name))
+        return b"\n".join(out) + b"\n" if out else None
+
+    async def relay(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str = "",
+        content: bytes = b"",
+        content_type: str | None = None,
+        check: bool = False,
+    ) -> EngineReply:
+        i = await self.choose(None)
+        self.router.started(i)
+        try:
+            reply = await self.backends[i].relay(
+                method, path, query=query, content=content, content_type=content_type, check=check
+            )
+        except Exception:
+            self.router.finished(i)
+            raise
+        closer = reply.closer
+        if closer is None:
+            self.router.finished(i)
+            return reply
+
+        async def close() -> None:
+            try:
+                await closer()
+            finally:
+                self.router.finished(i)
+
+        reply.closer = close
+        return reply
+
+    async def aclose(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._probe
+        for b in self.backends:
+            await b.aclose()
+
+
+def label_sample(line: bytes, replica: str) -> bytes:
+    """A Prometheus sample line with ``replica="NAME"`` added to its labels."""
+    label = b'replica="' + replica.replace("\\", "\\\\").replace('"', '\\"').encode() + b'"'
+    brace, space = line.find(b"{"), line.find(b" ")
+    if brace != -1 and (space == -1 or brace < space):
+        end = line.rfind(b"}")
+        inside = line[brace + 1 : end]
+        return line[: brace + 1] + inside + (b"," if inside.strip() else b"") + label + line[end:]
+    name, sep, rest = line.partition(b" ")
+    return name + b"{" + label + b"}" + sep + rest
