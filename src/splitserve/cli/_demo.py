@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from .._assets import smollm2_path
 from .._demo import DEFAULT_PROMPT, run_demo
 from ..cluster import Event
 from ..engine import BuildOptions
@@ -39,6 +40,7 @@ def demo_cmd(
     """
     console = make_console(stderr=as_json)
     t0 = time.monotonic()
+    smollm2_path()  # the model first: a missing package says its install command before a long build
     engine, _ = build_with_progress(BuildOptions(backend="cpu"))
     console.print(f"engine: {engine.key}")
     console.print("starting 2 RPC workers, llama-server (SmolLM2-135M-Instruct, layers split 1:1) and the gateway")

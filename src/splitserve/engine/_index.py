@@ -269,7 +269,7 @@ def find_pip() -> PipCommand | None:
     if importlib.util.find_spec("pip") is not None:
         return PipCommand((sys.executable, "-m", "pip"), "pip in this environment")
     base = getattr(sys, "_base_executable", None)
-    if base and Path(base).resolve() != Path(sys.executable).resolve() and _runs([base, "-m", "pip"]):
+    if base and sys.prefix != sys.base_prefix and _runs([base, "-m", "pip"]):
         return PipCommand((base, "-m", "pip"), f"the base interpreter's pip ({base})")
     here = Path(sys.executable).parent
     for uv in (shutil.which("uv"), str(here / "uv") if (here / "uv").is_file() else None):
