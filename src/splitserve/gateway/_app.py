@@ -254,9 +254,13 @@ class Gateway:
         keys = self.config.keys
         if not keys.enabled:
             return "anonymous"
-        name = keys.check(request.headers.get("authorization"))
+        name = keys.check(request.headers.get("authorization")) or keys.check_key(request.headers.get("x-api-key"))
         if name is None:
-            raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'", code="invalid_api_key")
+            raise APIError(
+                401,
+                "missing or invalid API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+                code="invalid_api_key",
+            )
         _record(request).key = name
         return name
 
@@ -715,6 +719,9 @@ def create_app(config: GatewayConfig, backend: EngineBackend | None = None) -> S
         Route("/metrics", _wrap(gw, "metrics", gw.prometheus), methods=["GET"]),
     ]
     routes += ui_routes(gw)  # the dashboard: /ui, /ui/state
+    from ._messages import messages_routes  # here: _messages imports this module
+
+    routes += messages_routes(gw, _wrap)  # the Anthropic Messages API: /v1/messages, count_tokens
     for path in NATIVE_ENDPOINTS:
         handler = functools.partial(gw.native, path=path)
         routes.append(Route(path, _wrap(gw, "native", handler), methods=["GET", "POST"]))

@@ -50,7 +50,13 @@ class KeyRing:
         """The key's name for an ``Authorization: Bearer KEY`` header, or None."""
         if not authorization or not authorization.lower().startswith("bearer "):
             return None
-        digest = hash_key(authorization[7:].strip())
+        return self.check_key(authorization[7:])
+
+    def check_key(self, key: str | None) -> str | None:
+        """The key's name for a bare key (Anthropic's ``x-api-key`` header), or None."""
+        if not key or not key.strip():
+            return None
+        digest = hash_key(key.strip())
         for stored, name in self.hashes.items():
             if hmac.compare_digest(stored, digest):
                 return name
