@@ -35,12 +35,15 @@ def new_run_id(kind: str) -> str:
     return f"{kind}-{stamp}-{secrets.token_hex(2)}"
 
 
-def run_path(out: Path | None, kind: str) -> Path:
+def run_path(out: Path | None, kind: str, spec: Path | None = None) -> Path:
     """Where a bench command writes its run: ``out`` when it names a ``.json`` file, else a new
-    run id in the folder ``out`` (default ``bench-runs/``)."""
+    run id in the folder ``out``; by default in ``bench-runs/`` beside the cluster's ``spec`` file
+    (where the live page looks for the latest bench, whatever folder bench ran in), else in
+    ``./bench-runs/``."""
     if out is not None and out.suffix == ".json":
         return out
-    return (out or Path("bench-runs")) / f"{new_run_id(kind)}.json"
+    default = spec.resolve().parent / "bench-runs" if spec is not None else Path("bench-runs")
+    return (out or default) / f"{new_run_id(kind)}.json"
 
 
 class RequestRecord(BaseModel):

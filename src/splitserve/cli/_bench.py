@@ -231,9 +231,14 @@ def speed_cmd(
             help="a run of the same workloads without speculation: each output's agreement with it is recorded",
         ),
     ] = None,
-    out: OutOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="run file (.json) or folder (default bench-runs/ beside the -c spec, else ./bench-runs)"
+        ),
+    ] = None,
     label: LabelOpt = "",
-    report: ReportOpt = False,
+    report: ReportOpt = True,
     timeout: TimeoutOpt = 600.0,
     old_cluster: OldSpecOpt = None,
 ) -> None:
@@ -251,9 +256,8 @@ def speed_cmd(
 
     path = Path()
     try:
-        target, engine, facts = resolve_target(
-            url, renamed(config, old_cluster, "-c", "--cluster"), model, api_key, api
-        )
+        spec_file = renamed(config, old_cluster, "-c", "--cluster")
+        target, engine, facts = resolve_target(url, spec_file, model, api_key, api)
         target.ignore_eos = True if ignore_eos is None else ignore_eos
         target.timeout_s = timeout
         opts = SpeedOptions(
@@ -267,7 +271,7 @@ def speed_cmd(
             if not reference.is_file():
                 raise UsageError(f"--reference {reference}: no such run file")
             opts.reference = str(reference)
-        path = run_path(out, "speed")
+        path = run_path(out, "speed", spec_file)  # the report too (--no-report: none): the live page shows both
         with progress_bar(opts.total_requests(plan) + PROBES, "bench speed") as step:
             run, path = run_speed(target, opts, path, label, step, engine or None, facts, plan=plan)
         finish(run, path, report)
