@@ -16,6 +16,7 @@ Other libraries' errors are converted at the boundary where they occur.
     │   └── NotRunningError  a command that needs a running cluster found none
     ├── ModelError           a model file that cannot be read (path and cause)
     ├── UsageError           a bad command-line argument
+    │   └── AuthError        an endpoint answered 401: the key is missing or wrong
     ├── TemplateError        (chat._errors) a chat template that cannot be read or rendered
     │   └── TransplantError  a recipe block that did not match exactly once
     ├── UnknownFormatError   (chat._registry) a tool-call format name that is not registered
@@ -54,6 +55,16 @@ class UsageError(SplitserveError):
     exit_code = 2
 
 
+AUTH_FIX = "401 unauthorized: pass --api-key (or set SPLITSERVE_API_KEY)"
+
+
+class AuthError(UsageError):
+    """An endpoint answered 401 (bench, eval, doctor, tune): one line, whatever the step."""
+
+    def __init__(self, where: str = "") -> None:
+        super().__init__(f"{where}: {AUTH_FIX}" if where else AUTH_FIX)
+
+
 class EngineError(SplitserveError):
     """Building, locating or running the llama.cpp engine failed."""
 
@@ -84,6 +95,8 @@ class ModelError(SplitserveError):
 
 
 __all__ = [
+    "AUTH_FIX",
+    "AuthError",
     "BuildError",
     "ClusterError",
     "EngineError",

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from .._errors import NotRunningError, UsageError
+from .._errors import AuthError, NotRunningError, UsageError
 from ._records import RequestRecord
 from ._stream import DONE, SSEDecoder, StreamTimer, token_counts
 
@@ -92,7 +92,7 @@ class BenchClient:
                 f"cannot reach {self.target.v1} ({type(exc).__name__}: {exc}); is the server running?"
             ) from None
         if resp.status_code == 401:
-            raise UsageError(f"{self.target.v1}: 401 unauthorized; pass --api-key")
+            raise AuthError(f"{self.target.v1}/models")
         if resp.is_success:
             try:
                 ids = [m.get("id") for m in resp.json().get("data", []) if isinstance(m, dict)]
@@ -174,6 +174,8 @@ class BenchClient:
         try:
             async with self._http.stream("POST", self.target.v1 + path, json=body, headers=headers) as resp:
                 status = resp.status_code
+                if status == 401:  # every request would fail the same way: stop at once
+                    raise AuthError(self.target.v1 + path)
                 if not resp.is_success:
                     raw = (await resp.aread()).decode(errors="replace")
                     error = f"HTTP {status}: {_error_message(raw)}"

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import SplitserveError
+from .._errors import AuthError, SplitserveError
 from ._client import BenchClient
 from ._machine import machine_info
 from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, new_run_id
@@ -271,6 +271,8 @@ class PointRunner:
 
         try:
             asyncio.run(main())
+        except AuthError:
+            raise  # every point would be refused the same way
         except SplitserveError as exc:  # every probe failed, ...: this point has no figures
             sp.error = str(exc)
             self.writer.flush()

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from .._errors import SplitserveError
+from .._errors import AuthError, SplitserveError
 
 MARKERS = (
     "<tool_call>",
@@ -409,7 +409,10 @@ def prefill_message(template: str, case: Case) -> dict[str, Any]:
 def _eos_bias(http: httpx.Client, root: str) -> list[list[float]]:
     """A logit bias that makes llama-server's end-of-sequence token the only choice."""
     try:
-        eos = http.get(f"{root}/props").json()["eos_token"]
+        props = http.get(f"{root}/props")
+        if props.status_code == 401:
+            raise AuthError(f"{root}/props")
+        eos = props.json()["eos_token"]
         tokens = http.post(f"{root}/tokenize", json={"content": eos}).json()["tokens"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise SplitserveError(
@@ -472,8 +475,10 @@ def probe_tools(
         bias = _eos_bias(http, base[:-3]) if prefill_template is not None else None
         if model is None:
             try:
-                listing = http.get("/models").json()
-                model = listing["data"][0]["id"]
+                listed = http.get("/models")
+                if listed.status_code == 401:
+                    raise AuthError(f"{base}/models")
+                model = listed.json()["data"][0]["id"]
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 raise SplitserveError(
                     f"{base}/models: cannot list models ({type(exc).__name__}); pass --model"
@@ -502,6 +507,8 @@ def probe_tools(
                 if body.get("stream"):
                     with http.stream("POST", "/chat/completions", json=body) as resp:
                         check.http_status = resp.status_code
+                        if resp.status_code == 401:
+                            raise AuthError(f"{base}/chat/completions")
                         if resp.status_code != 200:
                             text = resp.read().decode("utf-8", "replace")
                             check.detail = f"HTTP {resp.status_code}: {text[:300]}"
@@ -516,6 +523,8 @@ def probe_tools(
                 else:
                     resp = http.post("/chat/completions", json=body)
                     check.http_status = resp.status_code
+                    if resp.status_code == 401:
+                        raise AuthError(f"{base}/chat/completions")
                     if resp.status_code != 200:
                         check.detail = f"HTTP {resp.status_code}: {resp.text[:300]}"
                         check.got = {"error": _error_body(resp.text)}
