@@ -20,8 +20,7 @@ from typing import Any
 
 import httpx
 
-from .._errors import SplitserveError, UsageError
-from ._bfcl import bfcl_item
+from .._errors import AuthError, SplitserveError, UsageError
 from ._grade import grade
 from ._play import play
 from ._records import RUN_FILE, read_records
@@ -65,6 +64,8 @@ def now() -> str:
 async def resolve_model(client: httpx.AsyncClient, url: str) -> str:
     try:
         resp = await client.get(f"{base_url(url)}/models")
+        if resp.status_code == 401:
+            raise AuthError(f"{base_url(url)}/models")
         resp.raise_for_status()
         return str(resp.json()["data"][0]["id"])
     except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
@@ -78,6 +79,8 @@ async def measure_decode(client: httpx.AsyncClient, url: str, model: str) -> flo
     started = time.monotonic()
     try:
         resp = await client.post(f"{base_url(url)}/chat/completions", json=body)
+        if resp.status_code == 401:
+            raise AuthError(f"{base_url(url)}/chat/completions")
         resp.raise_for_status()
         data = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
@@ -241,16 +244,8 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 trial = int(state.metadata["trial"])
                 budget_s = scenario.budget.timeout_seconds * scale
                 started_at, started = now(), time.monotonic()
-                if bfcl_item(scenario) is not None:  # BFCL items: its FC-mode loop, its checkers
-                    from ._bfcl_grade import grade_bfcl
-                    from ._bfcl_play import play_bfcl
-
-                    bfcl_trace, gen_s = await play_bfcl(scenario, get_model(), budget_s, opts.max_tokens)
-                    graded = grade_bfcl(scenario, bfcl_trace)
-                    trace: Any = bfcl_trace
-                else:
-                    trace, gen_s = await play(scenario, get_model(), budget_s, opts.max_tokens)
-                    graded = grade(scenario, trace)
+                trace, gen_s = await play(scenario, get_model(), budget_s, opts.max_tokens)
+                graded = grade(scenario, trace)
                 record_file.write(
                     trial_record(
                         scenario, trial, trace, graded, started_at, time.monotonic() - started, gen_s, budget_s
