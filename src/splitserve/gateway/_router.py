@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import EngineError
+from .._errors import EngineError, UsageError
 from ..engine import (
     CompletionStream,
     EngineBackend,
@@ -38,6 +38,7 @@ from ..engine import (
     EngineHTTPError,
     EngineReply,
     EngineUnavailable,
+    backend_for,
 )
 
 SESSION_FIELD = "splitserve_session"
@@ -406,3 +407,21 @@ def label_sample(line: bytes, replica: str) -> bytes:
         return line[: brace + 1] + inside + (b"," if inside.strip() else b"") + label + line[end:]
     name, sep, rest = line.partition(b" ")
     return name + b"{" + label + b"}" + sep + rest
+
+
+def engines_backend(url: str, api_key: str | None = None) -> EngineBackend:
+    """The backend of the gateway's ``--engine-url``: one engine, or replicas given as a
+    comma-separated list (``http://a:8080,http://b:8080``, or ``NAME=URL`` items to name them)."""
+    items = [u.strip() for u in url.split(",") if u.strip()]
+    if len(items) <= 1:
+        return backend_for(url.strip(), api_key=api_key)
+    named: dict[str, EngineBackend] = {}
+    for i, item in enumerate(items, 1):
+        name, sep, rest = item.partition("=")
+        if sep and "://" not in name and name:
+            named[name] = backend_for(rest, api_key=api_key)
+        else:
+            named[f"r{i}"] = backend_for(item, api_key=api_key)
+    if len(named) != len(items):
+        raise UsageError(f"--engine-url {url}: a replica name is given twice")
+    return ReplicaBackend(named)

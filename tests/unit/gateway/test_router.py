@@ -204,3 +204,19 @@ def test_metrics_carry_the_replica_label() -> None:
     assert 'x{replica="r0"} 1' in out and 'x{replica="r1"} 1' in out
     assert 'llamacpp:t{a="b c",replica="r1"} 2' in out
     assert label_sample(b"m{} 3", "r") == b'm{replica="r"} 3'
+
+
+def test_engine_url_list_gives_named_replicas() -> None:
+    from splitserve._errors import UsageError
+    from splitserve.engine import LlamaCppBackend
+    from splitserve.gateway._router import engines_backend
+
+    one = engines_backend("http://127.0.0.1:8080")
+    assert isinstance(one, LlamaCppBackend)
+    two = engines_backend("http://127.0.0.1:8080, http://127.0.0.1:8081")
+    assert isinstance(two, ReplicaBackend) and two.names == ["r1", "r2"]
+    named = engines_backend("spark1=http://127.0.0.1:8080,spark2=http://127.0.0.1:8081")
+    assert isinstance(named, ReplicaBackend) and named.names == ["spark1", "spark2"]
+    assert named.backends[1].url == "http://127.0.0.1:8081"
+    with pytest.raises(UsageError, match="given twice"):
+        engines_backend("a=http://127.0.0.1:1,a=http://127.0.0.1:2")
