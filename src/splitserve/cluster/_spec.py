@@ -37,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 import tomllib
@@ -477,12 +478,29 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
+def _table(loc: tuple[Any, ...]) -> str:
+    """Where ``loc``'s last key sits: ``in [[workers]]``, ``in [server]``, ``at the top level``."""
+    names = [str(p) for p in loc[:-1] if not isinstance(p, int)]
+    if not names:
+        return "at the top level"
+    array = len(loc) > 1 and isinstance(loc[-2], int)
+    return f"in [[{'.'.join(names)}]]" if array else f"in [{'.'.join(names)}]"
+
+
 def _message(err: Mapping[str, Any]) -> str:
     msg = str(err.get("msg", "invalid"))
     msg = re.sub(r"^Value error, ", "", msg)
     if err.get("type") == "extra_forbidden":
-        allowed = [k for k in _allowed_keys(tuple(err.get("loc", ()))) if k != "source_file"]
-        return f"unknown key; allowed: {', '.join(allowed)}" if allowed else "unknown key"
+        loc = tuple(err.get("loc", ()))
+        allowed = [k for k in _allowed_keys(loc) if k != "source_file"]
+        table = _table(loc)
+        given = str(loc[-1]) if loc else ""
+        prefixed = [k for k in allowed if k.startswith(given)] if len(given) >= 3 else []
+        close = sorted(prefixed, key=lambda k: -difflib.SequenceMatcher(None, given, k).ratio())[:2]
+        close = close or difflib.get_close_matches(given, allowed, n=2, cutoff=0.6)
+        if close:
+            return f"unknown key {table}; did you mean {' or '.join(close)}?"
+        return f"unknown key {table}; allowed: {', '.join(allowed)}" if allowed else f"unknown key {table}"
     if err.get("type") == "missing":
         return "required key is missing"
     return msg
