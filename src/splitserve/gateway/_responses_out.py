@@ -295,14 +295,6 @@ class ResponseBuilder:
         return b"".join(out)
 
 
-def wire_event(ev: dict[str, Any]) -> dict[str, Any]:
-    """An event as a client decodes it (the fast text delta spelled out): for tests."""
-    text = ev.get("_fast")
-    if text is None:
-        return ev
-    return {"type": ev["type"], "sequence_number": ev["sequence_number"], "delta": text}
-
-
 def _custom_input(arguments: str) -> str:
     """A custom tool's raw input from the call's arguments: the ``input`` string, else the one
     string argument, else the arguments' JSON text."""
@@ -336,4 +328,4 @@ def responses_usage(chat_usage: dict[str, Any], reasoning_chars: int, raw_chars:
     }
 
 
-__all__ = ["ResponseBuilder", "new_id", "responses_usage", "wire_event"]
+__all__ = ["ResponseBuilder", "new_id", "responses_usage"]
