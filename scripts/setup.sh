@@ -59,3 +59,10 @@ if command -v npm >/dev/null 2>&1 && [ ! -x "$NPM_PREFIX/node_modules/@anthropic
   npm install -q --no-audit --no-fund --prefix "$NPM_PREFIX" @anthropic-ai/claude-code >/dev/null
   (cd "$NPM_PREFIX/node_modules/@anthropic-ai/claude-code" && node install.cjs >/dev/null)
 fi
+# Codex CLI for tests/integration/test_codex.py (the native binary is an optional dependency,
+# no postinstall step), in the same cache.
+if command -v npm >/dev/null 2>&1 && [ ! -x "$NPM_PREFIX/node_modules/.bin/codex" ]; then
+  log "installing Codex CLI into $NPM_PREFIX"
+  mkdir -p "$NPM_PREFIX"
+  npm install -q --no-audit --no-fund --prefix "$NPM_PREFIX" @openai/codex@0.171.0 >/dev/null
+fi
