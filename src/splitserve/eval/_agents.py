@@ -87,6 +87,24 @@ def _message(turn: OracleTurn) -> tuple[dict[str, Any], str]:
     return {"role": "assistant", "content": turn.content or ""}, "stop"
 
 
+def _text(content: Any) -> str | None:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else None
+
+
+def _fits(scenario: Scenario, said: list[str | None], tools: list[str]) -> bool:
+    """The request's user messages are the scenario's first ones, and its tools the scenario's."""
+    from ._bfcl import bfcl_item
+
+    item = bfcl_item(scenario)
+    turns = [scenario.prompt]
+    if item is not None:
+        turns = [m["content"] for turn in item["entry"]["question"] for m in turn if m.get("role") == "user"]
+    same_tools = not tools or sorted(tools) == sorted(scenario.tools)
+    return same_tools and said == turns[: len(said)]
+
+
 def agent_app(scenarios: list[Scenario], policy: str = "oracle", flaws: dict[str, str] | None = None) -> Any:
     """A Starlette app playing ``policy`` (``flaws[id]`` for the scenarios it names)."""
     from starlette.applications import Starlette
@@ -96,24 +114,28 @@ def agent_app(scenarios: list[Scenario], policy: str = "oracle", flaws: dict[str
 
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
-    by_prompt = {s.prompt: s for s in scenarios}
+    by_prompt: dict[str, list[Scenario]] = {}
+    for s in scenarios:
+        by_prompt.setdefault(s.prompt, []).append(s)
     flaws = flaws or {}
 
-    def find(messages: list[dict[str, Any]]) -> Scenario | None:
-        user = next((m for m in messages if m.get("role") == "user"), None)
-        text = user.get("content") if user else None
-        if isinstance(text, list):
-            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+    def find(messages: list[dict[str, Any]], tools: list[str]) -> Scenario | None:
+        said = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        text = said[0] if said else None
         if not isinstance(text, str):
             return None
-        if text in by_prompt:
-            return by_prompt[text]
-        return next((s for p, s in by_prompt.items() if text.endswith(p)), None)
+        found = by_prompt.get(text) or next((c for p, c in by_prompt.items() if text.endswith(p)), None)
+        if not found or len(found) == 1:
+            return found[0] if found else None
+        # one prompt, several scenarios (BFCL's variants of one conversation): the one whose
+        # user turns so far and tools match the request
+        return next((s for s in found if _fits(s, said, tools)), found[0])
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         messages = body.get("messages") or []
-        scenario = find(messages)
+        tools = [t.get("function", {}).get("name", "") for t in body.get("tools") or [] if isinstance(t, dict)]
+        scenario = find(messages, tools)
         if scenario is None:  # the decode-speed probe, or a prompt not in the suite
             turn, finish = {"role": "assistant", "content": " ".join(str(i) for i in range(1, 61))}, "stop"
         else:
