@@ -304,5 +304,18 @@ def fetch_cmd(
     for o in result.outcomes:
         if o.status == "refetched":
             console.print(f"[yellow]note:[/yellow] {o.path}: {o.message}")
+    if result.models:
+        console.print("for a cluster spec (splitserve up -c FILE), paste:")
     for model in result.models:
-        console.print(f"model: llama-server -m {model}")
+        console.print(spec_model_line(model), markup=False, highlight=False, soft_wrap=True)
+
+
+def spec_model_line(model: Path) -> str:
+    """The spec line naming a fetched model: ``model = "~/models/…-00001-of-0000N.gguf"``
+    (``~`` for the home folder, as a spec may write it)."""
+    path = model.expanduser().absolute()
+    try:
+        shown = "~/" + path.relative_to(Path.home()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return f"model = {json.dumps(shown)}"
