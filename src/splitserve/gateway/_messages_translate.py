@@ -396,6 +396,8 @@ def to_chat(body: dict[str, Any], template: str, *, count_only: bool = False) ->
         for name, values in THINKING_SWITCHES.items():
             if name in names:
                 kwargs[name] = values[0] if on else values[1]
+        if kind == "adaptive" and "thinking_mode" in kwargs:
+            kwargs["thinking_mode"] = "adaptive"  # MiniMax-M3: the model decides
         if kind == "enabled":
             budget = thinking.get("budget_tokens")
             if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:

@@ -173,6 +173,8 @@ def test_sampling_stop_thinking_and_effort() -> None:
     assert plan.body["reasoning_budget_tokens"] == 2048
     assert tr.chat["chat_template_kwargs"] == {"thinking_mode": "enabled"}
     assert tr.session == "sess-1"
+    adaptive = to_chat(base(thinking={"type": "adaptive"}), template("minimax-m3")).chat["chat_template_kwargs"]
+    assert adaptive == {"thinking_mode": "adaptive"}
     off = to_chat(base(thinking={"type": "disabled"}), "{{ enable_thinking }}").chat["chat_template_kwargs"]
     assert off == {"enable_thinking": False}
     effort = to_chat(base(output_config={"effort": "max"}), "{{ reasoning_effort }}").chat
