@@ -12,8 +12,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .._errors import SplitserveError
+from .._errors import ClusterError, SplitserveError
 from ..cluster import (
+    STATUS_EXIT,
     ClusterSpec,
     Event,
     cluster_state_dir,
@@ -23,13 +24,16 @@ from ..cluster import (
     format_plan,
     gather_facts,
     load_spec,
+    lock_holder,
     plan_launch,
     read_state,
     resolve_engines,
+    serving_now,
+    supervised_message,
     transport_for,
     up,
 )
-from ._app import app, make_console, maps_errors
+from ._app import SPEC_HELP, app, make_console, maps_errors
 
 console = make_console()
 err = make_console(stderr=True)
@@ -59,18 +63,34 @@ def _root(config: Path | None, name: str | None) -> Path:
 @app.command("up")
 @maps_errors
 def up_cmd(
-    config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
+    config: Annotated[Path, typer.Option("-c", "--config", help=SPEC_HELP)],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the commands, start nothing")] = False,
+    supervise: Annotated[
+        bool,
+        typer.Option(
+            "--supervise/--no-supervise",
+            help="leave a supervisor in the background that restarts the cluster when a process dies "
+            "(`splitserve down` stops it too); --no-supervise: a dead process stays dead",
+        ),
+    ] = True,
     foreground: Annotated[
         bool,
         typer.Option(
             "--foreground",
-            help="stay and supervise: restart the whole cluster in order when a process dies; Ctrl-C stops it",
+            help="supervise in this terminal instead: restart the whole cluster in order when a process dies; "
+            "Ctrl-C stops it",
         ),
+    ] = False,
+    restart: Annotated[
+        bool, typer.Option("--restart", help="stop a cluster that is up and healthy and start it again (reload)")
     ] = False,
     skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
 ) -> None:
     """Start the RPC workers, llama-server and the gateway of a cluster and wait until it serves.
+
+    A supervisor stays in the background and restarts the cluster in order when a process dies
+    (`splitserve status` shows the restart and its cause; `splitserve down` stops it all). A cluster
+    that is already up and healthy is left as it is (exit 0); `--restart` reloads it.
 
     Clients use the gateway's OpenAI-compatible endpoint (tool calls and reasoning parsed by
     splitserve; `[gateway] enabled = false` in the spec serves llama-server's own instead).
@@ -91,17 +111,48 @@ def up_cmd(
             err.print(f"[yellow]warning:[/yellow] {escape(str(spec.model))} is not here: `up` would refuse")
         console.print(format_plan(plan), markup=False, soft_wrap=True)
         return
+    root = cluster_state_dir(spec)
+    if restart:
+        stopped = down(root)
+        if stopped:
+            err.print(f"{time.strftime('%H:%M:%S')} cluster: --restart: stopped {', '.join(stopped)}", markup=False)
+    else:
+        running = serving_now(root)
+        if running is not None:
+            holder = lock_holder(root)
+            how = f"supervised by pid {holder.pid}" if holder is not None else "not supervised"
+            console.print(
+                f"cluster {spec.name} is already up and healthy: {running.endpoint} "
+                f"({len(running.processes)} processes, {how}); nothing restarted. "
+                f"Reload it with: splitserve up -c {config} --restart",
+                markup=False,
+            )
+            return
+        holder = lock_holder(root)
+        if holder is not None:
+            raise ClusterError(
+                f"{supervised_message(spec.name, holder)}; `splitserve status -c {config}` shows what it is doing"
+            )
     if foreground:
         _supervise(spec, not skip_preflight)
         return
+    if supervise and spec.backend == "llama.cpp":
+        _up_in_background(spec, config, root, not skip_preflight)
+        return
     state = up(spec, on_event=print_event, preflight=not skip_preflight)
+    _print_ready(spec, state, config)
+    if spec.backend == "llama.cpp":
+        console.print("not supervised (--no-supervise): a process that dies stays dead", markup=False)
+
+
+def _print_ready(spec: ClusterSpec, state: Any, config: Path) -> None:
     if not state.endpoint:  # the Ray probe: a Ray cluster, no engine
         console.print(f"ready: Ray cluster up (report: {state.extra.get('probe_out')})", markup=False)
         console.print(f"stop with: splitserve down -c {config}", markup=False)
         return
     console.print(
         f"ready: {state.endpoint}  (OpenAI base URL {state.endpoint}/v1; model load "
-        f"{state.load_seconds:.1f} s, up {state.up_seconds:.1f} s)",
+        f"{state.load_seconds or 0:.1f} s, up {state.up_seconds or 0:.1f} s)",
         markup=False,
     )
     if state.gateway is not None:
@@ -110,7 +161,29 @@ def up_cmd(
     console.print(f"stop with: splitserve down -c {config}", markup=False)
 
 
-def _supervise(spec: ClusterSpec, preflight: bool) -> None:
+def _up_in_background(spec: ClusterSpec, config: Path, root: Path, preflight: bool) -> None:
+    """Start the supervisor in the background (it launches the cluster), relay its output until
+    the cluster serves, then leave it running."""
+    from ..cluster import start_background
+
+    bg = start_background(config, root, preflight=preflight)
+    try:
+        state = bg.follow(lambda line: err.print(line, markup=False, highlight=False))
+    except KeyboardInterrupt:
+        err.print("interrupted: stopping the supervisor and what it started", markup=False)
+        bg.stop()
+        raise typer.Exit(130) from None
+    if state is None:  # it said why (its last line, relayed above)
+        raise typer.Exit(bg.process.returncode or 1)
+    _print_ready(spec, state, config)
+    console.print(
+        f"supervised by pid {bg.process.pid} in the background: a process that dies is restarted "
+        f"(its output: {bg.out})",
+        markup=False,
+    )
+
+
+def _supervise(spec: ClusterSpec, preflight: bool, background: bool = False) -> None:
     import signal
 
     from ..cluster import supervise
@@ -122,10 +195,11 @@ def _supervise(spec: ClusterSpec, preflight: bool) -> None:
         sup.stop()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    how = "`splitserve down` stops it" if background else "Ctrl-C or SIGTERM stops it"
     try:
         sup.run(
             on_ready=lambda st: err.print(
-                f"{time.strftime('%H:%M:%S')} cluster: serving {st.endpoint} (supervised; Ctrl-C or SIGTERM stops it)"
+                f"{time.strftime('%H:%M:%S')} cluster: serving {st.endpoint} (supervised; {how})", markup=False
             )
         )
     finally:
@@ -136,15 +210,16 @@ def _supervise(spec: ClusterSpec, preflight: bool) -> None:
 @app.command("run")
 @maps_errors
 def run_cmd(
-    config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
+    config: Annotated[Path, typer.Option("-c", "--config", help=SPEC_HELP)],
     skip_preflight: Annotated[bool, typer.Option("--skip-preflight", help="do not run the preflight checks")] = False,
+    background: Annotated[bool, typer.Option("--background", hidden=True, help="started by plain `up`")] = False,
 ) -> None:
     """Run a cluster in the foreground under supervision, for a service manager (systemd):
     restarts everything in order with backoff when a process dies, stops it all on SIGTERM.
 
     Example: splitserve run -c cluster.toml
     """
-    _supervise(load_spec(config), not skip_preflight)
+    _supervise(load_spec(config), not skip_preflight, background)
 
 
 @app.command("preflight")
@@ -227,7 +302,27 @@ def down_cmd(config: SpecOpt = None, name: NameOpt = None) -> None:
 
 
 def print_status(data: dict[str, Any]) -> None:
-    console.print(f"cluster {data['name']}: {data['phase']}  endpoint {data['endpoint']}", markup=False)
+    phase = data["phase"]
+    restart = data.get("restart")
+    if phase == "restarting" and restart:
+        cause = restart.get("cause") or "a process died"
+        phase = f"restarting (attempt {restart.get('attempt')}, cause: {cause})"
+    console.print(f"cluster {data['name']}: {phase}  endpoint {data['endpoint'] or '-'}", markup=False)
+    if data.get("restarts"):
+        console.print(f"restarts: {data['restarts']}", markup=False)
+    if restart and restart.get("detail"):
+        console.print(f"  {restart['detail']}", markup=False)
+    cause = data.get("cause")
+    if cause:
+        console.print(f"cause: {cause['node']}: {cause['message']}", markup=False)
+        for other in cause.get("others") or []:
+            console.print(f"  then {other['node']}: {other['message']}", markup=False)
+    if data.get("next"):
+        console.print(f"bring it back with: {data['next']}", markup=False)
+    if data["model"] is None:  # between a restart's stop and start: nothing more to show
+        sup = data.get("supervisor") or {}
+        console.print(f"supervised by pid {sup.get('pid')}; its processes are being started again", markup=False)
+        return
     if data.get("gateway"):
         engine = (data.get("engine_backend") or {}).get("backend") or "llama-server"
         console.print(f"gateway in front of {engine} {data['engine_endpoint'].split('+', 1)[-1]}", markup=False)
@@ -305,9 +400,14 @@ def status_cmd(
     """Show each process (alive, pid, port, RSS), the model, per-device memory, the slots, the
     engine's drafted/accepted tokens when speculation is on, and load-log warnings with their fix.
 
-    `phase` is ready, degraded (a process died) or stopped (all died). Exits 3, as
-    `systemctl status` does, when a process of the cluster is not running (the output is printed
-    first, JSON included).
+    `phase` is ready; restarting (its supervisor saw a process die and is starting the cluster
+    again: the attempt and the cause are shown) or starting (the first start, under the supervisor
+    `up` left); degraded (a process died) or stopped (all died) when nothing restarts it, with the
+    cause from the logs and the command that brings it back. `restarts` counts the supervisor's
+    restarts, as the page does.
+
+    Exit code (the output is printed first, JSON included): 0 ready; 3, as `systemctl status`,
+    degraded or stopped; 4 restarting or starting; 1 no such cluster.
 
     Example: splitserve status -c cluster.toml --json
     """
@@ -316,8 +416,11 @@ def status_cmd(
         print(json.dumps(data, indent=2))
     else:
         print_status(data)
-    if not all(p["alive"] for p in data["processes"]):
-        raise typer.Exit(3)
+    code = STATUS_EXIT.get(data["phase"], 3)
+    if code == 0 and not all(p["alive"] for p in data["processes"]):
+        code = 3
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("logs")

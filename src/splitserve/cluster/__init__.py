@@ -53,9 +53,17 @@ from ._spec import (
 )
 from ._spec_engines import RaySpec, SglangSpec, VllmSpec
 from ._ssh import SshNode, SshTransport
-from ._state import STATE_FILE, ClusterState, ProcessRecord, read_state
-from ._status import cluster_status, find_state_root, parse_spec_metrics
-from ._supervise import Backoff, Supervisor, read_supervisor_log, supervise
+from ._state import STATE_FILE, ClusterState, ProcessRecord, lock_holder, read_state, supervised_message
+from ._status import STATUS_EXIT, cluster_status, find_state_root, parse_spec_metrics, serving_now
+from ._supervise import (
+    BackgroundSupervisor,
+    Backoff,
+    Supervisor,
+    read_supervision,
+    read_supervisor_log,
+    start_background,
+    supervise,
+)
 from ._systemd import systemd_units
 from ._transport import LocalNode, LocalTransport, Node, PortForward, ProcessRef, Transport, read_tail
 
@@ -64,6 +72,8 @@ __all__ = [
     "LINK_RTT_WARN_MS",
     "REAL_EDGES",
     "STATE_FILE",
+    "STATUS_EXIT",
+    "BackgroundSupervisor",
     "Backoff",
     "CheckRow",
     "ClusterSpec",
@@ -126,6 +136,7 @@ __all__ = [
     "load_progress",
     "load_spec",
     "load_warnings",
+    "lock_holder",
     "measure_spec",
     "measured_spec",
     "model_facts",
@@ -140,6 +151,7 @@ __all__ = [
     "port_in_use",
     "preflight",
     "read_state",
+    "read_supervision",
     "read_supervisor_log",
     "read_tail",
     "require_fit",
@@ -148,13 +160,16 @@ __all__ = [
     "restart_gateway",
     "rpc_argv",
     "server_argv",
+    "serving_now",
     "spec_nodes",
     "spec_options",
     "speculation_argv",
     "speculation_problem",
     "split_for_up",
+    "start_background",
     "started_argv",
     "supervise",
+    "supervised_message",
     "systemd_units",
     "transport_for",
     "up",

@@ -143,6 +143,12 @@ def preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEv
 # -- the executor -------------------------------------------------------------------------------
 
 
+def _role_name(role: str) -> str:
+    from ._spec_engines import ROLE_NAMES
+
+    return {"server": "llama-server", "gateway": "the gateway", "rpc": "ggml-rpc-server", **ROLE_NAMES}.get(role, role)
+
+
 class Executor(ProcessRunner):
     """Runs a plan's steps; remembers what it started so a failure stops it all."""
 
@@ -171,10 +177,24 @@ class Executor(ProcessRunner):
         root = cluster_state_dir(self.spec)
         old = read_state(root)
         if old is not None:
+            dead = []
+            for rec in old.processes:
+                try:
+                    if not self.edges.node(rec.host, old.extra.get("ssh")).alive(rec.ref):
+                        dead.append(rec.node)
+                except ClusterError:
+                    pass
+            what = {rec.node: f"{rec.node} ({_role_name(rec.role)}, pid {rec.pid})" for rec in old.processes}
             stopped = stop_recorded(old, edges=self.edges)
             if stopped:
+                why = f"{', '.join(dead)} not running" if dead else "its endpoint did not answer /health"
                 self.emit(
-                    Event("stale", "cluster", f"stopped stale processes of {self.spec.name}: {', '.join(stopped)}")
+                    Event(
+                        "stale",
+                        "cluster",
+                        f"an earlier `up` of {self.spec.name} was no longer healthy ({why}): stopped what was "
+                        f"left of it: {', '.join(what.get(n, n) for n in stopped)}",
+                    )
                 )
             clear_state(root)
 

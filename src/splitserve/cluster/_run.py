@@ -83,7 +83,7 @@ def resolve_engines(spec: ClusterSpec, engine: Engine | None = None) -> dict[str
 
 
 _ERROR_LINE = re.compile(
-    r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception|"
+    r"\berror\b|\bfailed\b|\bfailure\b|cannot|unable|abort|terminate|exception|crashed|"
     r"requires|not supported|invalid|out of memory",
     re.IGNORECASE,
 )

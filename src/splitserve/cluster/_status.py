@@ -1,6 +1,11 @@
 """What `splitserve status` reports: each process, the model, per-device memory
 as llama-server reported it at load, the slots, warnings from the load log (with their fix) and,
-when speculation is on, the engine's drafted / accepted tokens."""
+when speculation is on, the engine's drafted / accepted tokens.
+
+Under a supervisor the phase is ``restarting`` (with the attempt and the cause) from the moment a
+process dies until the cluster serves again, also while its state is gone between stopping
+everything and starting it again; without one, a dead process makes it ``degraded`` or
+``stopped``, with the cause read from the logs and the command that brings it back."""
 
 from __future__ import annotations
 
@@ -80,10 +85,134 @@ def _node_of(device: dict[str, Any], state: ClusterState) -> str:
     return "head"
 
 
+STATUS_EXIT = {"ready": 0, "degraded": 3, "stopped": 3, "restarting": 4, "starting": 4}
+"""`status`'s exit code per phase: 0 serving; 3 (as `systemctl status`) a process is not running
+and nothing restarts it; 4 its supervisor is starting or restarting it. No cluster at all: 1."""
+
+
+def restart_count(root: Path) -> int:
+    """Restarts in the supervisor's log, counted as the page counts them (every `restarting`,
+    and every gateway restarted alone)."""
+    import json
+
+    try:
+        lines = (root / "supervisor.log").read_text().splitlines()
+    except OSError:
+        return 0
+    n = 0
+    for ln in lines:
+        try:
+            e = json.loads(ln)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and (
+            e.get("kind") == "restarting" or (e.get("kind") == "restarted" and e.get("node") == "gateway")
+        ):
+            n += 1
+    return n
+
+
+def _supervisor(root: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the lock holder as status shows it, what it says it is doing) or (None, None)."""
+    from ._state import lock_holder
+    from ._supervise import read_supervision
+
+    holder = lock_holder(root)
+    if holder is None:
+        return None, None
+    doing = read_supervision(root)
+    if doing is not None and doing.get("pid") != holder.pid:
+        doing = None  # an earlier supervisor's file
+    return {"pid": holder.pid, "command": holder.command, "started_at": holder.started_at}, doing
+
+
+def _between_restarts(root: Path, sup: dict[str, Any], doing: dict[str, Any] | None) -> dict[str, Any]:
+    """Status while the supervisor holds the cluster but its state is gone (stopped, not yet started)."""
+    phase = "starting" if doing is not None and doing.get("phase") == "starting" else "restarting"
+    return {
+        "name": root.name,
+        "phase": phase,
+        "endpoint": None,
+        "engine_endpoint": None,
+        "gateway": False,
+        "model": None,
+        "engine": None,
+        "spec_file": None,
+        "load_seconds": None,
+        "up_seconds": None,
+        "processes": [],
+        "memory": [],
+        "slots": None,
+        "warnings": [],
+        "speculation": None,
+        "supervisor": sup,
+        "restart": _restart_view(doing) if phase == "restarting" else None,
+        "restarts": restart_count(root),
+        "cause": None,
+        "next": None,
+    }
+
+
+def _restart_view(doing: dict[str, Any] | None) -> dict[str, Any]:
+    doing = doing or {}
+    return {
+        "attempt": doing.get("attempt") or 1,
+        "cause": doing.get("cause"),
+        "detail": doing.get("detail"),
+        "since": doing.get("since"),
+    }
+
+
+def death_cause(state: ClusterState) -> dict[str, Any] | None:
+    """Who died first and why, from exit statuses and the logs (the head's log says
+    ``Remote RPC server crashed`` when a worker went), then who died after it."""
+    from ._supervise import find_dead
+
+    try:
+        root = find_dead(state, settle=0)
+    except ClusterError:
+        return None
+    if root is None:
+        return None
+    return {
+        "node": root.node,
+        "summary": root.short,
+        "message": root.message,
+        "others": [{"node": d.node, "message": d.message} for d in root.others],
+    }
+
+
+def serving_now(root: Path, timeout: float = 3.0) -> ClusterState | None:
+    """The state of the cluster in ``root`` when it is up and healthy: ready, every recorded
+    process alive and its endpoint answering ``/health``; else None."""
+    import httpx
+
+    try:
+        state = read_state(root)
+    except ClusterError:
+        return None
+    if state is None or state.phase != "ready" or not state.processes or not state.endpoint:
+        return None
+    for rec in state.processes:
+        try:
+            if not transport_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
+                return None
+        except ClusterError:
+            return None
+    try:
+        resp = httpx.get(state.endpoint.split("+", 1)[-1].rstrip("/") + "/health", timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    return state if resp.status_code in (200, 401) else None  # 401: it answers, behind a key
+
+
 def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     """A JSON-able snapshot of the cluster whose state is in ``root``."""
     state = read_state(root)
+    sup, doing = _supervisor(root)
     if state is None:
+        if sup is not None:
+            return _between_restarts(root, sup, doing)
         raise NotRunningError(f"cluster {root.name} is not running (no state in {root})")
     procs = []
     head_log = None
@@ -124,6 +253,23 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     alive = [p["alive"] for p in procs]
     if phase == "ready" and not all(alive):
         phase = "stopped" if not any(alive) else "degraded"
+    restart = None
+    cause = None
+    if sup is not None and (phase != "ready" or (doing is not None and doing.get("phase") == "restarting")):
+        if doing is not None and doing.get("phase") == "starting" and phase == "starting":
+            phase = "starting"  # the first start, under the supervisor `up` left
+        else:
+            phase = "restarting"  # it has seen the death, or will at its next look
+            if doing is None or doing.get("phase") != "restarting":
+                found = death_cause(state) or {}
+                doing = {
+                    "attempt": int((doing or {}).get("attempt") or 0) + 1,
+                    "cause": found.get("summary"),
+                    "detail": found.get("message"),
+                }
+            restart = _restart_view(doing)
+    elif phase in ("degraded", "stopped", "starting", "failed"):
+        cause = death_cause(state)
     out: dict[str, Any] = {
         "name": state.name,
         "phase": phase,
@@ -140,17 +286,18 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         "slots": None,
         "warnings": warnings,
         "speculation": None,
-        "supervisor": None,
+        "supervisor": sup,
+        "restart": restart,
+        "restarts": restart_count(root),
+        "cause": cause,
+        "next": None,
     }
-    from ._state import lock_holder
-
+    if sup is None and phase != "ready":  # `up` stops what is left and starts it again, supervised
+        out["next"] = f"splitserve up -c {state.spec_file or 'SPEC'}"
     if state.extra.get("backend") not in (None, "llama.cpp"):  # vLLM / SGLang: ranks, fixes, Ray
         from ._engines_run import engine_status
 
         out["engine_backend"] = engine_status(state)
-    holder = lock_holder(root)
-    if holder is not None:
-        out["supervisor"] = {"pid": holder.pid, "command": holder.command, "started_at": holder.started_at}
     head = next((p for p in state.processes if p.role == "server"), None)
     types = _spec_types(head.argv) if head is not None else []
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")

@@ -13,12 +13,16 @@ last lines of its log; the root cause first (by who died first: a worker that
 died of SIGPIPE after its head is named after the head, as dying because its
 head went away). The supervisor holds the state folder's lock for its life
 (:class:`~._state.SupervisorLock`): a second `up` is refused and `down` asks it
-to stop (SIGTERM).
+to stop (SIGTERM). While it runs it keeps ``<state>/supervisor.json`` (:data:`SUPERVISION_FILE`):
+its phase (starting, serving, restarting), the attempt, the cause of the last death and the
+restart count, for `status` to read while the cluster's own state is gone (between stopping
+everything and starting it again).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,12 +33,14 @@ from ..engine import Engine
 from ._commands import cluster_state_dir
 from ._edges import REAL_EDGES, Edges
 from ._execute import restart_gateway, up
-from ._run import Event, OnEvent, death_message, down
+from ._run import SUPERVISOR_STOP_TIMEOUT, Event, OnEvent, death_message, down
 from ._spec import ClusterSpec
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, SupervisorLock
 
 SUPERVISOR_LOG = "supervisor.log"
+SUPERVISION_FILE = "supervisor.json"
+"""What the supervisor is doing now (phase, attempt, cause, restarts); removed when it stops."""
 DEAD_GRACE = 1.0
 """Seconds a process of a broken cluster gets between SIGTERM and SIGKILL."""
 
@@ -69,6 +75,20 @@ class Death:
     @property
     def message(self) -> str:
         return self.cause + (f"; {self.because}" if self.because else "")
+
+    @property
+    def short(self) -> str:
+        """``w2 killed by signal 9`` (then who died after it): the cause in a few words."""
+        code = self.code
+        how = (
+            f"killed by signal {-code}"
+            if code is not None and code < 0
+            else f"exited with code {code}"
+            if code is not None
+            else "died"
+        )
+        after = f" (then {', '.join(d.node for d in self.others)})" if self.others else ""
+        return f"{self.node} {how}{after}"
 
 
 SIGPIPE = 13
@@ -186,6 +206,25 @@ class Supervisor:
             )
         self.emit_user(event)
 
+    def record(self, phase: str, attempt: int = 0, cause: str | None = None, detail: str | None = None) -> None:
+        """Write :data:`SUPERVISION_FILE` (atomically: `status` may read it at any moment)."""
+        import os
+
+        path = self.log_file.parent / SUPERVISION_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            "pid": os.getpid(),
+            "phase": phase,
+            "attempt": attempt,
+            "restarts": self.restarts,
+            "cause": cause,
+            "detail": detail,
+            "since": self.clock.time(),
+        }
+        tmp = path.with_name(SUPERVISION_FILE + ".tmp")
+        tmp.write_text(json.dumps(data) + "\n")
+        tmp.replace(path)
+
     def _pass(self, event: Event) -> None:
         if event.kind in ("ready", "preflight", "engine", "stale") or event.kind.startswith("restart"):
             self.emit(event.kind, event.node, event.message)
@@ -199,10 +238,12 @@ class Supervisor:
         sup = self.spec.supervise
         attempt = 0
         first = True
+        cause: tuple[str, str] | None = None  # (short, detail) of the death being restarted from
         # Held for the supervisor's life: a second `up` (or supervisor) of this cluster is refused
         # instead of taking its processes for stale ones, and `down` asks this one to stop.
         self.lock.acquire()
         try:
+            self.record("starting")
             while not self.stopping:
                 started = self.clock.monotonic()
                 try:
@@ -221,13 +262,18 @@ class Supervisor:
                         raise  # a cluster that never came up is a configuration problem: say so at once
                     self.emit("start_failed", getattr(exc, "node", "cluster"), str(exc))
                     death = None
+                    failed_on = getattr(exc, "node", "cluster")
+                    cause = (f"{failed_on} did not start again", str(exc))
                 else:
                     first = False
+                    self.record("serving")
                     if on_ready is not None:
                         on_ready(self.state)
                     death = self._watch(sup.poll_seconds)
                     if death is None:
                         break  # stop() was called
+                    cause = (death.short, death.message)
+                    self.record("restarting", attempt + 1, *cause)
                     self._report(death)
                 if self.clock.monotonic() - started >= sup.stable_seconds:
                     attempt = 0
@@ -238,6 +284,7 @@ class Supervisor:
                 delay = self.backoff.delay(attempt)
                 attempt += 1
                 self.restarts += 1
+                self.record("restarting", attempt, *(cause or (None, None)))
                 # A head whose worker died cannot shut down cleanly (it waits on the lost RPC
                 # connection): a short grace, then SIGKILL.
                 self._down_quietly(grace=DEAD_GRACE)
@@ -254,6 +301,7 @@ class Supervisor:
                 self._down_quietly()
                 self.emit("stopping", "cluster", "stopped every process")
             finally:
+                (self.log_file.parent / SUPERVISION_FILE).unlink(missing_ok=True)
                 self.lock.release()
 
     def _report(self, death: Death) -> None:
@@ -276,12 +324,14 @@ class Supervisor:
         """Restart a dead gateway alone; False (restart everything) when that fails."""
         assert self.state is not None
         self.emit("died", death.node, death.cause, tail=death.tail)
+        self.record("restarting", 1, death.short, death.message)
         try:
             self.state = restart_gateway(self.spec, self.state, edges=self.edges)
         except SplitserveError as exc:
             self.emit("restart_failed", "gateway", str(exc))
             return False
         self.restarts += 1
+        self.record("serving")
         self.emit("restarted", "gateway", f"gateway serving {self.state.endpoint} again")
         return True
 
@@ -307,4 +357,132 @@ def read_supervisor_log(spec: ClusterSpec) -> list[dict[str, object]]:
         return []
 
 
-__all__ = ["Backoff", "Death", "Supervisor", "find_dead", "read_supervisor_log", "supervise"]
+SUPERVISOR_OUT = "supervisor.out"
+"""The background supervisor's own output (its events, as `up --foreground` prints them)."""
+
+
+@dataclass
+class BackgroundSupervisor:
+    """A supervisor started in the background by plain `up` (`splitserve run`, its own session,
+    its output in ``<state>/supervisor.out``); :meth:`follow` relays that output until the cluster
+    serves or the supervisor exits."""
+
+    process: subprocess.Popen[bytes]
+    root: Path
+    out: Path
+    offset: int
+    started: float
+
+    def new_output(self) -> str:
+        try:
+            with open(self.out, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return ""
+        cut = data.rfind(b"\n") + 1  # whole lines only
+        self.offset += cut
+        return data[:cut].decode("utf-8", "replace")
+
+    def serving(self) -> ClusterState | None:
+        """The cluster's state once this supervisor holds it and it is ready, else None."""
+        from ._state import lock_holder, read_state
+
+        holder = lock_holder(self.root)
+        if holder is None or holder.pid != self.process.pid:
+            return None
+        try:
+            state = read_state(self.root)
+        except ClusterError:
+            return None
+        if state is None or state.phase != "ready" or (state.ready_at or 0) < self.started:
+            return None
+        doing = read_supervision(self.root)
+        return state if doing is not None and doing.get("phase") == "serving" else None
+
+    def follow(self, on_line: Callable[[str], None], poll: float = 0.1) -> ClusterState | None:
+        """Relay the supervisor's output until the cluster serves (its state) or the supervisor
+        exits (None: its last line says why)."""
+        import time
+
+        while True:
+            for line in self.new_output().splitlines():
+                on_line(line)
+            state = self.serving()
+            if state is not None:
+                return state
+            if self.process.poll() is not None:
+                rest = self.new_output()
+                try:
+                    rest += self.out.read_bytes()[self.offset :].decode("utf-8", "replace")
+                except OSError:
+                    pass
+                for line in rest.splitlines():
+                    on_line(line)
+                return None
+            time.sleep(poll)
+
+    def stop(self, timeout: float = SUPERVISOR_STOP_TIMEOUT) -> int:
+        """SIGTERM the supervisor (it stops what it started) and wait for it."""
+        import signal
+
+        try:
+            self.process.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def start_background(spec_file: Path, root: Path, *, preflight: bool = True) -> BackgroundSupervisor:
+    """Start `splitserve run -c SPEC` detached (a new session: it outlives the terminal and its
+    Ctrl-C), writing to ``<root>/supervisor.out``; it launches the cluster and supervises it."""
+    import os
+    import sys
+    import time
+
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / SUPERVISOR_OUT
+    with open(out, "ab") as fh:
+        fh.write(f"# splitserve: background supervisor started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        offset = fh.tell()
+        argv = [sys.executable, "-m", "splitserve", "run", "-c", str(spec_file.resolve()), "--background"]
+        if not preflight:
+            argv.append("--skip-preflight")
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    return BackgroundSupervisor(proc, root, out, offset, time.time() - 1.0)
+
+
+def read_supervision(root: Path) -> dict[str, object] | None:
+    """What the supervisor of the cluster in ``root`` says it is doing (None: no file, or torn)."""
+    try:
+        data = json.loads((root / SUPERVISION_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+__all__ = [
+    "SUPERVISION_FILE",
+    "SUPERVISOR_OUT",
+    "BackgroundSupervisor",
+    "Backoff",
+    "Death",
+    "Supervisor",
+    "find_dead",
+    "read_supervision",
+    "read_supervisor_log",
+    "start_background",
+    "supervise",
+]

@@ -157,7 +157,11 @@ def test_a_second_up_stops_what_the_first_left_running(tmp_path: Path) -> None:
     up(spec, engine=ENGINE, preflight=False, edges=net.edges(), on_event=events.append)
     assert all(p.exit_code == -signal.SIGTERM for p in first)
     assert roles(net, net.running()) == ["gateway", "w1", "w2", "head"]
-    assert any(e.kind == "stale" and "gateway, head, w1, w2" in e.message for e in events)
+    (stale,) = [e.message for e in events if e.kind == "stale"]
+    # each process named for what it is, in the order they were stopped
+    assert "stopped what was left of it: gateway (the gateway, pid " in stale
+    assert ", head (llama-server, pid " in stale and ", w1 (ggml-rpc-server, pid " in stale
+    assert stale.index("head (") < stale.index("w1 (") < stale.index("w2 (")
 
 
 def test_restart_gateway_starts_the_gateway_alone_on_its_old_port(tmp_path: Path) -> None:
