@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,19 @@ def _plt() -> Any:
     return plt
 
 
+WIDTH = 7.0
+"""Inches: the tier and cause plots share one width, so that side by side (the report, the live
+page) they show at one scale."""
+
+
+def _title(ax: Any, text: str, fig_width: float, fontsize: float = 11.0) -> None:
+    """A title wrapped to the axes' width (a long run label otherwise runs off the image): the
+    axes take the figure's width less ~1.8 in of tick labels; a character is ~0.6 em wide."""
+    chars = max(30, int((fig_width - 1.8) * 72 / (fontsize * 0.6)))
+    lines = [textwrap.fill(part, chars) for part in text.split("\n")]
+    ax.set_title("\n".join(lines), fontsize=fontsize)
+
+
 def _save(plt: Any, fig: Any, path: Path) -> Path:
     """Lay out, write (110 dpi) and close a figure; returns its path."""
     fig.tight_layout()
@@ -35,7 +49,8 @@ def plot_tiers(summary: Mapping[str, Any], title: str, path: Path) -> Path | Non
         return None
     groups.append(("TOTAL", summary["total"]))
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(1.6 + 1.25 * len(groups), 4.4))
+    width = max(WIDTH, 1.0 + 1.1 * len(groups))  # WIDTH up to 5 bars (the builtin suite: 4 tiers + TOTAL)
+    fig, ax = plt.subplots(figsize=(width, 4.4))
     xs = range(len(groups))
     est = [100 * g["rate"].estimate for _, g in groups]
     # max(0, …): an interval end equal to the estimate can come out a rounding error past it
@@ -52,7 +67,8 @@ def plot_tiers(summary: Mapping[str, Any], title: str, path: Path) -> Path | Non
     ax.set_xticks(list(xs), labels, fontsize=8)
     ax.set_ylim(0, 112)
     ax.set_yticks(range(0, 101, 20))
-    ax.set(ylabel="pass rate (%)", title=f"Pass rate by tier: {title}\n(95% interval clustered by scenario)")
+    ax.set(ylabel="pass rate (%)")
+    _title(ax, f"Pass rate by tier: {title}\n(95% interval clustered by scenario)", width)
     ax.grid(axis="y", alpha=0.3)
     return _save(plt, fig, path)
 
@@ -64,7 +80,8 @@ def plot_causes(summary: Mapping[str, Any], title: str, path: Path) -> Path | No
     if not rows:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 1.3 + 0.38 * len(rows)))
+    # at least as tall as the tier plot is wide-ish, so the two sit side by side at one scale
+    fig, ax = plt.subplots(figsize=(WIDTH, max(3.6, 1.3 + 0.38 * len(rows))))
     ys = list(range(len(rows)))[::-1]
     counts = [v["trials"] for _, v, _ in rows]
     ax.barh(ys, counts, color=[c for *_, c in rows], height=0.6)
@@ -73,7 +90,8 @@ def plot_causes(summary: Mapping[str, Any], title: str, path: Path) -> Path | No
     ax.set_yticks(ys, [name for name, *_ in rows], fontsize=9)
     ax.set_xlim(0, max(counts) * 1.3 + 0.5)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set(xlabel="trials", title=f"Failure causes: {title}")
+    ax.set(xlabel="trials")
+    _title(ax, f"Failure causes: {title}", WIDTH)
     ax.grid(axis="x", alpha=0.3)
     return _save(plt, fig, path)
 

@@ -266,11 +266,21 @@ def _bench_run(path: Path, files: dict[str, Path]) -> dict[str, Any]:
 
 def _run_entry(kind: str, name: str, path: Path, report: Path, files: dict[str, Path]) -> dict[str, Any]:
     images = []
-    for i, png in enumerate(sorted(report.glob("*.png")) if report.is_dir() else []):
+    lines = _report_lines(report / "report.md")
+    text = "\n".join(lines)
+    # in the report's own order (its image links), then by name
+    pngs = sorted(report.glob("*.png") if report.is_dir() else [], key=lambda p: (_place(text, p.name), p.name))
+    for i, png in enumerate(pngs):
         key = f"{kind}-{i}"
         files[key] = png
         images.append({"id": key, "name": png.name})
-    return {"name": name, "path": str(path), "report": _report_lines(report / "report.md"), "images": images}
+    return {"name": name, "path": str(path), "report": lines, "images": images}
+
+
+def _place(text: str, name: str) -> int:
+    """Where a report links the image ``name`` (``](name)``); unlinked images go last."""
+    at = text.find(f"]({name})")
+    return at if at >= 0 else len(text)
 
 
 # -- the reader ------------------------------------------------------------------------------------

@@ -251,3 +251,15 @@ def test_routes_page_is_open_state_takes_the_key(tmp_path: Path, monkeypatch) ->
         assert got.status_code == 200 and got.json()["cluster"] is None and got.json()["slots_error"]
         assert "sk-ui-unit" not in got.text
         assert client.get("/ui/file/bench-0", headers={"Authorization": "Bearer sk-ui-unit"}).status_code == 404
+
+
+def test_a_runs_plots_come_in_its_reports_order(tmp_path: Path) -> None:
+    rep = tmp_path / "eval-runs" / "run1" / "report"
+    rep.mkdir(parents=True)
+    (rep / "report.md").write_text("# Eval report\n![tiers](tiers.png)\n![causes](causes.png)\n")
+    for name in ("causes.png", "tiers.png", "extra.png"):
+        (rep / name).write_bytes(b"\x89PNG")
+    files: dict[str, Path] = {}
+    run = find_runs([tmp_path], files)["eval"]
+    assert [i["name"] for i in run["images"]] == ["tiers.png", "causes.png", "extra.png"]
+    assert [files[i["id"]].name for i in run["images"]] == ["tiers.png", "causes.png", "extra.png"]

@@ -15,6 +15,7 @@
     return n + " B";
   }
   const fix = (x, d = 1) => (num(x) ? x.toFixed(d) : "–");
+  const pct = (f) => (f >= 0.095 ? (f * 100).toFixed(0) : f >= 0.001 ? (f * 100).toFixed(1) : "<0.1") + " %";
   const ms = (s) => (num(s) ? (s * 1000).toFixed(0) + " ms" : "–");
   function dur(s) {
     if (!num(s)) return "–";
@@ -61,9 +62,17 @@
       const p = n.planned || {}, m = n.measured || {};
       const layers = p.layers ? `${p.layers[0]}–${p.layers[1]}${p.output_layer ? " +out" : ""}` : (n.role === "gateway" ? "" : "–");
       const mem = p.memory_bytes;
+      // Both bars on one scale per node, its own footprint (the larger of the two totals), so the
+      // split into weights / KV / compute reads at a glance whatever the node's memory; how much of
+      // that memory the footprint is goes in the text under them.
+      const sum = (xs) => xs.reduce((a, v) => a + (num(v) ? v : 0), 0);
+      const used = Math.max(sum([p.weights_bytes, p.kv_bytes, p.compute_bytes]),
+        sum([m.model_bytes, m.kv_bytes, m.compute_bytes, m.output_bytes]));
       const bars = n.role === "gateway" ? "" :
-        bar([[p.weights_bytes, "w"], [p.kv_bytes, "k"], [p.compute_bytes, "c"]], mem || p.total_bytes) +
-        bar([[m.model_bytes, "w"], [m.kv_bytes, "k"], [(m.compute_bytes || 0) + (m.output_bytes || 0), "c"]], mem || m.total_bytes);
+        bar([[p.weights_bytes, "w"], [p.kv_bytes, "k"], [p.compute_bytes, "c"]], used) +
+        bar([[m.model_bytes, "w"], [m.kv_bytes, "k"], [(m.compute_bytes || 0) + (m.output_bytes || 0), "c"]], used);
+      const share = num(mem) && mem > 0 && used > 0 ? ` (${pct(used / mem)})` : "";
+      const memText = n.role === "gateway" ? "" : used > 0 ? `${bytes(used)}${num(mem) ? " of " + bytes(mem) + share : ""}` : "–";
       const two = (a, b) => `${bytes(a)} · ${bytes(b)}`;
       let load = "";
       if (n.load) {
@@ -78,7 +87,7 @@
         <td class="who"><b>${esc(n.node)}</b> <span class="muted small">${esc(n.role)}</span><br><span class="muted small">${esc(n.endpoint)}${devs ? " · " + devs : ""}</span></td>
         <td><span class="badge status ${status}">${status}</span></td>
         <td class="layers">${layers}</td>
-        <td>${bars}<span class="small muted">${n.role === "gateway" ? "" : "of " + bytes(mem)}</span></td>
+        <td class="mem">${bars}<span class="small muted">${memText}</span></td>
         <td class="num">${n.role === "gateway" ? "" : two(p.weights_bytes, m.model_bytes)}</td>
         <td class="num">${n.role === "gateway" ? "" : two(p.kv_bytes, m.kv_bytes)}</td>
         <td class="num">${n.role === "gateway" ? "" : two(p.compute_bytes, (m.compute_bytes || 0) + (m.output_bytes || 0))}</td>
@@ -128,22 +137,27 @@
   function drawThroughput(st) {
     const tp = st.throughput || {};
     const series = tp.series || [];
-    const W = 600, H = 160, L = 34, B = 14;
+    const el = $("tput");
+    const W = Math.max(300, Math.round(el.clientWidth || 600)), H = 160, L = 40, B = 16, R = 8;
+    el.setAttribute("viewBox", `0 0 ${W} ${H}`);
     const span = 300;
     let max = 10;
     for (const [, d, p] of series) max = Math.max(max, d, p);
     if (num(tp.decode_bound_tps)) max = Math.max(max, tp.decode_bound_tps);
     max *= 1.1;
-    const x = (t) => L + ((t + span) / span) * (W - L - 4);
+    const x = (t) => L + ((t + span) / span) * (W - L - R);
     const y = (v) => H - B - (v / max) * (H - B - 6);
     const path = (i) => series.map((r, j) => `${j ? "L" : "M"}${x(r[0]).toFixed(1)},${y(r[i]).toFixed(1)}`).join("");
     let svg = "";
     for (const f of [0, 0.5, 1]) {
-      svg += `<line class="grid" x1="${L}" x2="${W}" y1="${y(max * f / 1.1)}" y2="${y(max * f / 1.1)}"></line>` +
-        `<text x="2" y="${y(max * f / 1.1) + 3}">${(max * f / 1.1).toFixed(0)}</text>`;
+      svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${y(max * f / 1.1)}" y2="${y(max * f / 1.1)}"></line>` +
+        `<text x="${L - 6}" y="${y(max * f / 1.1) + 4}" text-anchor="end">${(max * f / 1.1).toFixed(0)}</text>`;
     }
-    for (const t of [-300, -240, -180, -120, -60, 0]) svg += `<text x="${x(t) - 10}" y="${H - 2}">${t ? t / 60 + " min" : "now"}</text>`;
-    if (num(tp.decode_bound_tps)) svg += `<line class="b" x1="${L}" x2="${W}" y1="${y(tp.decode_bound_tps)}" y2="${y(tp.decode_bound_tps)}"></line>`;
+    for (const t of [-300, -240, -180, -120, -60, 0]) {
+      const anchor = t === -300 ? "start" : t === 0 ? "end" : "middle"; // the ends stay inside the frame
+      svg += `<text x="${x(t)}" y="${H - 3}" text-anchor="${anchor}">${t ? t / 60 + " min" : "now"}</text>`;
+    }
+    if (num(tp.decode_bound_tps)) svg += `<line class="b" x1="${L}" x2="${W - R}" y1="${y(tp.decode_bound_tps)}" y2="${y(tp.decode_bound_tps)}"></line>`;
     if (series.length > 1) svg += `<path class="p" d="${path(2)}"></path><path class="d" d="${path(1)}"></path>`;
     $("tput").innerHTML = svg;
     $("tput-now").innerHTML = `now: decode <b>${fix(tp.decode_tps)}</b> t/s, prefill <b>${fix(tp.prefill_tps)}</b> t/s` +
@@ -165,18 +179,25 @@
     const flush = () => {
       if (table.length) {
         const rows = table.filter((r) => !/^\|[\s:|-]+\|$/.test(r.trim()));
-        out += "<table>" + rows.map((r, i) => "<tr>" + r.trim().replace(/^\||\|$/g, "").split("|")
-          .map((c) => (i ? "<td>" : "<th>") + inline(c.trim()) + (i ? "</td>" : "</th>")).join("") + "</tr>").join("") + "</table>";
+        out += `<div class="table-box"><table>` + rows.map((r, i) => "<tr>" + r.trim().replace(/^\||\|$/g, "").split("|")
+          .map((c) => (i ? "<td>" : "<th>") + inline(c.trim()) + (i ? "</td>" : "</th>")).join("") + "</tr>").join("") + "</table></div>";
         table = [];
       }
       if (list.length) { out += "<ul>" + list.map((l) => `<li>${inline(l)}</li>`).join("") + "</ul>"; list = []; }
     };
+    // Images come separately; a heading left with nothing under it (the report's "Plots") goes too.
+    lines = lines.filter((l) => !/^!\[/.test(l));
+    const level = (l) => (/^(#+) /.exec(l) || ["", ""])[1].length;
+    lines = lines.filter((l, i) => {
+      if (!level(l)) return true;
+      const next = lines.slice(i + 1).find((n) => n.trim());
+      return next !== undefined && !(level(next) && level(next) <= level(l));
+    });
     for (const line of lines) {
       if (line.startsWith("|")) { if (list.length) flush(); table.push(line); continue; }
       if (/^\s*- /.test(line)) { if (table.length) flush(); list.push(line.replace(/^\s*- /, "")); continue; }
       flush();
       if (/^#+ /.test(line)) out += `<h4>${inline(line.replace(/^#+ /, ""))}</h4>`;
-      else if (/^!\[/.test(line)) continue; // images come separately
       else if (line.trim()) out += `<p class="small">${inline(line)}</p>`;
     }
     flush();
