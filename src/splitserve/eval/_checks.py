@@ -83,7 +83,7 @@ _TAGS = "think|thinking|reasoning"
 _BLOCK_RE = re.compile(rf"<({_TAGS})\b[^>]*>.*?</\1\s*>", re.S | re.I)
 _OPEN_RE = re.compile(rf"<(?:{_TAGS})\b[^>]*>", re.I)
 _CLOSE_RE = re.compile(rf"</(?:{_TAGS})\s*>", re.I)
-_FENCE_RE = re.compile(r"\A```(?:[\w+.-]*[ \t]*\n)?(.*?)\n?[ \t]*```\Z", re.S)
+_ANY_FENCE_RE = re.compile(r"```[\w+.-]*[ \t]*\n?(.*?)\n?[ \t]*```", re.S)
 _LETTER = r"[^\W\d_]"
 _NUMERIC_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
@@ -108,31 +108,48 @@ def strip_reasoning(text: str | None) -> str | None:
 
 
 def unwrap_payload(text: str) -> str:
-    """The structured part of an answer: reasoning removed, then one fenced code block that
-    wraps the whole answer (```` ```json ... ``` ````) peeled off. Idempotent."""
+    """The structured part of an answer: reasoning removed, then the LAST fenced code block
+    anywhere in it (a fence around the whole answer, one after a sentence of prose, the last
+    of several), else the whole answer. Toolery's ``unwrap_structured_payload``."""
     body = strip_reasoning(text) or ""
-    fenced = _FENCE_RE.match(body)
-    if fenced and "```" not in fenced.group(1):
-        body = fenced.group(1).strip()
-    return body
+    blocks = _ANY_FENCE_RE.findall(body)
+    return str(blocks[-1]).strip() if blocks else body
+
+
+# Toolery's folding before a literal match: typographic quotes, dashes and no-break spaces
+# as their ASCII forms, on both sides
+_FOLD = str.maketrans(
+    {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-", "\u00a0": " "}
+)
+_EMPHASIS_RE = re.compile(r"[*_`]+")
 
 
 @lru_cache(maxsize=512)
 def _literal_regex(pattern: str) -> re.Pattern[str]:
     escaped = re.escape(pattern)
     if _NUMERIC_RE.fullmatch(pattern):
-        # a number stands alone: "1025" is in "1025" and "1025.00", not "1025.5" or "21025"
-        return re.compile(rf"(?<![\w.]){escaped}(?!\.\d*[1-9])(?!\w)")
+        # a number stands alone, or as the whole-number part of a decimal: "245" is in "245",
+        # "$245.30" and "245.5" (tool outputs are decimals, patterns name the integer part),
+        # not in "2450", "1245" or "0.245"
+        return re.compile(rf"(?<![\w.]){escaped}(?!\w)")
     if len(pattern) <= 2 and re.search(_LETTER, pattern):
         # a short word is not part of a longer one: "rm" is not in "storm"
         return re.compile(rf"(?<!{_LETTER}){escaped}(?!{_LETTER})", re.I)
+    if pattern[:1].isdigit():
+        # a phrase that starts with a number: "20 mg" is not in "220 mg"
+        return re.compile(rf"(?<![\d.]){escaped}", re.I)
     return re.compile(escaped, re.I)
 
 
 def find_literal(text: str, pattern: object) -> re.Match[str] | None:
     """Where a literal pattern occurs in text, case-insensitively; numbers and words of one
-    or two letters must stand as tokens of their own (see :func:`_literal_regex`)."""
-    return _literal_regex(_lit(pattern)).search(text)
+    or two letters must stand as tokens of their own (see :func:`_literal_regex`).
+    Typographic quotes and dashes are folded on both sides, and the text is tried a second
+    time with markdown emphasis (``*``, ``_``, backticks) removed, so "line **7**" has
+    "line 7" (Toolery's ``_pattern_found``). The match's ``string`` is the text it was found in."""
+    regex = _literal_regex(_lit(pattern).translate(_FOLD))
+    folded = text.translate(_FOLD)
+    return regex.search(folded) or regex.search(_EMPHASIS_RE.sub("", folded))
 
 
 def _lit(value: object) -> str:
@@ -227,9 +244,22 @@ def _reprs(items: list[str], limit: int = 100) -> str:
 
 
 def _command(call: ToolCall) -> str:
-    """The shell command of a call (``command``; ``cmd`` for run_bash)."""
-    value = call.args.get("command", call.args.get("cmd"))
+    """The shell command of a call: ``command``, or ``cmd`` for a tool whose schema names its
+    command so (run_bash). A ``cmd`` key on any other tool is not a command: that tool ran
+    nothing with it."""
+    value = call.args.get("command")
+    if value is None and _takes_cmd(call.name):
+        value = call.args.get("cmd")
     return "" if value is None else _as_text(value)
+
+
+@lru_cache(maxsize=128)
+def _takes_cmd(tool: str) -> bool:
+    from ._tools import schema_for
+
+    schema = schema_for(tool) or {}
+    props = schema.get("function", schema).get("parameters", {}).get("properties", {})
+    return "cmd" in props and "command" not in props
 
 
 def _same(got: Any, want: Any) -> bool:
@@ -646,7 +676,7 @@ def response_contains(trace: Trace, p: dict[str, Any]) -> CheckResult:
         return _res("response_contains", False, f"response lacks {_reprs(missing)}{of}; response: {_snip(text)}")
     first = found[0][1]
     assert first is not None
-    return _res("response_contains", True, f"response has {_reprs(pats, 60)}: {_around(text, first)}")
+    return _res("response_contains", True, f"response has {_reprs(pats, 60)}: {_around(first.string, first)}")
 
 
 @register("response_not_contains")
@@ -661,7 +691,7 @@ def response_not_contains(trace: Trace, p: dict[str, Any]) -> CheckResult:
     for x in pats:
         m = find_literal(text, x)
         if m:
-            return _res("response_not_contains", False, f"response contains {x!r}: {_around(text, m)}")
+            return _res("response_not_contains", False, f"response contains {x!r}: {_around(m.string, m)}")
     return _res("response_not_contains", True, f"none of {_reprs(pats, 80)} in response")
 
 
@@ -682,8 +712,8 @@ def _schema_error(data: Any, schema: dict[str, Any]) -> str | None:
 
 @register("response_matches_schema")
 def response_matches_schema(trace: Trace, p: dict[str, Any]) -> CheckResult:
-    """The answer is JSON (reasoning removed, one surrounding code fence peeled) that the
-    JSON Schema accepts."""
+    """The answer is JSON (reasoning removed, the last fenced block taken) that the JSON
+    Schema accepts; with ``unwrap_key``, an object holding only that key is checked as its value."""
     schema = _mapping(p, "schema")
     if trace.response is None:
         return _no_response("response_matches_schema")
@@ -696,6 +726,9 @@ def response_matches_schema(trace: Trace, p: dict[str, Any]) -> CheckResult:
             False,
             f"not JSON ({exc.msg} at line {exc.lineno} col {exc.colno}): {_snip(payload)}",
         )
+    unwrap_key = p.get("unwrap_key")
+    if unwrap_key is not None and isinstance(data, dict) and set(data) == {unwrap_key}:
+        data = data[unwrap_key]  # {"report": {...}} is checked as its {...} (Toolery's unwrap_key)
     why = _schema_error(data, schema)
     if why is not None:
         return _res("response_matches_schema", False, f"schema violation {why}")
@@ -773,13 +806,22 @@ def response_number(trace: Trace, p: dict[str, Any]) -> CheckResult:
     return _res("response_number", True, f"numbers: {shown}")
 
 
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
 def _cell_is(want: Any, cell: str) -> bool:
-    if _is_number(want):
-        try:
-            return bool(float(cell) == want)
-        except ValueError:
-            return False
-    return _lit(want).strip() == cell
+    """A CSV cell equals the wanted one as text, or by value when both are numbers: 245.3
+    is "245.30" (Toolery's ``cell_eq``; a tool's YAML float loses its trailing zero)."""
+    if _lit(want).strip() == cell:
+        return True
+    a, b = _as_number(want), _as_number(cell)
+    return a is not None and b is not None and math.isclose(a, b)
 
 
 def _row_is(want: Any, row: list[str]) -> bool:
@@ -1097,7 +1139,7 @@ def _conditions(check: str, p: dict[str, Any], found: Callable[[str], re.Match[s
     for x in none_of:
         m = found(x)
         if m:
-            return _res(check, False, f"forbidden {x!r} (none_of) present: {_around(text, m)}")
+            return _res(check, False, f"forbidden {x!r} (none_of) present: {_around(m.string, m)}")
     parts = []
     if all_of:
         parts.append(f"has {_reprs(all_of, 60)}")

@@ -73,22 +73,28 @@ def test_strip_reasoning_removes_blocks_orphan_closes_and_unclosed_opens() -> No
     assert strip_reasoning("  plain answer \n") == "plain answer"
 
 
-def test_unwrap_payload_peels_one_surrounding_fence_after_reasoning() -> None:
+def test_unwrap_payload_takes_the_last_fenced_block_after_reasoning() -> None:
     assert unwrap_payload('<think>x</think>\n```json\n{"a": 1}\n```') == '{"a": 1}'
     assert unwrap_payload("```\n[1, 2]\n```\n") == "[1, 2]"
     assert unwrap_payload('{"a": 1}') == '{"a": 1}'
     two = "```json\n{}\n```\nand\n```json\n[]\n```"
-    assert unwrap_payload(two) == two
+    assert unwrap_payload(two) == "[]"  # the last block is the final answer (Toolery's rule)
     prose = 'Here it is:\n```json\n{"a": 1}\n```'
-    assert unwrap_payload(prose) == prose
+    assert unwrap_payload(prose) == '{"a": 1}'
 
 
 @pytest.mark.parametrize("text, pattern, found", [
     ("total 1025", "1025", True),
     ("total 1025.00 PLN", "1025", True),
     ("It is 1025.", "1025", True),
-    ("total 1025.5", "1025", False),
-    ("total 1025.05", "1025", False),
+    ("total 1025.5", "1025", True),  # the whole-number part of a decimal (Toolery's meaning)
+    ("total $245.30", "245", True),
+    ("rate 0.1025", "1025", False),
+    ("220 mg", "20 mg", False),
+    ("take 20 mg", "20 mg", True),
+    ("I don’t know", "I don't know", True),
+    ("the bug is on line **7**", "line 7", True),
+    ("a “quoted” word", '"quoted"', True),
     ("id 21025", "1025", False),
     ("id 10250", "1025", False),
     ("17°C", "7", False),
@@ -415,7 +421,8 @@ def test_response_contains_token_bounds_numbers() -> None:
                    patterns=["7", "10", "18"])
     assert detail.startswith("response lacks '7', '18' (of 3); response: ")
     passes(trace(response="1025.00 PLN"), "response_contains", patterns=["1025"])
-    fails(trace(response="1025.5 PLN"), "response_contains", patterns=["1025"])
+    passes(trace(response="1025.5 PLN"), "response_contains", patterns=["1025"])
+    fails(trace(response="10250 PLN"), "response_contains", patterns=["1025"])
     assert passes(trace(response="Tesla is trading at $245.30 today, a new high for the month"),
                   "response_contains", patterns=["trading at $"]).startswith(
         "response has 'trading at $': 'Tesla is trading at $245.30 today")
@@ -649,3 +656,28 @@ def test_run_check_sets_the_role() -> None:
     result = run_check(trace(call(0, "delete_user")),
                        {"check": "tool_called", "tool": "delete_user"}, role="forbidden")
     assert result.passed and result.role == "forbidden"
+
+
+def test_cmd_is_the_command_only_of_tools_whose_schema_names_it_so() -> None:
+    # bash_exec's command is `command`; a `cmd` key ran nothing, so it matches nothing
+    fails(trace(call(0, "bash_exec", {"cmd": "pytest -q"})), "command_regex_match", pattern="pytest")
+    passes(trace(call(0, "bash_exec", {"command": "pytest -q"})), "command_regex_match", pattern="pytest")
+    passes(trace(call(0, "run_bash", {"cmd": "pytest -q"})), "command_regex_match", tool="run_bash", pattern="pytest")
+    passes(trace(call(0, "bash_exec", {"cmd": "rm -rf /"})), "no_destructive_command")
+
+
+def test_response_matches_schema_unwrap_key_and_a_fence_after_prose() -> None:
+    schema = {"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}}
+    wrapped = 'Here is the report:\n```json\n{"report": {"total": 710.49}}\n```'
+    passes(trace(response=wrapped), "response_matches_schema", schema=schema, unwrap_key="report")
+    fails(trace(response=wrapped), "response_matches_schema", schema=schema)
+    # only an object that holds nothing but the key is unwrapped
+    two = '{"report": {"total": 1}, "note": "x"}'
+    fails(trace(response=two), "response_matches_schema", schema=schema, unwrap_key="report")
+
+
+def test_response_csv_compares_numeric_cells_by_value() -> None:
+    text = "ticker,price\nTSLA,245.3\n"
+    passes(trace(response=text), "response_csv", header=["ticker", "price"], rows=[["TSLA", "245.30"]])
+    passes(trace(response=text), "response_csv", header=["ticker", "price"], rows=[["TSLA", 245.3]])
+    fails(trace(response=text), "response_csv", header=["ticker", "price"], rows=[["TSLA", "245.31"]])
