@@ -220,7 +220,9 @@ def plan_cmd(
         base = spec_options(spec)
         hn = _host_index(host_node, nodes, base.host_node)
         # flags on the command line win over the spec's [server] table
-        plan = plan_for_spec(spec, nodes=nodes, model=model, options=replace(base, host_node=hn, **overrides))
+        plan = plan_for_spec(
+            spec, nodes=nodes if node else None, model=model, options=replace(base, host_node=hn, **overrides)
+        )
         if measure:
             from ..cluster import measure_spec, measured_spec
 

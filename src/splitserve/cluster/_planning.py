@@ -126,10 +126,11 @@ def plan_for_spec(
     """Plan the spec's model over its devices with its server options (or ``options``, e.g. with
     command-line overrides on top of :func:`spec_options`)."""
     facts = plan_inputs(spec)
+    given = nodes  # None: the spec's own nodes (then the plan's notes speak in spec keys)
     nodes = nodes if nodes is not None else layout_nodes(facts)
     if len(nodes) != facts.n_devices:  # before the headers are read, as before
         raise UsageError(f"{len(nodes)} --node given but the spec has {facts.n_devices} devices; give one per device")
-    return plan_layout(facts, model_facts(spec, model), nodes, options, draft_info(spec))
+    return plan_layout(facts, model_facts(spec, model), given, options, draft_info(spec))
 
 
 def plan_if_sized(spec: Any) -> Plan | None:

@@ -331,6 +331,11 @@ def _max_ctx(model: ModelInfo, nodes: list[Node], o: PlanOptions, type_k: str, t
     return min(lo * 256, limit)
 
 
+#: how the planner's note asks for a bandwidth, in --node syntax; a spec's plan says it in keys
+BANDWIDTH_HINT_CLI = "give device= or bw="
+BANDWIDTH_HINT_SPEC = 'set device_kind (e.g. "gb10") or bandwidth_gbps on those workers (or [head]) in the spec'
+
+
 def _decode(
     model: ModelInfo, nodes: list[Node], a: _Alloc, o: PlanOptions
 ) -> tuple[float | None, float | None, int, float | None, list[str]]:
@@ -355,7 +360,7 @@ def _decode(
         if nodes[i].bandwidth is None
     ]
     if missing:
-        notes.append(f"no memory bandwidth for {', '.join(missing)}: give device= or bw= to get a decode bound")
+        notes.append(f"no memory bandwidth for {', '.join(missing)}: {BANDWIDTH_HINT_CLI} to get a decode bound")
         return None, None, sum(per_dev), hop_s, notes
     bw = [(nodes[i].bandwidth or 1.0) * 1e9 for i in range(len(nodes))]
     t = sum(per_dev[i] / bw[i] for i in active)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from .._errors import UsageError
 from ..model import ModelInfo
 from ._devices import GIB, Node
-from ._plan import Plan, PlanOptions, make_plan
+from ._plan import BANDWIDTH_HINT_CLI, BANDWIDTH_HINT_SPEC, Plan, PlanOptions, make_plan
 from ._serving import kv_unified_asked, speculation_refusal, speculation_support
 
 
@@ -163,11 +163,14 @@ def plan_layout(
     """Plan ``model`` over the devices with the server settings (or ``options``, e.g. with
     command-line overrides on top of :func:`layout_options`); ``draft``: the draft model's headers
     when a draft-* speculation type reads one."""
+    from_spec = nodes is None
     nodes = nodes if nodes is not None else layout_nodes(facts)
     expected = facts.n_devices
     if len(nodes) != expected:
         raise UsageError(f"{len(nodes)} --node given but the spec has {expected} devices; give one per device")
     plan = make_plan(model, nodes, options or layout_options(facts))
+    if from_spec:  # the nodes came from the spec's keys: ask for keys, not --node fields
+        plan.estimated = [n.replace(BANDWIDTH_HINT_CLI, BANDWIDTH_HINT_SPEC) for n in plan.estimated]
     if draft is not None:
         plan.speculation = speculation_support(model, draft)
         plan.estimated.append(
