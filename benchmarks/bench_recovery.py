@@ -2,7 +2,15 @@
 time until a completion succeeds again.
 
     .venv/bin/python benchmarks/bench_recovery.py [--runs 5] [--local] [--backoff 1.0]
-        [--kill w1,w2] [--poll 0.2] [--out benchmarks/results/recovery.json]
+        [--kill w1,w2] [--poll 0.2] [--plain-up] [--out benchmarks/results/recovery.json]
+
+``--plain-up`` starts the cluster the way a user does, `splitserve up -c SPEC` (a real process
+that leaves its supervisor in the background and exits), and stops it with `splitserve down`;
+without it the supervisor runs in this process. The figure of issue 28 (median of 8 per process
+kind under plain `up`):
+
+    .venv/bin/python benchmarks/bench_recovery.py --plain-up --local --runs 32 \
+        --kill w1,w2,head,gateway --poll 0.5 --out benchmarks/results/recovery_plain_up.json
 
 ``--kill w1,w2,head,gateway`` cycles through those processes (one per run; ``--local`` for the
 head and the gateway, which run here); ``--poll`` is ``supervise.poll_seconds`` (0.5 is the
@@ -28,6 +36,7 @@ import os
 import platform
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -69,6 +78,8 @@ def main() -> None:
     ap.add_argument("--backoff", type=float, default=1.0, help="supervise.backoff_initial (seconds)")
     ap.add_argument("--kill", default="w1,w2", help="processes to SIGKILL, cycled: w1,w2,head,gateway")
     ap.add_argument("--poll", type=float, default=0.2, help="supervise.poll_seconds")
+    ap.add_argument("--plain-up", action="store_true",
+                    help="start with `splitserve up` (background supervisor), stop with `splitserve down`")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "recovery.json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
@@ -100,10 +111,17 @@ def main() -> None:
     root = cluster_state_dir(spec)
     sup = Supervisor(spec, engine=engine)
     thread = threading.Thread(target=sup.run, daemon=True)
+    cli = [sys.executable, "-m", "splitserve"]
     runs = []
     try:
         t_start = time.time()
-        thread.start()
+        if args.plain_up:
+            mode += ", plain `splitserve up` (its background supervisor)"
+            res = subprocess.run([*cli, "up", "-c", str(spec_file)], capture_output=True, text=True, timeout=900)
+            if res.returncode != 0:
+                raise SystemExit(f"splitserve up failed: {res.stderr.strip().splitlines()[-1:]}")
+        else:
+            thread.start()
         pids = wait_ready(root, t_start - 1)
         endpoint = read_state(root).endpoint  # type: ignore[union-attr]
         for i in range(args.runs):
@@ -161,13 +179,17 @@ def main() -> None:
                   f"restart {row['restart_s']:.2f})",
                   flush=True)
     finally:
-        sup.stop()
-        thread.join(120)
+        if args.plain_up:
+            subprocess.run([*cli, "down", "-c", str(spec_file)], capture_output=True, text=True, timeout=300)
+        else:
+            sup.stop()
+            thread.join(120)
         if hosts_gen is not None:
             hosts_gen.close()
     rec = [r["recovery_s"] for r in runs]
     result = {"benchmark": "recovery", "mode": mode, "model": model.name, "engine": engine.key,
-              "backoff_initial_s": args.backoff, "poll_seconds": args.poll, "killed": targets, "runs": runs,
+              "backoff_initial_s": args.backoff, "poll_seconds": args.poll, "plain_up": args.plain_up,
+              "killed": targets, "runs": runs,
               "median_recovery_s_per_node": {n: round(statistics.median(r["recovery_s"] for r in runs
                                                                          if r["killed"] == n), 3)
                                              for n in targets if any(r["killed"] == n for r in runs)},

@@ -272,6 +272,8 @@ class Supervisor:
                     death = self._watch(sup.poll_seconds)
                     if death is None:
                         break  # stop() was called
+                    if self.clock.monotonic() - started >= sup.stable_seconds:
+                        attempt = 0  # it had served long enough: a first restart again
                     cause = (death.short, death.message)
                     self.record("restarting", attempt + 1, *cause)
                     self._report(death)
