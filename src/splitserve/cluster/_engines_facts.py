@@ -3,7 +3,7 @@
 :func:`gather_engine_facts` runs the commands of :func:`~._engines_plan.fact_commands` on every
 node (one shell call per node, so one SSH round trip) and turns their outputs into
 :class:`~._engines_plan.EngineFacts`; :func:`engine_preflight` turns those into the preflight
-rows (ssh, engine, nic, gpus, ray, ports); :func:`ray_status` asks the head's Ray for the
+rows (ssh, engine, nic, gpus, ray, ports, and model on every node when the model is a path); :func:`ray_status` asks the head's Ray for the
 cluster's state (`status`). Reads only; starts nothing.
 """
 
@@ -28,6 +28,7 @@ from ._engines_plan import (
     node_facts,
     parse_ip_addr,
 )
+from ._model_rows import MODEL_FACT, engine_model_row, is_model_path, model_fact_command
 from ._spec import ClusterSpec
 from ._spec_engines import SglangSpec, VllmSpec, engine_table
 
@@ -82,6 +83,9 @@ def parse_facts_output(text: str) -> dict[str, tuple[int, str]]:
 def _node_outputs(spec: ClusterSpec, name: str, host: str, edges: Edges) -> dict[str, tuple[int, str]]:
     commands = dict(fact_commands(spec, node_python(spec, name)))
     commands["gds"] = GDS_COMMAND
+    model = _table(spec).model
+    if is_model_path(model):  # every node loads the model itself: is it there, whole?
+        commands[MODEL_FACT] = model_fact_command(model)
     node = edges.node(host, spec.ssh)
     res = node.run(facts_script(commands), timeout=120, check=False)
     return parse_facts_output(res.stdout.decode("utf-8", "replace"))
@@ -188,6 +192,14 @@ def engine_preflight(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> list[Check
     facts = EngineFacts(tuple(nodes))
     unreachable = {n for n in ("head", *(w.name for w in spec.workers)) if n not in outputs}
     rows += [r for r in backend_checks(spec, facts) if r.node not in unreachable]
+    model = _table(spec).model
+    if is_model_path(model):
+        hosts = {"head": spec.head.host, **{w.name: w.host for w in spec.workers}}
+        rows += [
+            engine_model_row(model, name, hosts[name], out.get(MODEL_FACT))
+            for name, out in outputs.items()
+            if name not in unreachable
+        ]
     rows += port_rows(engine_plan(spec, facts), edges)
     return rows
 

@@ -1,4 +1,5 @@
-"""Preflight's ``model`` rows: the GGUF the head loads is there, whole, and a GGUF.
+"""Preflight's ``model`` rows: the GGUF the head loads is there, whole, and a GGUF; for vLLM /
+SGLang, whose every node loads the model itself, the model folder on each node.
 
 With the llama.cpp backend only the head reads the model (and the draft model): the workers get
 their tensors from the head over RPC and hold no copy, so these rows are the head's. A model is
@@ -131,4 +132,93 @@ def model_rows(spec: ClusterSpec) -> list[CheckRow]:
     return rows
 
 
-__all__ = ["check_model", "fetch_fix", "model_rows"]
+# -- vLLM / SGLang: every node loads the model itself ------------------------------------------
+
+MODEL_FACT = "model"
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_INDEX = "model.safetensors.index.json"
+
+
+def is_model_path(model: str) -> bool:
+    """A vLLM / SGLang ``model`` that names a folder (or file) on the nodes, not a hub id."""
+    return model.startswith(("/", "~", "./", "../"))
+
+
+def model_fact_command(model: str) -> list[str]:
+    """The command whose output :func:`engine_model_row` reads: what the node holds at ``model``
+    (a folder's listing and its safetensors index, or a file's first bytes)."""
+    from ._transport import sh_path
+
+    script = (
+        f"p={sh_path(model.rstrip('/') or '/')}; "
+        'if [ -d "$p" ]; then echo DIR; ls -A "$p"; '
+        f'if [ -f "$p/{_INDEX}" ]; then echo INDEX; cat "$p/{_INDEX}"; fi; '
+        'elif [ -f "$p" ]; then echo FILE; head -c 4 "$p"; echo; '
+        "else echo MISSING; fi"
+    )
+    return ["sh", "-c", script]
+
+
+def engine_model_row(model: str, node: str, host: str, output: tuple[int, str] | None) -> CheckRow:
+    """The ``model`` row of one vLLM / SGLang node from :func:`model_fact_command`'s output: there,
+    whole (every shard its safetensors index names, no unfinished download), a model folder."""
+    where = "this machine" if host in ("local", "localhost") else host
+    fix = (
+        f"copy it there (rsync -a {model.rstrip('/')}/ {host}:{model.rstrip('/')}/) or run the same "
+        "splitserve fetch there"
+        if where != "this machine"
+        else f"put the model at {model} (e.g. splitserve fetch ORG/NAME --dir {model})"
+    )
+    if output is None or output[0] != 0 or not output[1].strip():
+        return CheckRow("model", node, "skip", f"could not look for {model} on {where}")
+    lines = output[1].splitlines()
+    kind = lines[0].strip()
+    if kind == "MISSING":
+        return CheckRow("model", node, "fail", f"{model} is not on {where} (every node loads the model itself)", fix)
+    if kind == "FILE":
+        magic = lines[1].strip() if len(lines) > 1 else ""
+        if magic != "GGUF":
+            return CheckRow("model", node, "fail", f"{model} on {where} is a file but not a GGUF", fix)
+        return CheckRow("model", node, "pass", f"{model} on {where}: a GGUF file")
+    body = lines[1:]
+    index_text = ""
+    if "INDEX" in body:
+        i = body.index("INDEX")
+        body, index_text = body[:i], "\n".join(body[i + 1 :])
+    names = {n.strip() for n in body if n.strip()}
+    unfinished = sorted(n for n in names if n.endswith(".incomplete"))
+    if unfinished:
+        return CheckRow(
+            "model", node, "fail", f"{model} on {where}: a download is unfinished ({', '.join(unfinished[:2])})", fix
+        )
+    if index_text:
+        try:
+            wanted = set(json.loads(index_text).get("weight_map", {}).values())
+        except (ValueError, AttributeError):
+            return CheckRow("model", node, "fail", f"{model} on {where}: unreadable {_INDEX}", fix)
+        missing = sorted(wanted - names)
+        if missing:
+            return CheckRow(
+                "model",
+                node,
+                "fail",
+                f"{model} on {where}: {len(missing)} of {len(wanted)} weight shards missing ({', '.join(missing[:3])})",
+                fix,
+            )
+    if "config.json" not in names:
+        return CheckRow("model", node, "fail", f"{model} on {where}: no config.json, not a model folder", fix)
+    weights = [n for n in names if n.endswith(_WEIGHTS)]
+    if not weights:
+        return CheckRow("model", node, "fail", f"{model} on {where}: config.json but no weight files", fix)
+    return CheckRow("model", node, "pass", f"{model} on {where}: config.json and {len(weights)} weight file(s)")
+
+
+__all__ = [
+    "MODEL_FACT",
+    "check_model",
+    "engine_model_row",
+    "fetch_fix",
+    "is_model_path",
+    "model_fact_command",
+    "model_rows",
+]
