@@ -16,8 +16,10 @@ the parser strips exactly those. Objects and arrays are JSON; other values are P
 ``str()`` of the value, so ``True``/``False`` (any case) are booleans for this format.
 Values are read leniently (``Dialect.lenient_values``, see _xml_flat): an unclosed
 parameter ends at the next declared one or at a closing ``</function>``/``</tool_call>``;
-with the tool's schema, parameter markup the tool does not declare is data, and tool-call
-markup inside a value nests (a coding agent writing a file that holds a tool call).
+with the tool's schema, parameter markup the tool does not declare is data, and so is, inside
+a string value, markup of a parameter the call has already given (a file being written that
+holds such lines); tool-call markup inside a value nests (a coding agent writing a file that
+holds a tool call).
 """
 
 from __future__ import annotations

@@ -7,8 +7,12 @@ One splitter runs in front of every tool-call parser. It handles, pinned:
 - a pre-filled opener (the generation prompt ended with it, ``prefilled=True``): the output
   starts mid-reasoning; a repeated opener right at the start is dropped (and then the
   reasoning is the model's own, as above). While the reasoning is only assumed open (no
-  opener in the output), one of the format's call openers (``call_openers``) ends it: the
-  call is a call, not reasoning;
+  opener in the output), one of the format's call openers (``call_openers``) holds the
+  output from that opener on until it decides: a closer later means the markup was the
+  model thinking about a call (all of it up to the closer is reasoning, and only calls
+  after the closer are calls); the end of the output (or more than ``UNKNOWN_LIMIT``
+  characters without a closer) means the reasoning ended at the opener and the call is a
+  call. Such a call streams only once decided, at the end of the output;
 - no pre-fill flag (``prefilled=None``, for a format whose prompts do not usually pre-fill):
   unknown. An opener or a closer at the start decides as above; otherwise the text is held
   until it decides: a closer means what came before was pre-filled reasoning (a closer with
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 
 from ._scan import find_first, hold_len
 
-_START, _UNKNOWN, _REASONING, _AFTER, _CONTENT = range(5)
+_START, _UNKNOWN, _REASONING, _AFTER, _CONTENT, _CALL_HELD = range(6)
 
 # How much undecided text an unknown start holds (characters, about 250k tokens): past it
 # the output is content. Bounded so that a long reply never grows the buffer without end.
@@ -74,6 +78,7 @@ class ReasoningSplitter:
         self._held_len = 0
         self._tail = ""
         self._overlap = max(len(m) for m in (spec.close, *self._openers)) - 1
+        self._scan_from = 0  # a held call (_CALL_HELD): where the closer search resumes
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         if self._held is not None:
@@ -151,6 +156,10 @@ class ReasoningSplitter:
                         continue
                     return out
                 continue
+            if self._state == _CALL_HELD:
+                if not self._decide_held_call(out, eof):
+                    return out
+                continue
             if self._state == _AFTER:
                 lead = self._buf.lstrip()
                 if not lead and not eof:
@@ -178,15 +187,18 @@ class ReasoningSplitter:
             i, marker = find_first(self._buf, markers)
             if marker is not None:
                 text = self._buf[:i].rstrip()
+                ws = self._pending_ws + self._buf[:i] if not text else self._buf[len(text) : i]
                 if text:
                     out.append(("reasoning", self._pending_ws + text))
                 self._pending_ws = ""
                 if marker == spec.close:
                     self._buf = self._buf[i + len(marker) :]
                     self._state = _AFTER
-                else:  # a call ends reasoning that was only assumed open
+                else:  # a call in reasoning only assumed open: held until it decides
+                    self._pending_ws = ws  # kept if it turns out to be reasoning
                     self._buf = self._buf[i:]
-                    self._state = _CONTENT
+                    self._state = _CALL_HELD
+                    self._scan_from = 0
                 continue
             keep = 0 if eof else hold_len(self._buf, markers)
             text, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
@@ -197,3 +209,22 @@ class ReasoningSplitter:
             else:
                 self._pending_ws += text
             return out
+
+    def _decide_held_call(self, out: list[tuple[str, str]], eof: bool) -> bool:
+        """A call opener met in reasoning only assumed open, held in ``_buf`` (which starts
+        with it): True once decided (reasoning up to a closer, or a call), False: hold on."""
+        close = self.spec.close
+        j = self._buf.find(close, self._scan_from)
+        if 0 <= j <= UNKNOWN_LIMIT:  # the model was thinking about a call
+            out.append(("reasoning", self._pending_ws + self._buf[:j].rstrip()))
+            self._pending_ws = ""
+            self._buf = self._buf[j + len(close) :]
+            self._state = _AFTER
+            return True
+        # a closer found later would start at or past this point
+        self._scan_from = max(0, len(self._buf) - len(close) + 1)
+        if eof or j > UNKNOWN_LIMIT or self._scan_from > UNKNOWN_LIMIT:
+            self._pending_ws = ""  # the reasoning ended at the opener: the call is a call
+            self._state = _CONTENT
+            return True
+        return False

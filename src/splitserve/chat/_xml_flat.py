@@ -388,6 +388,9 @@ class FlatXmlParser(TaggedCallParser):
         self._np = self._nf = self._nt = 0
         self._names_for = -1
         self._names: frozenset[str] | None = None
+        # the parameters the open call has given so far (its open one included)
+        self._given_for = -1
+        self._given: set[str] = set()
 
     # -- headers -----------------------------------------------------------------------
     def _header(self, pattern: re.Pattern[str], start: int = 0) -> tuple[str, int, str]:
@@ -432,8 +435,19 @@ class FlatXmlParser(TaggedCallParser):
         return self._names
 
     # -- values ------------------------------------------------------------------------
+    def _literal_given(self, name: str) -> bool:
+        """Whether parameter markup for ``name`` inside the open value is data: the call has
+        given ``name`` already and the open value is a string (a file being written that
+        holds such markup; a string parameter is never given twice by the template)."""
+        assert self._call is not None
+        return self._call.mode == "stream" and self._given_for == self._call.index and name in self._given
+
     def _open_param(self, key: str) -> None:
         assert self._call is not None
+        if self._given_for != self._call.index:
+            self._given_for = self._call.index
+            self._given = set()
+        self._given.add(key)
         self._call.open(key)
         self._value = []
         self._value_started = False
@@ -543,7 +557,7 @@ class FlatXmlParser(TaggedCallParser):
             if names is None:  # no schema: data, as a closer-less value always was
                 self._piece(self.buf.take(length))
                 return True
-            if name in names and name != self._call.key:
+            if name in names and name != self._call.key and not self._literal_given(name):
                 self._unclosed(self.buf.text[:length])
                 return True
         self._np += 1  # a nested call's parameter, or a name the tool does not declare
@@ -582,7 +596,9 @@ class FlatXmlParser(TaggedCallParser):
             status, _, name = self._header(d.param_header, len(text) - len(rest))
             if status == "need":
                 return None
-            return status == "ok" and name in names
+            # inside parameter markup the value holds, a closer before another given
+            # parameter closes that markup (a file holding a call's parameters)
+            return status == "ok" and name in names and not (self._np and self._literal_given(name))
         if rest.startswith((d.invoke_close, d.wrap_close, d.invoke_prefix)):
             return True
         if not self.buf.eof and any(f.startswith(rest) for f in self._tags.follows):
