@@ -82,6 +82,7 @@ COMMAND_MODULES: dict[str, str] = {
     "eval": "_eval",
     "tune": "_tune",
     "ui": "_ui",
+    "connect": "_connect",
 }
 
 
