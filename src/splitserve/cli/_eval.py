@@ -60,6 +60,9 @@ def list_cmd(
 
     Example: splitserve eval list ~/toolery/scenarios
     """
+    if suite == "bfcl" or suite.startswith("bfcl:"):
+        _list_bfcl(suite, as_json)
+        return
     loaded = _load(suite)
     chosen = loaded.select(tier, category)
     rows = [
@@ -87,8 +90,31 @@ def list_cmd(
         console.print(f"{len(rows)} scenarios", markup=False)
         for p in problems:
             err.print(f"splitserve: error: {p['path']}: {p['reason']}", markup=False)
+    for w in loaded.warnings:
+        err.print(f"splitserve: warning: {w.path}: {w.reason}", markup=False)
     if problems:
         raise typer.Exit(1)
+
+
+def _list_bfcl(suite: str, as_json: bool) -> None:
+    """`eval list bfcl[:categories]`: BFCL's categories with their item counts."""
+    _need_eval_extra()
+    from ..eval._bfcl import category_rows
+
+    rows = category_rows(suite)
+    if as_json:
+        console.print_json(json.dumps({"suite": suite, "categories": rows}))
+        return
+    from rich.table import Table
+
+    table = Table("category", "group", "tier", "items", "graded by", box=None, pad_edge=False)
+    for row in rows:
+        table.add_row(row["category"], row["group"], row["tier"], str(row["items"]), row["checker"])
+    console.print(table)
+    console.print(
+        f"{sum(r['items'] for r in rows)} items in {len(rows)} categories (bfcl-eval {rows[0]['version']})",
+        markup=False,
+    )
 
 
 @eval_app.command("run")
@@ -156,6 +182,8 @@ def run_cmd(
         loaded = _load(suite)
         for p in loaded.problems:
             err.print(f"warning: skipped {p.path}: {p.reason}", markup=False)
+        for w in loaded.warnings:
+            err.print(f"warning: {w.path}: {w.reason}", markup=False)
         chosen = loaded.select(tier, category, limit)
         if not chosen:
             raise UsageError(f"suite {suite!r}: no scenario matches --tier {tier} --category {category}")

@@ -129,6 +129,28 @@ def counts(names: list[str] | None = None) -> dict[str, int]:
     return {c: len(_entries(c)[0]) for c in (names or list(CATEGORIES))}
 
 
+def category_rows(name: str = PREFIX) -> list[dict[str, Any]]:
+    """What ``eval list bfcl[:categories]`` shows: each category, its group, tier, item count."""
+    checker = {
+        "ast": "ast_checker",
+        "irrelevance": "no call (irrelevance)",
+        "relevance": "a call (relevance)",
+        "multi_turn": "multi_turn_checker",
+    }
+    version = api().version
+    return [
+        {
+            "category": c,
+            "group": CATEGORIES[c].group,
+            "tier": CATEGORIES[c].tier,
+            "items": n,
+            "checker": checker[CATEGORIES[c].kind],
+            "version": version,
+        }
+        for c, n in counts(categories_of(name)).items()
+    ]
+
+
 def _first_user_text(question: list[list[dict[str, Any]]]) -> str:
     for turn in question:
         for message in turn:

@@ -29,6 +29,8 @@ class Suite:
     name: str
     scenarios: list[Scenario] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # loaded, with something the user should know (a tool without a schema got a permissive one)
+    warnings: list[Problem] = field(default_factory=list)
 
     def select(self, tier: str | None = None, category: str | None = None, limit: int | None = None) -> list[Scenario]:
         chosen = [
@@ -68,7 +70,24 @@ def load_file(path: Path) -> Scenario:
     return scenario
 
 
+def permissive_schema(name: str) -> dict[str, Any]:
+    """An OpenAI function schema that takes any arguments, for a tool we know nothing of."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name.replace('_', ' ')} tool.",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": True},
+        },
+    }
+
+
 def _check_tools(scenario: Scenario) -> str | None:
+    """Give each tool without a schema a permissive one; the warning that says so, or None.
+
+    Toolery's scorer never needs a schema, so a scenario naming a tool we do not know (its
+    very-hard-19 uses ``deploy``) still loads and runs: the model sees the tool with free
+    arguments, and the scenario's ``tool_responses`` answer it."""
     from ._tools import schemas_for
 
     sandbox_tools: set[str] = set()
@@ -77,12 +96,14 @@ def _check_tools(scenario: Scenario) -> str | None:
 
         sandbox_tools = set(SANDBOX_TOOLS)
     _, missing = schemas_for([t for t in scenario.tools if t not in sandbox_tools], scenario.tool_schemas)
-    if missing:
-        return (
-            f"tools without a schema: {', '.join(missing)} "
-            "(add them under tool_schemas: {name: OpenAI function schema})"
-        )
-    return None
+    if not missing:
+        return None
+    for name in missing:
+        scenario.tool_schemas[name] = permissive_schema(name)
+    return (
+        f"tools without a schema: {', '.join(missing)}; they take any arguments "
+        "(give their schemas under tool_schemas: {name: OpenAI function schema})"
+    )
 
 
 def load_folder(root: Path) -> Suite:
@@ -98,8 +119,7 @@ def load_folder(root: Path) -> Suite:
             suite.problems.append(Problem(str(path), f"duplicate id {scenario.id!r} (also in {seen[scenario.id]})"))
             continue
         if (why := _check_tools(scenario)) is not None:
-            suite.problems.append(Problem(str(path), why))
-            continue
+            suite.warnings.append(Problem(str(path), why))
         seen[scenario.id] = str(path)
         suite.scenarios.append(scenario)
     return suite
@@ -119,9 +139,13 @@ def load_suite(name: str) -> Suite:
     if path.is_file() and path.suffix in SCENARIO_SUFFIXES:
         suite = Suite(name=str(path))
         try:
-            suite.scenarios.append(load_file(path))
+            scenario = load_file(path)
         except ValueError as exc:
             suite.problems.append(Problem(str(path), str(exc)))
+            return suite
+        if (why := _check_tools(scenario)) is not None:
+            suite.warnings.append(Problem(str(path), why))
+        suite.scenarios.append(scenario)
         return suite
     if not path.is_dir():
         raise UsageError(
