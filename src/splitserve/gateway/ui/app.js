@@ -218,6 +218,8 @@
         if (!resp.ok) continue;
         const img = document.createElement("img");
         img.alt = im.name;
+        // a wide plot (several panels side by side) takes a row of its own, at its own size
+        img.addEventListener("load", () => img.classList.toggle("wide", img.naturalWidth > 900));
         img.src = URL.createObjectURL(await resp.blob());
         imgs.appendChild(img);
       } catch (e) { /* the next change of the run redraws */ }
