@@ -248,6 +248,8 @@ def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> 
             h.add_call(_call_id(item, where), _call_name(item, where), args)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             h.tool(_call_id(item, where), _output_text(item.get("output", ""), f"{where}.output"))
+        elif kind == "additional_tools":
+            continue  # tools declared in the input (Codex's "responses lite"): see to_chat
         elif kind == "item_reference":
             raise bad_request(
                 f"{where}: item_reference is not supported (the gateway stores whole responses only: "
@@ -400,7 +402,14 @@ def to_chat(req: ResponsesRequest, template: str, history: list[dict[str, Any]] 
     messages = items_to_messages(items, req.instructions)
     if not any(m["role"] != "system" for m in messages):
         raise bad_request("input: at least one message or item is required", "input")
-    tools, refs = translate_tools(req.tools or [], warnings)
+    declared = list(req.tools or [])
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            more = item.get("tools")
+            if not isinstance(more, list):
+                raise bad_request(f"input.{i}.tools: must be a list of tools", f"input.{i}.tools")
+            declared += more
+    tools, refs = translate_tools(declared, warnings)
     choice, offered = _choice(req.tool_choice, tools, refs)
     body: dict[str, Any] = {"model": req.model, "messages": messages}
     if offered:

@@ -583,3 +583,14 @@ def test_reasoning_effort_reaches_a_template_that_has_the_switch() -> None:
     app = create_app(GatewayConfig(engine_url="fake://", model_format="hermes"), eng)
     assert post(app, {"input": "hi", "reasoning": {"effort": "low"}}).status_code == 200
     assert eng.bodies[0]["prompt"].startswith("[low]")
+
+
+def test_tools_declared_in_the_input_are_offered_as_tools() -> None:
+    eng = engine("hermes", [list(call("hermes", "get_weather", {"location": "Oslo"}))])
+    app = app_for("hermes", eng)
+    declared = {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [WEATHER]}
+    resp = post(app, {"input": [declared, {"role": "user", "content": "Weather in Oslo?"}]}).json()
+    assert resp["output"][0]["name"] == "get_weather"
+    assert '"get_weather"' in eng.bodies[0]["prompt"]
+    bad = post(app, {"input": [{**declared, "tools": "x"}, {"role": "user", "content": "hi"}]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input.0.tools"
