@@ -16,7 +16,16 @@ from typing import Any
 from .._errors import UsageError
 from ._plots import plot_causes, plot_compare, plot_flips, plot_tiers
 from ._records import read_records, run_file
-from ._stats import Comparison, Flip, PassRate, compare_summaries, planning_mde, summarize, tier_sorted
+from ._stats import (
+    Comparison,
+    Flip,
+    PassRate,
+    compare_summaries,
+    planning_mde,
+    scenarios_needed,
+    summarize,
+    tier_sorted,
+)
 
 EVIDENCE_CHARS = 160
 
@@ -118,7 +127,8 @@ def _header_lines(s: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"- a comparison with another run of this size can detect differences of about "
             f"{planning_mde(n, 1):.1f} pp at trials 1 and {planning_mde(n, 5):.1f} pp at trials 5 "
-            f"(planning estimate, α .05, power .8)"
+            f"(planning estimate, α .05, power .8); resolving 2 / 4 / 8 pp at trials 3 takes "
+            f"{' / '.join(str(scenarios_needed(d, 3)) for d in (2, 4, 8))} scenarios"
         )
     return lines
 

@@ -149,6 +149,15 @@ def planning_mde(n_scenarios: int, trials: float, discordant: float = 0.15, with
     return 100.0 * MDE_Z * sd / math.sqrt(n_scenarios)
 
 
+def scenarios_needed(target_pp: float, trials: float, discordant: float = 0.15, within_flip: float = 0.20) -> int:
+    """How many scenarios a paired comparison needs for its MDE to reach ``target_pp``
+    (the inverse of :func:`planning_mde`, same model and defaults)."""
+    if target_pp <= 0 or trials <= 0:
+        raise ValueError(f"scenarios_needed: need target_pp > 0 and trials > 0, got {target_pp}, {trials}")
+    sd = math.sqrt(discordant + within_flip / trials)
+    return math.ceil((100.0 * MDE_Z * sd / target_pp) ** 2)
+
+
 def _majority(frac: float) -> bool | None:
     return True if frac > 0.5 else False if frac < 0.5 else None
 

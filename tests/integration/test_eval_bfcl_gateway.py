@@ -1,0 +1,76 @@
+"""A BFCL slice through the served stack: the demo model behind the gateway gets BFCL's
+functions as OpenAI tools, its answers are graded by bfcl-eval's checkers, and a run killed
+mid-way continues where it stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import bare_server, serve_app
+from splitserve.eval._records import read_records
+from splitserve.gateway import GatewayConfig, create_app
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+pytest.importorskip("bfcl_eval")
+SLICE = "bfcl:simple,irrelevance"
+N = 6
+
+
+@pytest.fixture(scope="module")
+def gateway(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    with bare_server(engine, smollm2, "--parallel", "2", "-t", "1", ctx=4096) as engine_url:
+        with serve_app(create_app(GatewayConfig(engine_url=engine_url))) as url:
+            yield url
+
+
+def eval_cmd(url: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "splitserve", "eval", "run", SLICE, "--limit", str(N), "--url", url,
+            "--max-tokens", "64", "--concurrency", "1", "-o", str(out), "--no-report"]
+
+
+def trial_lines(out: Path) -> list[dict]:
+    if not (out / "run.jsonl").exists():
+        return []
+    return [r for r in read_records(out) if r["type"] == "trial"]
+
+
+def test_bfcl_slice_runs_through_the_gateway_and_resumes_after_a_kill(gateway: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(eval_cmd(gateway, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(trial_lines(out)) < 2:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        assert time.monotonic() < deadline, "no trial finished in 300 s"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = trial_lines(out)
+    assert 2 <= len(before) < N
+
+    done = subprocess.run(eval_cmd(gateway, out), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = trial_lines(out)
+    keys = [t["scenario"] for t in after]
+    assert sorted(keys) == sorted(f"simple_python_{i}" for i in range(N))  # each once, none twice
+    assert after[: len(before)] == before
+    headers = [r for r in read_records(out) if r["type"] == "run"]
+    assert [h["resumed"] for h in headers] == [False, True] and headers[0]["suite"] == SLICE
+    for t in after:
+        assert t["verdict"] in ("pass", "fail", "timeout")
+        assert t["messages"][0]["role"] == "user"
+        if t["verdict"] != "timeout":
+            assert t["turns"] == 1 and t["completion_tokens"] > 0
+        if t["verdict"] == "fail":  # BFCL's error type is the evidence
+            assert t["evidence"].startswith("BFCL ") and t["cause"]
+    report = subprocess.run([sys.executable, "-m", "splitserve", "eval", "report", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
