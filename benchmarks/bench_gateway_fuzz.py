@@ -3,13 +3,17 @@
 Generates requests with hypothesis (bodies with random nesting, numbers including NaN /
 Infinity / 1e999 / huge integers, strings with lone surrogates and control characters,
 wrong types per field, colliding ``chat_template_kwargs``, odd tool schemas, small but
-long arrays; odd headers) for ``/v1/chat/completions``, ``/v1/completions`` and
-``/v1/models``, sends them and counts statuses. In-process by default: the gateway's ASGI
+long arrays; odd headers) for ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models`` and the Anthropic Messages API (``/v1/messages``, ``/v1/messages/count_tokens``:
+every block type, Anthropic's own headers), sends them and counts statuses. In-process by default: the gateway's ASGI
 app with a fake engine (``hermes`` format; the engine's output is a mix of content, calls
 to the request's tools and calls cut off, so the parser and the schema coercion run on
 what the fuzzed tools declare). With ``--url`` a real gateway is fuzzed instead.
 
-A 5xx, an error body not in OpenAI's shape, or an exception out of the app is a failure;
+A 5xx, an error body not in the endpoint's shape (OpenAI's; Anthropic's on ``/v1/messages``),
+a Messages stream that does not end with ``message_stop`` or an ``error`` event, or an
+exception out of the app is a failure. With ``--url``, a case the HTTP client refuses to
+send (an illegal header value) reaches no gateway: it is counted apart, not as a 5xx;
 the gateway must answer a normal request after the run. Prints tried / status counts / 5xx
 seen and writes a JSON result::
 
@@ -205,6 +209,116 @@ cases = st.one_of(
               st.sampled_from(["", "?x=1", "?%ff", "?a=" + "b" * 500]), headers),
 )
 
+# -- Anthropic Messages bodies (/v1/messages, /v1/messages/count_tokens) ------------------
+
+MESSAGES_PATHS = ["/v1/messages", "/v1/messages?beta=true", "/v1/messages/count_tokens"]
+
+
+def messages_bodies() -> st.SearchStrategy[Any]:
+    """Hostile Messages request bodies: every block type, wrong types per field."""
+    ids = st.sampled_from(["toolu_1", "c1", "", "call_x"])
+    inner = st.lists(st.fixed_dictionaries(
+        {"type": maybe(st.sampled_from(["text", "image", "document", "x"]))},
+        optional={"text": maybe(texts), "source": maybe(anyjson)}), max_size=3)
+    block = st.fixed_dictionaries(
+        {"type": maybe(st.sampled_from(["text", "image", "tool_use", "tool_result", "thinking",
+                                        "redacted_thinking", "document", "server_tool_use", "bogus"]))},
+        optional={"text": maybe(texts), "id": maybe(ids), "name": maybe(st.sampled_from(TOOL_NAMES)),
+                  "input": maybe(anyjson), "tool_use_id": maybe(ids),
+                  "content": maybe(st.one_of(texts, st.none(), inner)), "is_error": maybe(st.booleans()),
+                  "thinking": maybe(texts), "signature": maybe(texts), "data": maybe(texts),
+                  "source": maybe(anyjson), "cache_control": maybe(anyjson)})
+    message = st.fixed_dictionaries(
+        {"role": maybe(st.sampled_from(["user", "assistant", "system", "tool", "developer"])),
+         "content": maybe(st.one_of(texts, st.lists(block, max_size=4)))})
+    tool = st.fixed_dictionaries(
+        {"name": maybe(st.sampled_from(TOOL_NAMES))},
+        optional={"input_schema": maybe(schemas), "description": maybe(texts),
+                  "type": maybe(st.sampled_from(["custom", "web_search_20250305", "bash_20250124"])),
+                  "defer_loading": maybe(st.booleans()), "cache_control": maybe(anyjson),
+                  "strict": maybe(st.booleans())})
+    system = st.one_of(texts, st.lists(st.fixed_dictionaries(
+        {"type": maybe(st.sampled_from(["text", "image"]))},
+        optional={"text": maybe(st.one_of(texts, st.just("x-anthropic-billing-header: cch=1;"))),
+                  "cache_control": maybe(anyjson)}), max_size=3))
+    optional = {
+        "model": maybe(st.sampled_from(["m", "smol", "claude-opus-5-5", ""])),
+        "max_tokens": maybe(numbers),
+        "system": maybe(system),
+        "tools": maybe(st.lists(tool, max_size=3)),
+        "tool_choice": maybe(st.fixed_dictionaries(
+            {"type": maybe(st.sampled_from(["auto", "any", "tool", "none", "bogus"]))},
+            optional={"name": maybe(st.sampled_from(TOOL_NAMES)),
+                      "disable_parallel_tool_use": maybe(st.booleans())})),
+        "stop_sequences": maybe(st.one_of(texts, st.lists(texts, max_size=20))),
+        "temperature": maybe(numbers), "top_p": maybe(numbers), "top_k": maybe(numbers),
+        "stream": maybe(st.booleans()),
+        "metadata": maybe(st.fixed_dictionaries({}, optional={"user_id": maybe(texts)})),
+        "thinking": maybe(st.fixed_dictionaries(
+            {"type": maybe(st.sampled_from(["enabled", "disabled", "adaptive", "x"]))},
+            optional={"budget_tokens": maybe(numbers), "display": maybe(texts)})),
+        "output_config": maybe(st.fixed_dictionaries({}, optional={
+            "effort": maybe(st.sampled_from(["low", "medium", "high", "xhigh", "max", "x"])),
+            "format": maybe(st.fixed_dictionaries({"type": maybe(st.just("json_schema"))},
+                                                  optional={"schema": maybe(schemas)}))})),
+        "context_management": maybe(anyjson),
+        "unknown_field": any_value,
+    }
+    return st.fixed_dictionaries({"messages": maybe(st.lists(message, max_size=4))}, optional=optional)
+
+
+def messages_valid_bodies() -> st.SearchStrategy[Any]:
+    """Well-formed Messages requests with hostile text in them (these reach the engine, so the
+    answer path runs: blocks, streams, tool calls out of the fake engine's output)."""
+    text_block = st.fixed_dictionaries({"type": st.just("text"), "text": texts},
+                                       optional={"cache_control": st.just({"type": "ephemeral"})})
+    use = st.fixed_dictionaries({"type": st.just("tool_use"), "id": st.just("toolu_1"),
+                                 "name": st.sampled_from(["f", "get_weather"]),
+                                 "input": st.dictionaries(texts, scalars, max_size=2)})
+    result = st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": st.just("toolu_1"),
+                                    "content": st.one_of(texts, st.lists(text_block, max_size=2))},
+                                   optional={"is_error": st.booleans()})
+    thinking = st.fixed_dictionaries({"type": st.just("thinking"), "thinking": texts, "signature": texts})
+    user = st.fixed_dictionaries({"role": st.just("user"),
+                                  "content": st.one_of(texts, st.lists(st.one_of(text_block, result), max_size=3))})
+    assistant = st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(
+        texts, st.lists(st.one_of(thinking, text_block, use), min_size=1, max_size=3))})
+    system_msg = st.fixed_dictionaries({"role": st.just("system"), "content": texts})
+    tool = st.fixed_dictionaries({"name": st.sampled_from(["f", "get_weather"]),
+                                  "input_schema": st.just({"type": "object", "properties": {
+                                      "a": {"type": "integer"}, "location": {"type": "string"}}})})
+    return st.fixed_dictionaries(
+        {"model": st.just("m"), "max_tokens": st.integers(1, 40),
+         "messages": st.lists(st.one_of(user, assistant, system_msg), min_size=1, max_size=4)},
+        optional={"system": texts, "stream": st.booleans(), "tools": st.lists(tool, max_size=2, unique_by=lambda t: t["name"]),
+                  "tool_choice": st.sampled_from([{"type": "auto"}, {"type": "none"}, {"type": "any"},
+                                                  {"type": "tool", "name": "f"}]),
+                  "stop_sequences": st.lists(texts, max_size=3),
+                  "thinking": st.sampled_from([{"type": "adaptive"}, {"type": "disabled"},
+                                               {"type": "enabled", "budget_tokens": 1024}]),
+                  "metadata": st.fixed_dictionaries({"user_id": texts})})
+
+
+messages_headers = st.one_of(headers, st.dictionaries(
+    st.sampled_from(["x-api-key", "anthropic-version", "anthropic-beta", "x-claude-code-session-id"]),
+    st.one_of(header_values, st.sampled_from(["", " ", "2023-06-01", "sk-x"])), max_size=3))
+
+
+def messages_cases() -> st.SearchStrategy[Case]:
+    """Cases for the Messages API: fuzzed bodies and garbage, on its three paths."""
+    paths = st.sampled_from(MESSAGES_PATHS)
+    return st.one_of(
+        st.builds(lambda p, b, h: Case("POST", p, serialise(b), h), paths, messages_bodies(), messages_headers),
+        st.builds(lambda p, b, h: Case("POST", p, b, h), paths, garbage, messages_headers),
+        st.builds(lambda p, b: Case("POST", p, serialise(b), {"content-type": "application/json"}),
+                  paths, messages_valid_bodies()),
+        st.builds(lambda p, b: Case("POST", p, serialise(b), {"content-type": "application/json"}),
+                  paths, messages_valid_bodies()),
+    )
+
+
+cases = st.one_of(cases, messages_cases())
+
 # -- the fake engine ---------------------------------------------------------------------
 
 
@@ -315,6 +429,34 @@ def problems(status: int, body: bytes, streamed: bool) -> list[str]:
     return out
 
 
+def messages_problems(status: int, body: bytes, streamed: bool) -> list[str]:
+    """:func:`problems` for the Messages API: its error shape, ``event: error`` in streams."""
+    out = []
+    if status >= 500:
+        out.append(f"HTTP {status}: {body[:300]!r}")
+    if status >= 400:
+        try:
+            doc = json.loads(body)
+            assert doc["type"] == "error"
+            assert isinstance(doc["error"]["message"], str) and isinstance(doc["error"]["type"], str)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            out.append(f"HTTP {status} without Anthropic's error shape: {body[:300]!r}")
+    elif streamed:
+        text = body.decode("utf-8", "replace")
+        if "internal error" in text or '"api_error"' in text:
+            out.append(f"a stream with a server error: {text[-300:]!r}")
+        elif not text.rstrip().endswith('{"type":"message_stop"}') and "event: error" not in text:
+            out.append(f"a stream that does not end with message_stop: {text[-300:]!r}")
+    elif status == 200 and b"internal error" in body:
+        out.append(f"internal error in a 200: {body[:300]!r}")
+    return out
+
+
+def checker(case: Case) -> Any:
+    """The answer check for this case's endpoint."""
+    return messages_problems if case.path.startswith("/v1/messages") else problems
+
+
 NORMAL = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
 
@@ -325,9 +467,13 @@ class Tally:
     five_xx: int = 0
     problems: int = 0
     failures: list[str] = field(default_factory=list)
+    refused: int = 0
+    by_path: Counter[str] = field(default_factory=Counter)
+    """Cases the HTTP client refused to send (``--url`` only; see :data:`CLIENT_REFUSED`)."""
 
     def add(self, case: Case, status: int, found: list[str]) -> None:
         self.tried += 1
+        self.by_path[case.path.split("?", 1)[0]] += 1
         self.statuses[str(status)] += 1
         if status >= 500:
             self.five_xx += 1
@@ -353,10 +499,18 @@ def _rss_mib() -> float:
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20, 1)
 
 
+CLIENT_REFUSED = 0
+"""The "status" of a case the HTTP client refused to send (an illegal header value such as
+``Bearer `` with its trailing space): nothing reached the gateway, so it is counted apart."""
+
+
 def send_sync(client: httpx.Client, case: Case) -> tuple[int, bytes, bool]:
-    """One case through a real HTTP client (``--url``); an exception counts as status 599."""
+    """One case through a real HTTP client (``--url``); a case the client refuses to send is
+    :data:`CLIENT_REFUSED`; any other exception (the connection broke) counts as status 599."""
     try:
         r = client.request(case.method, case.path, content=case.body, headers=case.headers)
+    except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, UnicodeEncodeError) as exc:
+        return CLIENT_REFUSED, f"{type(exc).__name__}: {exc}".encode(), False
     except httpx.HTTPError as exc:
         return 599, f"{type(exc).__name__}: {exc}".encode(), False
     return r.status_code, r.content, "text/event-stream" in r.headers.get("content-type", "")
@@ -396,7 +550,10 @@ def run(n: int, url: str | None, api_key: str | None, seed: int | None) -> dict[
 
     def one(case: Case) -> None:
         status, body, streamed = send(case)
-        tally.add(case, status, problems(status, body, streamed))
+        if status == CLIENT_REFUSED:
+            tally.refused += 1
+            return
+        tally.add(case, status, checker(case)(status, body, streamed))
 
     # In batches: one hypothesis run keeps a record of every case it generated (its memory
     # grows with the run), a fresh run per batch does not.
@@ -425,6 +582,8 @@ def run(n: int, url: str | None, api_key: str | None, seed: int | None) -> dict[
     return {"target": url or "in-process (fake engine)", "tried": tally.tried,
             "statuses": dict(sorted(tally.statuses.items())), "five_xx": tally.five_xx,
             "problems": tally.problems, "failures": tally.failures, "healthy_after": healthy[0] == 200,
+            "client_refused": tally.refused,
+            "messages_tried": sum(v for k, v in tally.by_path.items() if k.startswith("/v1/messages")),
             "seconds": round(elapsed, 1),
             "rss_mib_start": rss_start, "rss_mib_end": _rss_mib(),
             "rss_mib_per_batch": rss,
@@ -445,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tried: {result['tried']}  in {result['seconds']} s "
           f"({result['requests_per_second']} req/s)")
     print("status counts: " + ", ".join(f"{k}: {v}" for k, v in result["statuses"].items()))
+    print(f"of which /v1/messages*: {result['messages_tried']}  "
+          f"refused by the client before sending (not counted): {result['client_refused']}")
     if not args.url:
         print(f"process RSS: {result['rss_mib_start']} -> {result['rss_mib_end']} MiB")
     print(f"5xx seen: {result['five_xx']}  problems (5xx, error shape, broken streams): "
