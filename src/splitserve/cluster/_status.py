@@ -28,7 +28,11 @@ def find_state_root(name: str | None = None, spec_root: Path | None = None) -> P
     base = state_dir()
     if name:
         return base / name
-    roots = sorted(p.parent for p in base.glob("*/state.json")) if base.is_dir() else []
+    from ._state import lock_holder
+
+    held = {p.parent for p in base.glob("*/supervisor.lock") if lock_holder(p.parent)} if base.is_dir() else set()
+    # a cluster between a restart's stop and start has no state.json, but its supervisor's lock
+    roots = sorted({p.parent for p in base.glob("*/state.json")} | held) if base.is_dir() else []
     if len(roots) == 1:
         return roots[0]
     if not roots:

@@ -129,6 +129,8 @@ def test_status_between_a_restarts_stop_and_start(state_home: Path) -> None:
         assert data["restarts"] == 2 and data["supervisor"]["pid"] == os.getpid()
         code, out = status("c1")
         assert code == 4
+        alone = CliRunner().invoke(app, ["status", "--json"])  # the only cluster, found by its lock
+        assert alone.exit_code == 4 and json.loads(alone.stdout)["name"] == "c1"
         assert out.startswith("cluster c1: restarting (attempt 2, cause: w2 killed by signal 9 (then head))")
         # the dead processes still recorded, before the supervisor has stopped them: restarting too
         write_cluster(root, state_home / "logs")
