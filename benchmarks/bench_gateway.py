@@ -9,6 +9,9 @@ the machine's load hits both alike:
   chat requests (same messages, ``max_tokens`` with ``ignore_eos``, temperature 0);
   tokens/s of a round = completion tokens (from usage) / round wall time; the figure is
   sum(gateway tokens/s) / sum(direct tokens/s); target >= 0.98;
+- ``--api messages``: the gateway side is asked in the Anthropic Messages API (streamed
+  ``/v1/messages``), the direct side in chat completions as always: the ratio is then the
+  Messages path's per-token cost against the engine's own tokens/s;
 - TTFT: ``--ttft-pairs`` sequential pairs of one-token streamed requests (prompt cached);
   TTFT = request sent to the first content chunk; reported p50/p99 of each side and of
   the paired differences (gateway - direct); target < 2 ms p50. The gateway's own
@@ -64,17 +67,40 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) ->
     raise SystemExit(f"{url}: not ready after {timeout}s")
 
 
-async def one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
+async def one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int, api: str = "chat"
               ) -> tuple[float | None, int]:
-    """(TTFT seconds, completion tokens) of one streamed chat request.
+    """(TTFT seconds, completion tokens) of one streamed request in ``api``'s wire format.
 
     llama-server now and then closes a kept-alive connection as it is reused ("server
     disconnected without sending a response"); such a request is sent again, once.
     """
+    send = STREAMS[api]
     try:
-        return await _one(http, url, model, max_tokens)
+        return await send(http, url, model, max_tokens)
     except httpx.RemoteProtocolError:
-        return await _one(http, url, model, max_tokens)
+        return await send(http, url, model, max_tokens)
+
+
+async def _one_messages(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
+                        ) -> tuple[float | None, int]:
+    """One streamed Anthropic Messages request (``--api messages``): TTFT at the first
+    ``text_delta``, tokens from the last ``message_delta``'s usage."""
+    body = {"model": model, "system": MESSAGES[0]["content"], "messages": MESSAGES[1:],
+            "max_tokens": max_tokens, "stream": True, "temperature": 0, "ignore_eos": True}
+    start = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with http.stream("POST", f"{url}/v1/messages", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if ttft is None and event["type"] == "content_block_delta" and event["delta"].get("text"):
+                ttft = time.perf_counter() - start
+            elif event["type"] == "message_delta":
+                tokens = int(event["usage"]["output_tokens"])
+    return ttft, tokens
 
 
 async def _one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
@@ -98,28 +124,33 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
     return ttft, tokens
 
 
-async def round_tps(url: str, model: str, concurrency: int, max_tokens: int) -> float:
+async def round_tps(url: str, model: str, concurrency: int, max_tokens: int, api: str = "chat") -> float:
     async with httpx.AsyncClient(timeout=None) as http:
         start = time.perf_counter()
-        results = await asyncio.gather(*[one(http, url, model, max_tokens)
+        results = await asyncio.gather(*[one(http, url, model, max_tokens, api)
                                          for _ in range(concurrency)])
         wall = time.perf_counter() - start
     return sum(t for _, t in results) / wall
 
 
-async def ttft_pairs(direct: str, gateway: str, models: dict[str, str], pairs: int
+async def ttft_pairs(direct: str, gateway: str, models: dict[str, str], pairs: int, api: str = "chat"
                      ) -> tuple[list[float], list[float]]:
     d, g = [], []
     async with httpx.AsyncClient(timeout=None) as http:
         for url in (direct, gateway):  # warm the prompt cache and the connections
-            await one(http, url, models[url], 1)
+            await one(http, url, models[url], 1, "chat" if url == direct else api)
         for i in range(pairs):
             order = (direct, gateway) if i % 2 == 0 else (gateway, direct)
             for url in order:
-                ttft, _ = await one(http, url, models[url], 1)
+                ttft, _ = await one(http, url, models[url], 1, "chat" if url == direct else api)
                 if ttft is not None:
                     (d if url == direct else g).append(ttft)
     return d, g
+
+
+STREAMS = {"chat": _one, "messages": _one_messages}
+"""``--api``: how one streamed request is sent to the gateway (the engine is always asked in
+chat completions, its own format)."""
 
 
 def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
@@ -191,6 +222,8 @@ def main() -> None:
     ap.add_argument("--fake-rate", type=float,
                     help="use benchmarks/fake_sse_engine.py at this many tokens/s per request "
                          "instead of llama-server (the gateway's own cost, isolated)")
+    ap.add_argument("--api", choices=sorted(STREAMS), default="chat",
+                    help="the gateway's wire format measured (the engine is always asked in chat)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/gateway.json")
     args = ap.parse_args()
 
@@ -238,14 +271,14 @@ def main() -> None:
             tps: dict[str, list[float]] = {"direct": [], "gateway": []}
             cpu = {"engine_direct": 0.0, "engine_gateway": 0.0, "gateway": 0.0}
             asyncio.run(round_tps(direct, models[direct], conc, 4))  # warm-up
-            asyncio.run(round_tps(gateway, models[gateway], conc, 4))
+            asyncio.run(round_tps(gateway, models[gateway], conc, 4, args.api))
             for r in range(args.rounds):
                 order = ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct")
                 for side in order:
                     url = direct if side == "direct" else gateway
                     e0, g0 = cpu_seconds(procs[0]), cpu_seconds(procs[1])
-                    tps[side].append(asyncio.run(round_tps(url, models[url], conc,
-                                                           args.max_tokens)))
+                    tps[side].append(asyncio.run(round_tps(url, models[url], conc, args.max_tokens,
+                                                           args.api if side == "gateway" else "chat")))
                     cpu[f"engine_{side}"] += cpu_seconds(procs[0]) - e0
                     if side == "gateway":
                         cpu["gateway"] += cpu_seconds(procs[1]) - g0
@@ -264,7 +297,7 @@ def main() -> None:
                   f"gateway CPU {result['throughput'][str(conc)]['gateway_cpu_ms_per_token']} "
                   "ms/token",
                   flush=True)
-        d, g = asyncio.run(ttft_pairs(direct, gateway, models, args.ttft_pairs))
+        d, g = asyncio.run(ttft_pairs(direct, gateway, models, args.ttft_pairs, args.api))
         n = min(len(d), len(g))
         diffs = [g[i] - d[i] for i in range(n)]
         ms = 1000.0

@@ -43,6 +43,7 @@ import jinja2
 import jinja2.meta
 
 from ._errors import APIError, bad_request
+from ._schemas import ENGINE_FIELDS
 from ._turn import CALL_ARGS, CALL_END, CALL_START, CONTENT, REASONING, Delta
 
 BILLING_PREFIX = "x-anthropic-billing-header"
@@ -421,6 +422,9 @@ def to_chat(body: dict[str, Any], template: str, *, count_only: bool = False) ->
             chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
     if kwargs:
         chat["chat_template_kwargs"] = kwargs
+    for key, value in body.items():  # llama.cpp's own fields (ignore_eos, min_p, ...), as on chat
+        if key in ENGINE_FIELDS and key not in chat:
+            chat[key] = value
     session = None
     meta = body.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("user_id"), str) and meta["user_id"]:
