@@ -96,10 +96,19 @@ _GENERIC = re.compile(
 )
 
 
+# Frames of the backtrace ggml prints after an abort ("libggml-base.so(ggml_abort+0x15f) [0x7f..]",
+# "#3  0x... in ggml_abort ..."): they name `abort`, not the cause printed just before them.
+_FRAME = re.compile(r"^#\d+\s|\(\+?0x[0-9a-f]+\)|\[0x[0-9a-f]+\]|^0x[0-9a-f]+ in |\+0x[0-9a-f]+\)", re.IGNORECASE)
+
+
 def _log_cause(text: str) -> str:
     """The most telling line at the end of a process's log: the last specific error, else the
-    last error of any kind, else the last line."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# splitserve:")]
+    last error of any kind, else the last line (backtrace frames left out)."""
+    lines = [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith("# splitserve:") and not _FRAME.search(ln.strip())
+    ]
     tail = lines[-40:]
     hits = [ln for ln in tail if _ERROR_LINE.search(ln)]
     specific = [ln for ln in hits if not _GENERIC.search(ln)]

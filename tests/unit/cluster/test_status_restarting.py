@@ -72,6 +72,10 @@ def write_cluster(root: Path, logs: Path) -> None:
     (logs / "head.log").write_text(
         "# splitserve: started\nload_tensors: done\n"
         "/src/ggml-rpc.cpp:582: Remote RPC server crashed or returned malformed response\n"
+        # ggml's backtrace after the abort: frames that name `abort`, not the cause
+        "/e/lib/libggml-base.so(+0x1574b)[0x7f3b1c1e974b]\n"
+        "/e/lib/libggml-base.so(ggml_abort+0x15f)[0x7f3b1c1e9d8f]\n"
+        "#3  0x00007f3b1c1e9d8f in ggml_abort () from /e/lib/libggml-base.so\n"
     )
     procs = [
         ProcessRecord("w2", "rpc", "local", dead_pid(), None, "127.0.0.1", 50101, str(logs / "w2.log"), ["rpc"]),
