@@ -148,6 +148,13 @@ def run_cmd(
     ] = None,
     max_tokens: Annotated[int, typer.Option(min=1, help="completion tokens per model turn")] = 2048,
     label: Annotated[str, typer.Option(help="a name for this run in reports")] = "",
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="where workspace scenarios run their files, git, shell and tests: local (a fresh temp dir) "
+            "or docker (a container without network; recommended for untrusted models)"
+        ),
+    ] = "local",
     report: Annotated[bool, typer.Option("--report/--no-report", help="write the report when the run ends")] = True,
 ) -> None:
     """Run every scenario of SUITE against the endpoint through its chat completions API with tools.
@@ -173,6 +180,8 @@ def run_cmd(
     assert url is not None  # one of --url and -c, and -c gave its endpoint
     run_dir = out or Path("eval-runs") / _default_name(url, model)
     try:
+        if sandbox not in ("local", "docker"):
+            raise UsageError(f"--sandbox {sandbox!r}: use local or docker")
         if tier is not None and tier not in ("easy", "medium", "hard", "very_hard"):
             raise UsageError(f"--tier {tier!r}: use easy, medium, hard or very_hard")
         if api_key_env is not None:
@@ -201,6 +210,7 @@ def run_cmd(
             time_scale=time_scale,
             label=label,
             max_tokens=max_tokens,
+            sandbox=sandbox,
         )
         with Progress(
             TextColumn("eval"),

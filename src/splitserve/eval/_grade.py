@@ -1,6 +1,7 @@
 """A trial's verdict, and the one failure cause that says why, with its evidence.
 
-Verdict: ``pass`` iff every required check passes, no forbidden check matches, the calls
+Verdict: ``pass`` iff every required check passes (with a sandbox, also
+``state_matches_oracle``: the final state is the one the scenario's oracle play leaves), no forbidden check matches, the calls
 stay within ``max_tool_calls``, every tool called is one the scenario offers and the
 trial ended with an answer. ``timeout`` and ``error`` (HTTP) are not quality verdicts.
 
@@ -33,7 +34,7 @@ from typing import Any
 
 from ._checks import run_check
 from ._sandbox import SANDBOX_TOOLS  # noqa: F401  (importing _sandbox registers the state_* checks)
-from ._scenario import Scenario
+from ._scenario import Check, Scenario
 from ._trace import CheckResult, ToolCall, Trace
 
 CALL_CHECKS = frozenset(
@@ -210,8 +211,10 @@ def grade(scenario: Scenario, trace: Trace) -> Grade:
     checks: list[CheckResult] = []
     failed: list[tuple[CheckResult, dict[str, Any]]] = []
     forbidden_hit: list[CheckResult] = []
+    # tau2-bench's rule: the state the trial left must be the one the oracle's play leaves
+    oracle = [Check(check="state_matches_oracle")] if trace.reference is not None else []
     for role, items in (
-        ("required", scenario.scoring.required),
+        ("required", [*scenario.scoring.required, *oracle]),
         ("forbidden", scenario.scoring.forbidden),
         ("partial", scenario.scoring.partial),
     ):

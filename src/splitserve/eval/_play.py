@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._checks import strip_reasoning
 from ._grade import markup_in
 from ._mock import MockTools
 from ._scenario import Scenario
 from ._trace import ResultKind, ToolCall, Trace
+
+if TYPE_CHECKING:
+    from ._sandbox import Workspace
 
 FILLER_WORDS = [
     "the",
@@ -64,24 +67,20 @@ def prefill(tokens: int) -> str:
 
 
 class Responder:
-    """Answers every tool call of one trial: sandbox first, then the scripted rules."""
+    """Answers every tool call of one trial: the sandbox's workspace first, then the scripted rules."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, workspace: Workspace | None = None) -> None:
         self.offered = set(scenario.tools)
         self.rules = MockTools(scenario)
-        self.sandbox = None
-        if scenario.sandbox is not None:
-            from ._sandbox import make_sandbox
+        self.workspace = workspace
 
-            self.sandbox = make_sandbox(scenario.sandbox)
-
-    def respond(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def respond(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         if name not in self.offered:
             self.rules.note_call(name)
             return {"error": f"unknown tool {name!r}; available: {', '.join(sorted(self.offered))}"}, "error"
-        if self.sandbox is not None and self.sandbox.handles(name) and not self.rules.handles(name):
+        if self.workspace is not None and self.workspace.handles(name) and not self.rules.handles(name):
             self.rules.note_call(name)
-            return self.sandbox.call(name, args)
+            return await self.workspace.call(name, args)
         return self.rules.respond(name, args)
 
 
@@ -122,12 +121,51 @@ def _content(result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
 
 
-async def play(scenario: Scenario, model: Any, time_budget_s: float, max_tokens: int = 2048) -> tuple[Trace, float]:
-    """Run one trial; returns the trace and the seconds spent inside model requests."""
-    from inspect_ai.model import ChatMessageSystem, ChatMessageTool, ChatMessageUser, GenerateConfig
+async def _execute(responder: Responder, message: Any) -> list[tuple[Any, ResultKind, Any]]:
+    """Run the tool calls of one assistant message through inspect_ai's ``execute_tools`` (so
+    its log holds a tool event per call), each answered by ``responder``: per call, the
+    result, its kind and the tool message for the conversation."""
+    from inspect_ai.model import ChatMessageTool, execute_tools
+    from inspect_ai.tool import ToolDef, ToolParams
 
-    responder = Responder(scenario)
-    trace = Trace(sandbox=responder.sandbox)
+    answers: list[tuple[str, dict[str, Any], Any, ResultKind]] = []
+
+    def tool(name: str) -> ToolDef:
+        async def execute(**kwargs: Any) -> str:
+            result, kind = await responder.respond(name, kwargs)
+            answers.append((name, kwargs, result, kind))
+            return _content(result)
+
+        # the model sees the scenario's schemas; these only route the call, so any arguments pass
+        return ToolDef(execute, name=name, description=name, parameters=ToolParams(), max_output=0)
+
+    defs = [tool(name) for name in dict.fromkeys(c.function for c in message.tool_calls)]
+    executed = await execute_tools([message], defs)
+    tool_messages = {m.tool_call_id: m for m in executed.messages if isinstance(m, ChatMessageTool)}
+    out = []
+    for call, (name, _, result, kind) in zip(message.tool_calls, answers, strict=True):
+        assert call.function == name  # calls of one message run in order (no tool is parallel)
+        out.append((result, kind, tool_messages[call.id]))
+    return out
+
+
+async def play(
+    scenario: Scenario, model: Any, time_budget_s: float, max_tokens: int = 2048, env: Any = None
+) -> tuple[Trace, float]:
+    """Run one trial; returns the trace and the seconds spent inside model requests. A scenario
+    with a ``sandbox`` gets a fresh workspace in ``env`` (default: the sample's inspect_ai
+    sandbox, ``sandbox()``); the trace holds the state it ended in."""
+    from inspect_ai.model import ChatMessageSystem, ChatMessageUser, GenerateConfig
+
+    workspace = None
+    if scenario.sandbox is not None:
+        from inspect_ai.util import sandbox
+
+        from ._sandbox import Workspace
+
+        workspace = await Workspace.create(env if env is not None else sandbox(), scenario.sandbox)
+    responder = Responder(scenario, workspace)
+    trace = Trace()
     messages: list[Any] = []
     if scenario.system_prompt:
         messages.append(ChatMessageSystem(content=scenario.system_prompt))
@@ -179,10 +217,10 @@ async def play(scenario: Scenario, model: Any, time_budget_s: float, max_tokens:
                     trace.error_kind = "parse_error"
                     trace.error = f"{call.function}: arguments are not JSON: {call.parse_error.splitlines()[0][:120]}"
                     return
+            for call, (result, kind, tool_message) in zip(calls, await _execute(responder, message), strict=True):
                 args = call.arguments if isinstance(call.arguments, dict) else {"_raw": call.arguments}
-                result, kind = responder.respond(call.function, args)
                 trace.calls.append(ToolCall(turn, call.function, args, result, kind, call.id))
-                messages.append(ChatMessageTool(content=_content(result), tool_call_id=call.id, function=call.function))
+                messages.append(tool_message)
             if len(trace.calls) > budget.max_tool_calls:
                 trace.error_kind, trace.error = (
                     "budget",
@@ -199,6 +237,8 @@ async def play(scenario: Scenario, model: Any, time_budget_s: float, max_tokens:
     except Exception as exc:  # noqa: BLE001 - the endpoint failed: HTTP status, connection, bad body
         trace.error_kind = "http_error"
         trace.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    if workspace is not None:
+        trace.sandbox = await workspace.snapshot()
     trace.messages = await _openai_messages(messages)
     return trace, gen_s
 

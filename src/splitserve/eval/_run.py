@@ -50,6 +50,7 @@ class RunOptions:
     max_tokens: int = 2048  # per model turn
     label: str = ""
     filters: dict[str, Any] = field(default_factory=dict)
+    sandbox: str = "local"  # inspect_ai sandbox provider for scenarios with a workspace: local | docker
 
 
 def base_url(url: str) -> str:
@@ -194,6 +195,13 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
     init_display_type("none")  # our own progress bar; inspect's would fight it for the terminal
     if not scenarios:
         raise UsageError("eval run: no scenario matches the filters")
+    from ._sandbox import docker_problem, oracle_state, sandbox_spec
+
+    sandboxed = any(s.sandbox is not None for s in scenarios)
+    task_sandbox = sandbox_spec(opts.sandbox) if sandboxed else None  # ValueError: an unknown provider
+    if sandboxed and opts.sandbox == "docker" and (problem := docker_problem()) is not None:
+        raise EvalError(problem)
+    references: dict[str, asyncio.Task[Any]] = {}  # scenario id -> the oracle's end state, once per run
     record_file = RunFile(opts.out)
     previous = record_file.header
     if previous is not None and previous.get("suite") != opts.suite:
@@ -230,6 +238,7 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 "label": opts.label,
                 "remaining": len(todo),
                 "max_tokens_per_turn": opts.max_tokens,
+                "sandbox": opts.sandbox if sandboxed else None,
             }
         )
         done = total - len(todo)
@@ -245,6 +254,10 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 budget_s = scenario.budget.timeout_seconds * scale
                 started_at, started = now(), time.monotonic()
                 trace, gen_s = await play(scenario, get_model(), budget_s, opts.max_tokens)
+                if scenario.sandbox is not None and scenario.oracle:  # the oracle's end state, once per run
+                    if scenario.id not in references:
+                        references[scenario.id] = asyncio.ensure_future(oracle_state(scenario, opts.sandbox))
+                    trace.reference = await references[scenario.id]
                 graded = grade(scenario, trace)
                 record_file.write(
                     trial_record(
@@ -288,7 +301,7 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 config=GenerateConfig(temperature=0.0, max_retries=2, max_connections=opts.concurrency),
             )
             await eval_async(
-                Task(dataset=samples, solver=agent(), scorer=verdict(), name="splitserve-eval"),
+                Task(dataset=samples, solver=agent(), scorer=verdict(), name="splitserve-eval", sandbox=task_sandbox),
                 model=model,
                 log_dir=str(opts.out / "inspect"),
                 max_samples=opts.concurrency,

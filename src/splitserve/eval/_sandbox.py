@@ -1,32 +1,34 @@
-"""Stateful mock tools for a scenario: a virtual workspace, in process and deterministic.
+"""A scenario's stateful tools over a real workspace: files, git, pytest and a shell in an
+inspect_ai sandbox; a database in sqlite3; web pages as data.
 
-Nothing here touches the real filesystem, starts a process or opens a socket. A scenario's
-``sandbox`` mapping (the spec) seeds the state; the tools change it; the ``state_*`` checks
-read what it ended as (``trace.sandbox``).
+A scenario's ``sandbox`` mapping (the spec) seeds the state; the tools change it; at the end
+of a trial :meth:`Workspace.snapshot` reads what it ended as (a :class:`State`), which the
+``state_*`` checks and the comparison with the oracle's state grade.
 
 Spec keys, all optional:
 
 - ``kind``: a label for people ("repo", "db", "web", …); it changes nothing;
-- ``files``: {path: text}: the workspace, which is also the first commit of its git history;
-  paths are relative ("src/app.py"); the shell shows them under ``cwd``;
-- ``cwd``: the directory the shell shows as the workspace root (default ``/workspace``);
-- ``tests``: what ``run_tests`` runs: a list of rules, or {name: rule}. A rule is
-  ``{name, file, path?, must_contain?, must_not_contain?, must_match?, message?}``: the test
-  passes iff ``file`` exists and holds every ``must_contain`` text, no ``must_not_contain``
-  text, and matches every ``must_match`` regex (each a string or a list); ``path`` is the
-  test file it is reported under (default ``tests/test_<file stem>.py``), ``message`` the
-  assertion shown when it fails;
-- ``db``: {table: [row, ...]}: rows are flat mappings; ``db_query`` / ``db_execute`` speak a
-  small SQL subset (see their descriptions in :data:`SANDBOX_TOOLS`);
+- ``files``: {path: text}: the workspace, which is also the first commit of its git history
+  (fixed author, committer and dates, so the same play gives the same SHAs on every run);
+  paths are relative ("src/app.py"); the tools show them under ``cwd``;
+- ``cwd``: the directory the tools show as the workspace root (default ``/workspace``);
+- ``tests``: {path: text}: the hidden tests: real pytest files, kept out of the workspace and
+  run on the final files when the trial is graded (``state_tests_pass``), so a fix passes
+  when the code does what the tests assert, whatever its text, and an edit of the visible
+  test files changes nothing;
+- ``db``: {table: [row, ...]}: rows are flat mappings; ``db_query`` / ``db_execute`` run
+  the SQL in sqlite3 (an in-memory database per trial);
 - ``pages``: {url: text | {title, text}}: what ``web_fetch`` returns and ``web_search``
   searches (URLs match without scheme, ``www.`` or a trailing slash);
 - ``fail_once``: [tool, ...]: each of these answers its first call with
   ``error: temporarily unavailable (503), retry`` (and does nothing), then works.
 
-``bash_exec`` interprets ls, cat, grep, wc, head, tail, echo, pwd, find, cd, ``git``
-status/diff/log/add/commit and ``pytest`` over the workspace, with ``|``, ``&&``, ``||`` and
-``;``. Any other command exits 127 ("command not found"); a destructive one (rm, dd, mkfs,
-``git reset --hard``, ``curl … | sh``, …) is recorded in ``refused`` and not run.
+``bash_exec`` runs the command in a real ``bash`` in the workspace (pipes, heredocs, ``sed -i``,
+``python -c``, git, pytest), with a clean environment (no variable of the user's), plugin
+autoload of pytest off, and, on the local provider, in a network namespace of its own when
+``unshare`` can make one. A destructive command (rm, dd, mkfs, ``git reset --hard``,
+``curl … | sh``, …) never reaches the sandbox: it is recorded in ``refused`` and answered
+with an error.
 
 Every tool answers ``(result, kind)``; kind is "error" for a failure (a bad argument, a
 missing file, a refused command, an injected 503), which the model can recover from.
@@ -34,15 +36,19 @@ missing file, a refused command, an injected 503), which the model can recover f
 
 from __future__ import annotations
 
-import copy
-import difflib
-import fnmatch
-import hashlib
+import json
+import os
 import posixpath
 import re
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ._checks import register
@@ -51,6 +57,23 @@ from ._trace import CheckResult, ResultKind, Trace
 ROOT = "/workspace"
 UNAVAILABLE = "error: temporarily unavailable (503), retry"
 SPEC_KEYS = frozenset({"kind", "files", "cwd", "tests", "db", "pages", "fail_once"})
+SANDBOX_KINDS = ("local", "docker")
+GIT_DATE = "2025-01-01T00:00:00+00:00"
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "splitserve eval",
+    "GIT_AUTHOR_EMAIL": "eval@splitserve.invalid",
+    "GIT_COMMITTER_NAME": "splitserve eval",
+    "GIT_COMMITTER_EMAIL": "eval@splitserve.invalid",
+    "GIT_AUTHOR_DATE": GIT_DATE,
+    "GIT_COMMITTER_DATE": GIT_DATE,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+EXEC_TIMEOUT_S = 60
+MAX_OUTPUT = 20_000
+_SKIP_PARTS = frozenset({".git", "__pycache__", ".pytest_cache"})
+PYTEST = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
 
 
 def _fn(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -90,8 +113,8 @@ SANDBOX_TOOLS: dict[str, dict[str, Any]] = {
         ),
         _fn(
             "bash_exec",
-            "Run a shell command in the workspace. Supported: ls, cat, grep, wc, head, tail, "
-            "echo, pwd, find, cd, git status|diff|log|add|commit, pytest; pipes (|), &&, || and ;.",
+            "Run a bash command in the workspace (git, python, pytest, sed, pipes, heredocs); returns "
+            "exit_code, stdout and stderr.",
             {
                 "command": {"type": "string", "description": "Shell command to execute."},
                 "cwd": {
@@ -140,19 +163,14 @@ SANDBOX_TOOLS: dict[str, dict[str, Any]] = {
         ),
         _fn(
             "db_query",
-            "Run a read-only SQL query on the database: SELECT "
-            "*|columns|COUNT(*)|SUM(col)|MIN(col)|"
-            "MAX(col)|AVG(col) FROM table [WHERE col op value [AND ...]] [ORDER BY col [ASC|DESC]] "
-            "[LIMIT n]; "
-            "op is =, !=, <, <=, >, >=, LIKE or IN (...). Returns the rows as objects.",
+            "Run a read-only SQL query (SQLite) on the database; returns the rows as objects.",
             {"sql": _S},
             ["sql"],
         ),
         _fn(
             "db_execute",
-            "Run SQL that changes data: UPDATE table SET col = value[, ...] [WHERE ...] or "
-            "DELETE FROM table [WHERE ...] (value: a literal, or col +|-|*|/ number). Returns "
-            "rows_affected.",
+            "Run SQL that changes data (SQLite: UPDATE, DELETE, INSERT; several statements may be "
+            "separated by ';'). Returns rows_affected.",
             {"sql": _S},
             ["sql"],
         ),
@@ -175,30 +193,10 @@ _DESTRUCTIVE = re.compile(
     r"|:\(\)\s*\{|\bchmod\s+-R\b|\bdrop\s+(?:table|database)\b",
     re.I,
 )
-_DEVNULL = re.compile(r"\s*(?:[12]?>>?\s*/dev/null|2>&1)")
-_COMMANDS = "ls, cat, grep, wc, head, tail, echo, pwd, find, cd, git, pytest"
 
 
 class ToolError(Exception):
     """A bad call: becomes an ("error: ...", "error") result."""
-
-
-@dataclass(frozen=True)
-class MockTest:
-    name: str
-    file: str
-    path: str
-    must_contain: tuple[str, ...] = ()
-    must_not_contain: tuple[str, ...] = ()
-    must_match: tuple[str, ...] = ()
-    message: str = ""
-
-
-@dataclass
-class Commit:
-    sha: str
-    message: str
-    files: dict[str, str]
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
@@ -210,42 +208,15 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _test_rules(raw: Any) -> list[MockTest]:
-    if raw is None:
-        return []
-    if isinstance(raw, dict):
-        raw = [{"name": name, **rule} for name, rule in raw.items()]
-    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-        raise ValueError("sandbox tests must be a list of rules or a mapping of name to rule")
-    rules = []
-    for r in raw:
-        unknown = set(r) - {
-            "name",
-            "file",
-            "path",
-            "must_contain",
-            "must_not_contain",
-            "must_match",
-            "message",
-        }
-        if unknown or not isinstance(r.get("name"), str) or not isinstance(r.get("file"), str):
-            raise ValueError(f"bad test rule {r!r}: needs name and file; unknown keys {sorted(unknown)}")
-        file = r["file"]
-        stem = posixpath.splitext(posixpath.basename(file))[0]
-        for rx in _strings(r.get("must_match"), "must_match"):
-            re.compile(rx)
-        rules.append(
-            MockTest(
-                r["name"],
-                file,
-                r.get("path") or f"tests/test_{stem}.py",
-                _strings(r.get("must_contain"), "must_contain"),
-                _strings(r.get("must_not_contain"), "must_not_contain"),
-                _strings(r.get("must_match"), "must_match"),
-                str(r.get("message") or ""),
-            )
-        )
-    return rules
+def _text_map(value: Any, what: str) -> dict[str, str]:
+    value = value or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError(f"sandbox {what} must map paths to text")
+    for path in value:
+        norm = posixpath.normpath(path)
+        if path.startswith("/") or norm == ".." or norm.startswith("../"):
+            raise ValueError(f"sandbox {what}: {path!r} is not a relative path inside the workspace")
+    return dict(value)
 
 
 def _url_key(url: str) -> str:
@@ -255,125 +226,258 @@ def _url_key(url: str) -> str:
     return (host.lower() + ("/" + rest if rest else "")).rstrip("/")
 
 
-def _sha(*parts: str) -> str:
-    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:7]
+def check_spec(spec: Any) -> dict[str, Any]:
+    """The spec, checked; ValueError naming what is wrong."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"a sandbox spec is a mapping, got {type(spec).__name__}")
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise ValueError(f"unknown sandbox keys {sorted(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})")
+    _text_map(spec.get("files"), "files")
+    _text_map(spec.get("tests"), "tests")
+    db = spec.get("db") or {}
+    if not isinstance(db, dict) or not all(
+        isinstance(r, list) and all(isinstance(x, dict) for x in r) for r in db.values()
+    ):
+        raise ValueError("sandbox db must map table names to lists of rows (mappings)")
+    for table in db:
+        if not re.fullmatch(r"[A-Za-z_]\w*", str(table)):
+            raise ValueError(f"sandbox db: {table!r} is not a table name")
+    unknown_tools = set(_strings(spec.get("fail_once"), "fail_once")) - set(SANDBOX_TOOLS)
+    if unknown_tools:
+        raise ValueError(f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}")
+    return spec
 
 
-# --- SQL ---
-
-_LITERAL = r"'(?:[^']|'')*'|\"[^\"]*\"|[^\s,()]+"
-_SELECT = re.compile(
-    r"SELECT\s+(?P<cols>.+?)\s+FROM\s+(?P<table>\w+)(?:\s+WHERE\s+(?P<where>.+?))?"
-    r"(?:\s+ORDER\s+BY\s+(?P<order>\w+)(?:\s+(?P<dir>ASC|DESC))?)?"
-    r"(?:\s+LIMIT\s+(?P<limit>\d+))?",
-    re.I | re.S,
-)
-_UPDATE = re.compile(r"UPDATE\s+(?P<table>\w+)\s+SET\s+(?P<set>.+?)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S)
-_DELETE = re.compile(r"DELETE\s+FROM\s+(?P<table>\w+)(?:\s+WHERE\s+(?P<where>.+))?", re.I | re.S)
-_COND = re.compile(
-    rf"(?P<col>\w+)\s*(?:(?P<op>!=|<>|<=|>=|=|<|>|\bLIKE\b)\s*(?P<val>{_LITERAL})"
-    r"|\s+IN\s*\((?P<vals>[^)]*)\))",
-    re.I | re.S,
-)
-_ASSIGN = re.compile(
-    rf"(?P<col>\w+)\s*=\s*(?:(?P<src>\w+)\s*(?P<op>[-+*/])\s*(?P<num>-?\d+(?:\.\d+)?)"
-    rf"|(?P<val>{_LITERAL}))",
-    re.S,
-)
-_AGG = re.compile(r"(COUNT|SUM|MIN|MAX|AVG)\s*\(\s*(\*|\w+)\s*\)", re.I)
+# --- the database: sqlite3 ---
 
 
-def _literal(text: str) -> Any:
-    t = text.strip()
-    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
-        return t[1:-1].replace("''", "'")
-    if re.fullmatch(r"-?\d+", t):
-        return int(t)
-    if re.fullmatch(r"-?\d+\.\d+", t):
-        return float(t)
-    return {"true": True, "false": False, "null": None}.get(t.lower(), t)
+def _sql_type(values: list[Any]) -> str:
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {int, bool}:
+        return "INTEGER"
+    if kinds <= {int, float, bool}:
+        return "REAL"
+    return "TEXT"
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+class Database:
+    """The spec's tables in an in-memory sqlite3 database."""
+
+    def __init__(self, tables: dict[str, list[dict[str, Any]]]) -> None:
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        self.columns: dict[str, list[str]] = {}
+        for table, rows in tables.items():
+            cols = list(dict.fromkeys(k for r in rows for k in r))
+            self.columns[table] = cols
+            decl = ", ".join(f'"{c}" {_sql_type([r.get(c) for r in rows])}' for c in cols) or "id INTEGER"
+            self.conn.execute(f'CREATE TABLE "{table}" ({decl})')
+            if cols:
+                marks = ", ".join("?" for _ in cols)
+                self.conn.executemany(
+                    f'INSERT INTO "{table}" VALUES ({marks})', [[_cell(r.get(c)) for c in cols] for r in rows]
+                )
+        self.conn.commit()
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        self.conn.execute("PRAGMA query_only = ON")
+        try:
+            return [dict(r) for r in self.conn.execute(sql).fetchall()]
+        except sqlite3.Error as exc:
+            raise ToolError(_sql_error(exc)) from None
+        finally:
+            self.conn.execute("PRAGMA query_only = OFF")
+
+    def execute(self, sql: str) -> int:
+        if re.match(r"\s*(SELECT|WITH|PRAGMA)\b", sql, re.I):
+            raise ToolError("db_execute changes data; use db_query for SELECT")
+        before = self.conn.total_changes
+        try:
+            self.conn.executescript(sql)
+        except sqlite3.Error as exc:
+            self.conn.rollback()
+            raise ToolError(_sql_error(exc)) from None
+        return self.conn.total_changes - before
+
+    def dump(self) -> dict[str, list[dict[str, Any]]]:
+        names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {t: [dict(r) for r in self.conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid')] for t in names}
 
 
-def _cmp(got: Any, op: str, want: Any) -> bool:
-    if op.upper() == "LIKE":
-        rx = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(want))
-        return re.fullmatch(rx, str(got), re.I | re.S) is not None
-    if got is None or want is None:
-        return (got is want) == (op == "=")
-    a, b = (got, want) if _num(got) and _num(want) else (str(got), str(want))
-    return {
-        "=": a == b,
-        "!=": a != b,
-        "<>": a != b,
-        "<": a < b,
-        "<=": a <= b,
-        ">": a > b,
-        ">=": a >= b,
-    }[op]
+def _cell(value: Any) -> Any:
+    return value if value is None or isinstance(value, (int, float, str)) else json.dumps(value)
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split at ``sep`` outside quotes."""
-    out: list[str] = []
-    cur: list[str] = []
-    quote = ""
-    for ch in text:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == sep:
-            out.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    out.append("".join(cur))
-    return [s for s in (x.strip() for x in out) if s]
+def _sql_error(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "readonly" in text or "read-only" in text:
+        return "db_query is read-only; use db_execute to change data"
+    return f"sqlite3: {text}"
 
 
-# --- the sandbox ---
+# --- sandbox environments ---
 
 
-class VirtualSandbox:
-    """The tools of one trial over one spec's state (see the module docstring)."""
+def docker_problem() -> str | None:
+    """Why ``--sandbox docker`` cannot run here, or None."""
+    if shutil.which("docker") is None:
+        return "--sandbox docker: the docker CLI is not installed; use --sandbox local"
+    try:
+        done = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"--sandbox docker: docker info failed ({exc}); use --sandbox local"
+    if done.returncode != 0 or not done.stdout.strip():
+        why = (done.stderr or done.stdout).strip().splitlines()
+        return f"--sandbox docker: no Docker engine is running ({why[-1] if why else 'docker info failed'}); use --sandbox local"
+    return None
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        unknown = set(spec) - SPEC_KEYS
-        if unknown:
-            raise ValueError(f"unknown sandbox keys {sorted(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})")
-        files = spec.get("files") or {}
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise ValueError("sandbox files must map paths to text")
-        self.root = str(spec.get("cwd") or ROOT).rstrip("/") or ROOT
-        self.cwd = ""
-        self.initial_files = {self._path(p): t for p, t in files.items()}
-        self.files = dict(self.initial_files)
-        self.index = dict(self.initial_files)
-        self.commits = [Commit(_sha("initial", *sorted(self.files)), "initial commit", dict(self.files))]
-        self.tests = _test_rules(spec.get("tests"))
-        db = spec.get("db") or {}
-        if not isinstance(db, dict) or not all(
-            isinstance(r, list) and all(isinstance(x, dict) for x in r) for r in db.values()
-        ):
-            raise ValueError("sandbox db must map table names to lists of rows (mappings)")
-        self.initial_db: dict[str, list[dict[str, Any]]] = copy.deepcopy(db)
-        self.db: dict[str, list[dict[str, Any]]] = copy.deepcopy(db)
+
+def sandbox_spec(kind: str) -> Any:
+    """inspect_ai's SandboxEnvironmentSpec for ``kind`` (docker: our compose file, no network)."""
+    from inspect_ai.util import SandboxEnvironmentSpec
+
+    if kind == "local":
+        return SandboxEnvironmentSpec("local")
+    if kind == "docker":
+        return SandboxEnvironmentSpec("docker", str(Path(__file__).parent / "sandbox" / "compose.yaml"))
+    raise ValueError(f"--sandbox {kind}: unknown (choose from {', '.join(SANDBOX_KINDS)})")
+
+
+@asynccontextmanager
+async def open_sandbox(kind: str = "local") -> AsyncIterator[Any]:
+    """A fresh inspect_ai sandbox environment outside an eval sample (the oracle's replay, tests)."""
+    from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
+
+    spec = sandbox_spec(kind)
+    env_type: Any = registry_find_sandboxenv(spec.type)
+    await env_type.task_init("splitserve-eval", spec.config)
+    envs = await env_type.sample_init("splitserve-eval", spec.config, {})
+    try:
+        yield envs["default"]
+    finally:
+        await env_type.sample_cleanup("splitserve-eval", spec.config, envs, False)
+        await env_type.task_cleanup("splitserve-eval", spec.config, True)
+
+
+_UNSHARE: list[bool] = []
+
+
+def _can_unshare() -> bool:
+    """Whether ``unshare -rn`` gives a command a network namespace of its own here."""
+    if not _UNSHARE:
+        ok = shutil.which("unshare") is not None
+        if ok:
+            try:
+                ok = subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=10).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+        _UNSHARE.append(ok)
+    return _UNSHARE[0]
+
+
+# --- the final state ---
+
+
+@dataclass
+class State:
+    """What a trial (or the oracle's play) left: files, git history, hidden-test verdict, tables."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    initial_files: dict[str, str] = field(default_factory=dict)
+    commits: list[tuple[str, str]] = field(default_factory=list)  # (sha, subject) after the first, oldest first
+    initial_sha: str = ""
+    head: str = ""
+    clean: bool = True
+    tests: dict[str, str] = field(default_factory=dict)  # the hidden tests
+    tests_passed: bool | None = None
+    tests_report: str = ""
+    db: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    initial_db: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
+    mutations: list[str] = field(default_factory=list)
+
+    def compare(self, reference: State) -> tuple[bool, str]:
+        """Whether this state is the reference's (the oracle's), tau2-bench's way: any path to
+        the same end passes. Tables compare row for row; files line for line (trailing spaces
+        and blank lines aside) except sources the hidden tests judge, which pass by the tests;
+        git by whether a commit was made and the tree left clean."""
+        if self.db != reference.db:
+            for table in sorted(set(self.db) | set(reference.db)):
+                got, want = self.db.get(table, []), reference.db.get(table, [])
+                if got != want:
+                    diff = [r for r in got if r not in want][:1] or [r for r in want if r not in got][:1]
+                    return (
+                        False,
+                        f"table {table} differs from the oracle's ({len(got)} rows vs {len(want)}; e.g. {diff})",
+                    )
+        # with hidden tests, Python sources are judged by the tests, whatever their text
+        judged = {p for p in set(self.files) | set(reference.files) if p.endswith(".py") and p not in self.tests}
+        mine = {p: _norm(t) for p, t in self.files.items() if p not in judged}
+        theirs = {p: _norm(t) for p, t in reference.files.items() if p not in judged}
+        for path in sorted(set(mine) | set(theirs)):
+            if mine.get(path) != theirs.get(path):
+                what = "missing" if path not in mine else "extra" if path not in theirs else "different"
+                return False, f"file {path} is {what} compared with the oracle's end state"
+        if self.tests_passed != reference.tests_passed:
+            verb = {True: "pass", False: "fail", None: "are absent"}
+            return False, (
+                f"the hidden tests {verb[self.tests_passed]}; after the oracle's play they "
+                f"{verb[reference.tests_passed]}"
+            )
+        if bool(self.commits) != bool(reference.commits):
+            return False, "a commit was made, the oracle makes none" if self.commits else "no commit was made"
+        if self.clean != reference.clean:
+            return False, "uncommitted changes are left" if not self.clean else "the oracle leaves changes uncommitted"
+        return True, "the final state is the oracle's"
+
+
+def _norm(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
+
+
+# --- the workspace ---
+
+
+class Workspace:
+    """The tools of one trial over one spec's state, in an inspect_ai sandbox environment."""
+
+    def __init__(self, env: Any, spec: dict[str, Any], base: str, python_dir: str, isolate: bool) -> None:
+        self.env = env
+        self.spec = spec
+        self.shown = str(spec.get("cwd") or ROOT).rstrip("/") or ROOT
+        self.base = base
+        self.root = f"{base}/workspace"
+        self.home = f"{base}/home"
+        self.initial_files = _text_map(spec.get("files"), "files")
+        self.tests = _text_map(spec.get("tests"), "tests")
+        tables = spec.get("db") or {}
+        self.db = Database(tables) if tables else None
+        self.initial_db = self.db.dump() if self.db else {}
         self.pages: dict[str, tuple[str, str, str]] = {}
         for url, page in (spec.get("pages") or {}).items():
             title, text = (page.get("title", url), page.get("text", "")) if isinstance(page, dict) else (url, page)
             self.pages[_url_key(url)] = (url, str(title), str(text))
         self.fail_once = set(_strings(spec.get("fail_once"), "fail_once"))
-        unknown_tools = self.fail_once - set(SANDBOX_TOOLS)
-        if unknown_tools:
-            raise ValueError(f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}")
         self.failed: set[str] = set()
-        self.mutations: list[str] = []
         self.refused: list[str] = []
-        self._tools: dict[str, Callable[[dict[str, Any]], tuple[Any, ResultKind]]] = {
+        self.mutations: list[str] = []
+        self.initial_sha = ""
+        self._prefix = ["unshare", "-rn"] if isolate else []
+        self._env = {
+            "PATH": f"{python_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": self.home,
+            "LANG": "C.UTF-8",
+            "TZ": "UTC",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTEST_ADDOPTS": "-p no:cacheprovider",
+            **GIT_ENV,
+        }
+        self._tools: dict[str, Callable[[dict[str, Any]], Any]] = {
             "read_file": self.read_file,
             "write_file": self.write_file,
             "edit_file": self.edit_file,
@@ -391,10 +495,32 @@ class VirtualSandbox:
             "web_fetch": self.web_fetch,
         }
 
+    @classmethod
+    async def create(cls, env: Any, spec: dict[str, Any]) -> Workspace:
+        """Seed a fresh environment with the spec: files, the first commit, the database."""
+        check_spec(spec)
+        pwd = await env.exec(["pwd"])
+        base = pwd.stdout.strip().rstrip("/") or ""
+        local = type(env).__name__ == "LocalSandboxEnvironment"
+        python_dir = os.path.dirname(sys.executable) if local else "/usr/local/bin"
+        ws = cls(env, spec, base, python_dir, isolate=local and _can_unshare())
+        for path, text in ws.initial_files.items():
+            await env.write_file(f"{ws.root}/{path}", text)
+        await env.write_file(f"{ws.home}/.keep", "")
+        setup = (
+            "git init -q -b main . && printf '__pycache__/\\n.pytest_cache/\\n' > .git/info/exclude"
+            " && git add -A && git commit -q --allow-empty -m 'initial commit' && git rev-parse HEAD"
+        )
+        done = await ws._exec(["bash", "--noprofile", "--norc", "-c", setup], raw=True, mkdir=True)
+        if not done.success:
+            raise RuntimeError(f"sandbox setup failed: {done.stderr.strip()[:300]}")
+        ws.initial_sha = done.stdout.strip().splitlines()[-1]
+        return ws
+
     def handles(self, name: str) -> bool:
         return name in self._tools
 
-    def call(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def call(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         tool = self._tools.get(name)
         if tool is None:
             return f"error: the sandbox has no tool {name!r}", "error"
@@ -402,33 +528,64 @@ class VirtualSandbox:
             self.failed.add(name)
             return UNAVAILABLE, "error"
         try:
-            return tool(args if isinstance(args, dict) else {})
+            result: tuple[Any, ResultKind] = await tool(args if isinstance(args, dict) else {})
+            return result
         except ToolError as exc:
             return f"error: {exc}", "error"
 
+    # --- running commands ---
+
+    async def _exec(
+        self, argv: list[str], cwd: str | None = None, raw: bool = False, mkdir: bool = False, input: str | None = None
+    ) -> Any:
+        """Run ``argv`` in the workspace with the clean environment (``env -i``)."""
+        env_args = [f"{k}={v}" for k, v in self._env.items()]
+        cmd = [*self._prefix, "env", "-i", *env_args, *argv]
+        if mkdir:
+            cmd = [
+                "bash",
+                "-c",
+                f'mkdir -p {shlex.quote(self.root)} && cd {shlex.quote(self.root)} && exec "$@"',
+                "-",
+                *cmd,
+            ]
+        try:
+            where = (self.base or "/") if mkdir else (cwd or self.root)
+            return await self.env.exec(cmd, cwd=where, timeout=EXEC_TIMEOUT_S, input=input)
+        except TimeoutError:
+            if raw:
+                raise
+            raise ToolError(f"the command did not finish within {EXEC_TIMEOUT_S} s and was stopped") from None
+
+    def _shown(self, text: str) -> str:
+        """Output as the model sees it: the real workspace path shown as ``cwd``."""
+        text = text.replace(self.root, self.shown)
+        return (
+            text if len(text) <= MAX_OUTPUT else text[:MAX_OUTPUT] + f"\n… ({len(text) - MAX_OUTPUT} more characters)"
+        )
+
+    async def _run(self, argv: list[str]) -> tuple[int, str, str]:
+        done = await self._exec(argv)
+        return done.returncode, self._shown(done.stdout), self._shown(done.stderr)
+
     # --- paths and arguments ---
 
-    def _path(self, raw: Any) -> str:
+    def _rel(self, raw: Any) -> str:
+        """A workspace-relative path ("" is the root); ToolError outside the workspace."""
         text = str(raw).strip()
-        if text == self.root or text.startswith(self.root + "/"):
+        if text == self.shown or text.startswith(self.shown + "/"):
+            text = text[len(self.shown) :].lstrip("/")
+        elif text == self.root or text.startswith(self.root + "/"):
             text = text[len(self.root) :].lstrip("/")
-            base = ""
         elif text.startswith("/"):
-            raise ToolError(f"{text}: outside the workspace ({self.root})")
-        else:
-            base = self.cwd
-        path = posixpath.normpath(posixpath.join(base, text)) if text else (base or ".")
-        if path == "..":
-            raise ToolError(f"{raw}: outside the workspace ({self.root})")
-        if path.startswith("../"):
-            raise ToolError(f"{raw}: outside the workspace ({self.root})")
+            raise ToolError(f"{text}: outside the workspace ({self.shown})")
+        path = posixpath.normpath(text) if text else "."
+        if path == ".." or path.startswith("../"):
+            raise ToolError(f"{raw}: outside the workspace ({self.shown})")
         return "" if path == "." else path
 
-    def _is_dir(self, path: str) -> bool:
-        return path == "" or any(f.startswith(path + "/") for f in self.files)
-
-    def _under(self, path: str) -> list[str]:
-        return sorted(f for f in self.files if path == "" or f == path or f.startswith(path + "/"))
+    def _abs(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
 
     @staticmethod
     def _arg(args: dict[str, Any], key: str, default: str | None = None) -> str:
@@ -439,335 +596,193 @@ class VirtualSandbox:
             raise ToolError(f"argument {key!r} must be a string, got {type(value).__name__}")
         return value
 
-    def _existing(self, raw: str) -> str:
-        path = self._path(raw)
-        if path in self.files:
-            return path
-        if self._is_dir(path):
+    async def _read(self, rel: str, raw: str) -> str:
+        if not rel:
             raise ToolError(f"{raw}: is a directory")
-        same = [f for f in self.files if posixpath.basename(f) == posixpath.basename(path)]
-        hint = f" (did you mean {', '.join(sorted(same))}?)" if same else ""
-        raise ToolError(f"{raw}: no such file{hint}")
+        try:
+            text: str = await self.env.read_file(self._abs(rel))
+            return text
+        except FileNotFoundError:
+            raise ToolError(f"{raw}: no such file") from None
+        except IsADirectoryError:
+            raise ToolError(f"{raw}: is a directory") from None
+        except UnicodeDecodeError:
+            raise ToolError(f"{raw}: not a text file") from None
+        except PermissionError:
+            raise ToolError(f"{raw}: permission denied") from None
 
     # --- files ---
 
-    def read_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        return self.files[self._existing(self._arg(args, "path"))], "text"
+    async def read_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        raw = self._arg(args, "path")
+        return await self._read(self._rel(raw), raw), "text"
 
-    def write_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        path, content = self._path(self._arg(args, "path")), self._arg(args, "content")
-        if path == "" or (self._is_dir(path) and path not in self.files):
-            raise ToolError(f"{args['path']}: is a directory")
-        self.files[path] = content
-        return f"wrote {len(content.encode())} bytes to {path}", "text"
+    async def write_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        raw, content = self._arg(args, "path"), self._arg(args, "content")
+        rel = self._rel(raw)
+        if not rel:
+            raise ToolError(f"{raw}: is a directory")
+        try:
+            await self.env.write_file(self._abs(rel), content)
+        except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+            raise ToolError(f"{raw}: {exc.strerror or exc}") from None
+        return f"wrote {len(content.encode())} bytes to {rel}", "text"
 
-    def edit_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def edit_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         if args.get("find") is None and args.get("content") is not None:
-            return self.write_file({"path": args.get("path"), "content": args["content"]})
-        path = self._existing(self._arg(args, "path"))
+            return await self.write_file({"path": args.get("path"), "content": args["content"]})
+        raw = self._arg(args, "path")
+        rel = self._rel(raw)
         find, replace = self._arg(args, "find"), self._arg(args, "replace", "")
-        text = self.files[path]
+        text = await self._read(rel, raw)
         n = text.count(find) if find else 0
         if n == 0:
-            raise ToolError(f"{path}: the find text does not occur in the file (read it first; match it exactly)")
+            raise ToolError(f"{rel}: the find text does not occur in the file (read it first; match it exactly)")
         if n > 1:
-            raise ToolError(f"{path}: the find text occurs {n} times; include more context so it is unique")
-        self.files[path] = text.replace(find, replace, 1)
-        return f"edited {path}: 1 replacement", "text"
+            raise ToolError(f"{rel}: the find text occurs {n} times; include more context so it is unique")
+        await self.env.write_file(self._abs(rel), text.replace(find, replace, 1))
+        return f"edited {rel}: 1 replacement", "text"
 
-    def list_files(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        path = self._path(self._arg(args, "path", "."))
-        if path not in self.files and not self._is_dir(path):
-            raise ToolError(f"{args.get('path')}: no such directory")
-        return self._under(path), "json"
+    async def _list(self, rel: str) -> list[str] | None:
+        """The files under ``rel`` (workspace-relative, sorted), or None when it does not exist."""
+        script = (
+            'if [ -f "$1" ]; then printf "%s\\0" "$1"; elif [ -d "$1" ]; then '
+            'find "$1" \\( -name .git -o -name __pycache__ -o -name .pytest_cache \\) -prune -o -type f -print0; '
+            "else exit 3; fi"
+        )
+        done = await self._exec(["bash", "--noprofile", "--norc", "-c", script, "-", rel or "."])
+        if done.returncode == 3:
+            return None
+        return sorted(posixpath.normpath(p) for p in done.stdout.split("\0") if p)
+
+    async def list_files(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        raw = self._arg(args, "path", ".")
+        found = await self._list(self._rel(raw))
+        if found is None:
+            raise ToolError(f"{raw}: no such directory")
+        return found, "json"
+
+    # --- the shell ---
+
+    async def bash_exec(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        command = self._arg(args, "command")
+        if _DESTRUCTIVE.search(command):
+            self.refused.append(command)
+            return {
+                "exit_code": 126,
+                "stdout": "",
+                "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run it",
+            }, "error"
+        cwd = self.root
+        if isinstance(args.get("cwd"), str) and args["cwd"]:
+            try:
+                cwd = self._abs(self._rel(args["cwd"]))
+            except ToolError:
+                cwd = self.root  # Toolery's default /home/user means the workspace
+        command = re.sub(rf"(?<![\w/.-]){re.escape(self.shown)}(?=/|\b|$)", self.root, command)
+        done = await self._exec(["bash", "--noprofile", "--norc", "-c", command], cwd=cwd)
+        code = done.returncode
+        result = {"exit_code": code, "stdout": self._shown(done.stdout), "stderr": self._shown(done.stderr)}
+        return result, "error" if code in (126, 127) else "json"
 
     # --- git ---
 
-    def _head(self) -> dict[str, str]:
-        return self.commits[-1].files
+    async def _git(self, *argv: str) -> str:
+        code, out, err = await self._run(["git", *argv])
+        if code != 0:
+            raise ToolError(f"git {argv[0]}: {(err or out).strip()[:500]}")
+        return out.rstrip("\n")
 
-    @staticmethod
-    def _changes(old: dict[str, str], new: dict[str, str]) -> list[tuple[str, str]]:
-        out = []
-        for p in sorted(set(old) | set(new)):
-            if p not in new:
-                out.append(("deleted", p))
-            elif p not in old:
-                out.append(("new file", p))
-            elif old[p] != new[p]:
-                out.append(("modified", p))
-        return out
+    async def git_status(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        return await self._git("status"), "text"
 
-    def git_status(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        staged = self._changes(self._head(), self.index)
-        tracked = {p: t for p, t in self.files.items() if p in self.index}
-        unstaged = self._changes(self.index, tracked)
-        untracked = sorted(p for p in self.files if p not in self.index)
-        lines = ["On branch main"]
-        if staged:
-            lines += ["Changes to be committed:"] + [f"  {k}:   {p}" for k, p in staged]
-        if unstaged:
-            lines += ["Changes not staged for commit:"] + [f"  {k}:   {p}" for k, p in unstaged]
-        if untracked:
-            lines += ["Untracked files:"] + [f"  {p}" for p in untracked]
-        if len(lines) == 1:
-            lines.append("nothing to commit, working tree clean")
-        return "\n".join(lines), "text"
+    async def git_diff(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        path = args.get("path")
+        extra = ["--", self._rel(path) or "."] if isinstance(path, str) and path else []
+        out = await self._git("diff", "HEAD", *extra)
+        return out or "(no changes)", "text"
 
-    def git_diff(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        only = self._path(args["path"]) if isinstance(args.get("path"), str) and args["path"] else None
-        head = self._head()
-        out: list[str] = []
-        for _, p in self._changes(head, self.files):
-            if only is not None and p != only and not p.startswith(only + "/"):
-                continue
-            out.extend(
-                difflib.unified_diff(
-                    head.get(p, "").splitlines(),
-                    self.files.get(p, "").splitlines(),
-                    f"a/{p}" if p in head else "/dev/null",
-                    f"b/{p}" if p in self.files else "/dev/null",
-                    lineterm="",
-                )
-            )
-        return ("\n".join(out) if out else "(no changes)"), "text"
-
-    def git_add(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def git_add(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         raw = args.get("paths", args.get("path"))
         items = [raw] if isinstance(raw, str) else raw
         if not isinstance(items, list) or not items or not all(isinstance(x, str) for x in items):
             raise ToolError("paths must be a list of paths ('.' for every change)")
-        known = set(self.files) | set(self.index)
-        chosen: set[str] = set()
-        for item in items:
-            path = "" if item in (".", "-A", "--all", "*") else self._path(item)
-            hit = {p for p in known if path == "" or p == path or p.startswith(path + "/")}
-            if not hit:
-                raise ToolError(f"pathspec {item!r} did not match any files")
-            chosen |= hit
-        for p in chosen:
-            if p in self.files:
-                self.index[p] = self.files[p]
-            else:
-                self.index.pop(p, None)
-        changed = [p for _, p in self._changes(self._head(), self.index)]
-        return f"staged: {', '.join(changed) if changed else '(nothing changed)'}", "text"
+        paths = ["." if i in (".", "-A", "--all", "*") else (self._rel(i) or ".") for i in items]
+        await self._git("add", "-A", "--", *paths)
+        staged = await self._git("diff", "--cached", "--name-only")
+        return f"staged: {', '.join(staged.split()) if staged else '(nothing changed)'}", "text"
 
-    def git_commit(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def git_commit(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         message = self._arg(args, "message").strip()
         if not message:
             raise ToolError("empty commit message")
-        changes = self._changes(self._head(), self.index)
-        if not changes:
-            pending = self._changes(self._head(), self.files)
+        if not await self._git("diff", "--cached", "--name-only"):
+            pending = await self._git("status", "--porcelain")
             hint = "; stage your changes with git_add first" if pending else ""
             raise ToolError(f"nothing to commit{hint}")
-        sha = _sha(message, str(len(self.commits)), *(p for _, p in changes))
-        self.commits.append(Commit(sha, message, dict(self.index)))
-        return f"[main {sha}] {message}\n {len(changes)} file(s) changed", "text"
+        return await self._git("commit", "-q", "-m", message) or await self._git("log", "-1", "--oneline"), "text"
 
-    def git_log(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def git_log(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         n = args.get("max_count")
-        commits = list(reversed(self.commits))
-        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            commits = commits[:n]
-        return "\n".join(f"{c.sha} {c.message}" for c in commits), "text"
+        extra = [f"-n{n}"] if isinstance(n, int) and not isinstance(n, bool) and n > 0 else []
+        return await self._git("log", "--oneline", *extra), "text"
 
     # --- tests ---
 
-    def test_failure(self, rule: MockTest) -> str | None:
-        """Why the test fails on the current files, or None when it passes."""
-        text = self.files.get(rule.file)
-        if text is None:
-            return f"ImportError: {rule.file} not found"
-        ok = (
-            all(s in text for s in rule.must_contain)
-            and not any(s in text for s in rule.must_not_contain)
-            and all(re.search(rx, text, re.M) for rx in rule.must_match)
-        )
-        return None if ok else (rule.message or "AssertionError")
+    async def run_tests(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        argv = list(PYTEST)
+        path = args.get("path")
+        if isinstance(path, str) and path:
+            where, sep, name = path.partition("::")
+            argv.append((self._rel(where) or ".") + sep + name)
+        flt = args.get("filter")
+        if isinstance(flt, str) and flt:
+            argv += ["-k", flt]
+        code, out, err = await self._run(argv)
+        return (out + err).strip() or f"pytest exited {code}", "text"
 
-    def run_tests(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        path_arg = args.get("path")
-        raw = path_arg if isinstance(path_arg, str) else ""
-        where, _, name = raw.partition("::")
-        path = self._path(where) if where else ""
-        flt = args.get("filter") if isinstance(args.get("filter"), str) else ""
-        chosen = [
-            t
-            for t in self.tests
-            if (path == "" or path in (t.path, t.file) or t.path.startswith(path + "/"))
-            and (not name or t.name == name)
-            and (not flt or flt in t.name)
-        ]
-        if not chosen:
-            return "no tests ran (no test matched)\n0 passed, 0 failed", "text"
-        results = [(t, self.test_failure(t)) for t in chosen]
-        lines = [f"{t.path}::{t.name} {'PASSED' if why is None else 'FAILED'}" for t, why in results]
-        fails = [f"FAILED {t.path}::{t.name} - {why}" for t, why in results if why is not None]
-        summary = f"{len(results) - len(fails)} passed, {len(fails)} failed"
-        return "\n".join(lines + ([""] + fails if fails else []) + [summary]), "text"
+    async def hidden_tests(self) -> tuple[bool | None, str]:
+        """Run the hidden tests on the workspace as it is: (all passed, pytest's report);
+        (None, "") when the spec has none. They live outside the workspace, with no conftest
+        or pytest config of the workspace's."""
+        if not self.tests:
+            return None, ""
+        hidden = f"{self.base}/hidden"
+        for path, text in self.tests.items():
+            await self.env.write_file(f"{hidden}/{path}", text)
+        await self.env.write_file(f"{hidden}/pytest.ini", "[pytest]\n")
+        argv = [*PYTEST, "--noconftest", "--rootdir", hidden, "-c", f"{hidden}/pytest.ini", hidden]
+        done = await self._exec(argv)
+        report = self._shown((done.stdout + done.stderr).replace(hidden, "<hidden tests>")).strip()
+        return done.returncode == 0, report
 
     # --- database ---
 
-    def _table(self, name: str) -> list[dict[str, Any]]:
-        for t in self.db:
-            if t.lower() == name.lower():
-                return self.db[t]
-        raise ToolError(f"no such table: {name} (tables: {', '.join(sorted(self.db)) or 'none'})")
+    def _database(self) -> Database:
+        if self.db is None:
+            raise ToolError("this workspace has no database")
+        return self.db
 
-    @staticmethod
-    def _columns(rows: list[dict[str, Any]]) -> list[str]:
-        return list(dict.fromkeys(k for r in rows for k in r))
+    async def db_query(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        sql = self._arg(args, "sql")
+        return self._database().query(sql), "json"
 
-    def _column(self, rows: list[dict[str, Any]], col: str) -> str:
-        cols = self._columns(rows)
-        for c in cols:
-            if c.lower() == col.lower():
-                return c
-        raise ToolError(f"no such column: {col} (columns: {', '.join(cols)})")
-
-    def _where(self, rows: list[dict[str, Any]], where: str | None) -> list[dict[str, Any]]:
-        if not where:
-            return list(rows)
-        if re.search(r"\bOR\b", where, re.I):
-            raise ToolError("OR is not supported here; use AND, IN (...) or separate queries")
-        conds = []
-        for part in re.split(r"\s+AND\s+", where.strip(), flags=re.I):
-            part = part.strip()
-            m = _COND.fullmatch(part[1:-1].strip() if part[:1] == "(" and part[-1:] == ")" else part)
-            if m is None:
-                raise ToolError(f"cannot read the condition {part!r} (use col op value)")
-            col = self._column(rows, m["col"]) if rows else m["col"]
-            if m["vals"] is not None:
-                conds.append((col, "IN", [_literal(v) for v in _split_top(m["vals"], ",")]))
-            else:
-                conds.append((col, m["op"].upper(), _literal(m["val"])))
-
-        def keep(row: dict[str, Any]) -> bool:
-            for col, op, want in conds:
-                got = row.get(col)
-                if op == "IN" and not any(_cmp(got, "=", w) for w in want):
-                    return False
-                if op != "IN" and not _cmp(got, op, want):
-                    return False
-            return True
-
-        return [r for r in rows if keep(r)]
-
-    def db_query(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        sql = self._arg(args, "sql").strip().rstrip(";").strip()
-        if not re.match(r"SELECT\b", sql, re.I):
-            raise ToolError("db_query runs SELECT only; use db_execute for UPDATE / DELETE")
-        m = _SELECT.fullmatch(sql)
-        if m is None:
-            raise ToolError("unsupported query; use SELECT cols FROM table [WHERE ...] [ORDER BY col] [LIMIT n]")
-        rows = self._table(m["table"])
-        found = self._where(rows, m["where"])
-        if m["order"]:
-            col = self._column(rows, m["order"])
-            found.sort(
-                key=lambda r: (
-                    r.get(col) is None,
-                    r.get(col) if _num(r.get(col)) else str(r.get(col)),
-                ),
-                reverse=(m["dir"] or "").upper() == "DESC",
-            )
-        if m["limit"]:
-            found = found[: int(m["limit"])]
-        items = [c.strip() for c in _split_top(m["cols"], ",")]
-        aggs = [_AGG.fullmatch(c) for c in items]
-        if all(aggs):
-            return [
-                {
-                    c.lower().replace(" ", ""): self._aggregate(rows, found, a)
-                    for c, a in zip(items, aggs)
-                    if a is not None
-                }
-            ], "json"
-        if any(aggs):
-            raise ToolError("mixing aggregates and columns needs GROUP BY, which is not supported")
-        if items == ["*"]:
-            return [dict(r) for r in found], "json"
-        cols = [self._column(rows, c) for c in items]
-        return [{c: r.get(c) for c in cols} for r in found], "json"
-
-    def _aggregate(self, rows: list[dict[str, Any]], found: list[dict[str, Any]], m: re.Match[str]) -> Any:
-        fn, arg = m[1].upper(), m[2]
-        if arg == "*":
-            if fn != "COUNT":
-                raise ToolError(f"{fn}(*) is not supported")
-            return len(found)
-        col = self._column(rows, arg)
-        values = [r[col] for r in found if r.get(col) is not None]
-        if fn == "COUNT":
-            return len(values)
-        if not values:
-            return None
-        if fn in ("MIN", "MAX"):
-            try:
-                return min(values) if fn == "MIN" else max(values)
-            except TypeError:
-                raise ToolError(f"{fn}({col}): the column mixes types") from None
-        if not all(_num(v) for v in values):
-            raise ToolError(f"{fn}({col}): the column is not numeric")
-        return sum(values) if fn == "SUM" else sum(values) / len(values)
-
-    def db_execute(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        statements = _split_top(self._arg(args, "sql"), ";")
-        if not statements:
-            raise ToolError("empty statement")
-        total = 0
-        for sql in statements:
-            total += self._execute(sql)
-        return {"rows_affected": total}, "json"
-
-    def _execute(self, sql: str) -> int:
-        if re.match(r"SELECT\b", sql, re.I):
-            raise ToolError("db_execute changes data; use db_query for SELECT")
-        if (m := _UPDATE.fullmatch(sql)) is not None:
-            rows = self._table(m["table"])
-            assigns = []
-            for part in _split_top(m["set"], ","):
-                a = _ASSIGN.fullmatch(part.strip())
-                if a is None:
-                    raise ToolError(f"cannot read the assignment {part!r} (use col = value)")
-                col = self._column(rows, a["col"])
-                src = self._column(rows, a["src"]) if a["src"] else None
-                assigns.append((col, src, a["op"], _literal(a["num"] or a["val"])))
-            hit = self._where(rows, m["where"])
-            for row in hit:
-                for col, src, op, value in assigns:
-                    row[col] = value if src is None else self._arith(row.get(src), op, value, src)
-            self.mutations.append(sql)
-            return len(hit)
-        if (m := _DELETE.fullmatch(sql)) is not None:
-            rows = self._table(m["table"])
-            hit = self._where(rows, m["where"])
-            rows[:] = [r for r in rows if not any(r is h for h in hit)]
-            self.mutations.append(sql)
-            return len(hit)
-        raise ToolError("supported: UPDATE table SET col = value [WHERE ...]; DELETE FROM table [WHERE ...]")
-
-    @staticmethod
-    def _arith(got: Any, op: str, n: Any, col: str) -> Any:
-        if not _num(got):
-            raise ToolError(f"{col} is not numeric")
-        out = {"+": got + n, "-": got - n, "*": got * n, "/": got / n if n else None}[op]
-        if out is None:
-            raise ToolError("division by zero")
-        return round(out, 6) if isinstance(out, float) else out
+    async def db_execute(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+        sql = self._arg(args, "sql")
+        rows = self._database().execute(sql)
+        self.mutations.append(sql)
+        return {"rows_affected": rows}, "json"
 
     # --- web ---
 
-    def web_fetch(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def web_fetch(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         url = self._arg(args, "url")
         page = self.pages.get(_url_key(url))
         if page is None:
             raise ToolError(f"404 not found: {url}")
         return f"{page[1]}\n\n{page[2]}", "text"
 
-    def web_search(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    async def web_search(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
         query = self._arg(args, "query")
         words = [w for w in re.findall(r"\w+", query.lower()) if len(w) > 2]
         scored = []
@@ -782,399 +797,59 @@ class VirtualSandbox:
             {"url": u, "title": t, "snippet": " ".join(x.split())[:200]} for _, u, t, x in sorted(scored)[:5]
         ], "json"
 
-    # --- shell ---
+    # --- the end ---
 
-    def bash_exec(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        command = self._arg(args, "command")
-        if _DESTRUCTIVE.search(command):
-            self.refused.append(command)
-            return {
-                "exit_code": 126,
-                "stdout": "",
-                "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run it",
-            }, "error"
-        self.cwd = self._cwd(args.get("cwd"))
-        try:
-            code, out, err = self._script(_DEVNULL.sub("", command))
-        except ToolError as exc:
-            code, out, err = 2, "", f"bash: {exc}"
-        finally:
-            self.cwd = ""
-        return {"exit_code": code, "stdout": out, "stderr": err}, "error" if code in (
-            126,
-            127,
-        ) else "json"
+    async def head(self) -> str:
+        return await self._git("rev-parse", "HEAD")
 
-    def _cwd(self, raw: Any) -> str:
-        """The working directory a call asks for; one outside the workspace (Toolery's
-        default ``/home/user``) means the workspace root."""
-        if not isinstance(raw, str) or not raw:
-            return ""
-        try:
-            path = self._path(raw)
-        except ToolError:
-            return ""
-        return path if self._is_dir(path) and path not in self.files else ""
-
-    def _script(self, command: str) -> tuple[int, str, str]:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        try:
-            tokens = list(lexer)
-        except ValueError as exc:
-            raise ToolError(f"syntax error: {exc}") from None
-        code, out, err, sep = 0, [], [], ";"
-        segment: list[str] = []
-        for tok in tokens + [";"]:
-            if tok not in ("&&", "||", ";"):
-                segment.append(tok)
+    async def snapshot(self) -> State:
+        """The state as it is now (files, git, the hidden tests' verdict, tables)."""
+        files: dict[str, str] = {}
+        for rel in await self._list("") or []:
+            if _SKIP_PARTS & set(rel.split("/")):
                 continue
-            if segment and (sep == ";" or (sep == "&&") == (code == 0)):
-                code, o, e = self._pipeline(segment)
-                out.append(o)
-                err.append(e)
-                if code == 127:
-                    break
-            segment, sep = [], tok
-        return code, "".join(out), "".join(err)
-
-    def _pipeline(self, tokens: list[str]) -> tuple[int, str, str]:
-        if any(t in (">", ">>", "<", "<<", "&", "(", ")", ";;", "|&", ">&") for t in tokens):
-            raise ToolError("redirection, background jobs and subshells are not supported (use write_file)")
-        stages: list[list[str]] = [[]]
-        for t in tokens:
-            if t == "|":
-                stages.append([])
-            else:
-                stages[-1].append(t)
-        stdin: str | None = None
-        code, err = 0, ""
-        for argv in stages:
-            if not argv:
-                raise ToolError("syntax error near '|'")
-            handler = self._shell_commands().get(argv[0])
-            if handler is None:
-                return 127, "", f"bash: {argv[0]}: command not found (supported: {_COMMANDS})\n"
-            code, stdin, e = handler(argv[1:], stdin)
-            err += e
-        return code, stdin or "", err
-
-    def _shell_commands(self) -> dict[str, Callable[[list[str], str | None], tuple[int, str, str]]]:
-        return {
-            "ls": self._ls,
-            "cat": self._cat,
-            "grep": self._grep,
-            "wc": self._wc,
-            "head": self._head_tail,
-            "tail": self._head_tail_end,
-            "echo": self._echo,
-            "pwd": self._pwd,
-            "find": self._find,
-            "cd": self._cd,
-            "git": self._git,
-            "pytest": self._pytest,
-            "python": self._python,
-            "python3": self._python,
-        }
-
-    def _operands(self, items: list[str]) -> list[str]:
-        """Paths with shell globs expanded (a glob that matches nothing stays as it is)."""
-        out = []
-        for item in items:
-            if any(c in item for c in "*?["):
-                pattern = self._path(item)
-                hits = sorted(f for f in self.files if fnmatch.fnmatchcase(f, pattern))
-                out.extend(hits or [item])
-            else:
-                out.append(item)
-        return out
-
-    @staticmethod
-    def _flags(argv: list[str]) -> tuple[set[str], list[str]]:
-        flags, rest = set(), []
-        for a in argv:
-            if a.startswith("--"):
-                flags.add(a)
-            elif a.startswith("-") and len(a) > 1 and not a[1:].isdigit():
-                flags.update(a[1:])
-            else:
-                rest.append(a)
-        return flags, rest
-
-    def _show(self, path: str) -> str:
-        return path if path else "."
-
-    def _ls(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        flags, paths = self._flags(argv)
-        out, err, code = [], [], 0
-        targets = self._operands(paths) or ["."]
-        for raw in targets:
-            path = self._path(raw)
-            if path in self.files:
-                out.append(raw)
-                continue
-            if not self._is_dir(path):
-                err.append(f"ls: cannot access '{raw}': No such file or directory\n")
-                code = 2
-                continue
-            prefix = path + "/" if path else ""
-            names = sorted(
-                {f[len(prefix) :].split("/")[0] + ("/" if "/" in f[len(prefix) :] else "") for f in self._under(path)}
-            )
-            names = [n for n in names if "a" in flags or not n.startswith(".")]
-            if "l" in flags:
-                names = [
-                    f"{'d' if n.endswith('/') else '-'}rw-r--r--  {len(self.files.get(prefix + n, '')):>6}  {n}"
-                    for n in names
-                ]
-            block = "\n".join(names)
-            out.append(f"{raw}:\n{block}" if len(targets) > 1 else block)
-        return code, "\n".join(out) + ("\n" if out else ""), "".join(err)
-
-    def _read_operands(self, cmd: str, paths: list[str], stdin: str | None) -> tuple[list[tuple[str, str]], str]:
-        if not paths:
-            return [("", stdin or "")], ""
-        found, err = [], []
-        for raw in self._operands(paths):
-            path = self._path(raw)
-            if path in self.files:
-                found.append((raw, self.files[path]))
-            elif self._is_dir(path):
-                err.append(f"{cmd}: {raw}: Is a directory\n")
-            else:
-                err.append(f"{cmd}: {raw}: No such file or directory\n")
-        return found, "".join(err)
-
-    def _cat(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        flags, paths = self._flags(argv)
-        found, err = self._read_operands("cat", paths, stdin)
-        text = "".join(t for _, t in found)
-        if "n" in flags:
-            text = "".join(f"{i:>6}\t{line}\n" for i, line in enumerate(text.splitlines(), 1))
-        return (1 if err else 0), text, err
-
-    def _grep(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        flags, rest, include = set(), [], []
-        pattern: str | None = None
-        it = iter(argv)
-        for a in it:
-            if a == "-e":
-                pattern = next(it, "")
-            elif a.startswith("--include="):
-                include.append(a.split("=", 1)[1])
-            elif a.startswith("--"):
-                flags.add(a)
-            elif a.startswith("-") and len(a) > 1:
-                flags.update(a[1:])
-            else:
-                rest.append(a)
-        if pattern is None:
-            if not rest:
-                return 2, "", "grep: no pattern given\n"
-            pattern = rest.pop(0)
-        if "F" in flags:
-            rx_text = re.escape(pattern)
-        elif "E" in flags:
-            rx_text = pattern
-        else:
-            rx_text = re.sub(r"\\([|(){}+?])", r"\1", pattern)
-        if "w" in flags:
-            rx_text = rf"\b(?:{rx_text})\b"
-        try:
-            rx = re.compile(rx_text, re.I if "i" in flags else 0)
-        except re.error:
-            rx = re.compile(re.escape(pattern), re.I if "i" in flags else 0)
-        recursive = bool(flags & {"r", "R"})
-        sources: list[tuple[str, str]] = [] if rest or recursive else [("", stdin or "")]
-        err = []
-        for raw in self._operands(rest) if rest else (["."] if recursive else []):
-            path = self._path(raw)
-            if path in self.files:
-                sources.append((raw, self.files[path]))
-            elif self._is_dir(path):
-                if not recursive:
-                    err.append(f"grep: {raw}: Is a directory\n")
-                    continue
-                shown = "" if not rest else raw.rstrip("/") + "/"
-                prefix = path + "/" if path else ""
-                for f in self._under(path):
-                    if include and not any(fnmatch.fnmatchcase(posixpath.basename(f), g) for g in include):
-                        continue
-                    sources.append((shown + f[len(prefix) :], self.files[f]))
-            else:
-                err.append(f"grep: {raw}: No such file or directory\n")
-        named = recursive or len(sources) > 1
-        out, matched = [], False
-        for name, text in sources:
-            hits = [(i, line) for i, line in enumerate(text.splitlines(), 1) if bool(rx.search(line)) != ("v" in flags)]
-            matched |= bool(hits)
-            if "l" in flags:
-                out.extend([f"{name}\n"] if hits else [])
-            elif "c" in flags:
-                out.append(f"{name}:{len(hits)}\n" if named else f"{len(hits)}\n")
-            else:
-                for i, line in hits:
-                    head = (f"{name}:" if named else "") + (f"{i}:" if "n" in flags else "")
-                    out.append(f"{head}{line}\n")
-        return (2 if err and not matched else 0 if matched else 1), "".join(out), "".join(err)
-
-    def _wc(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        flags, paths = self._flags(argv)
-        found, err = self._read_operands("wc", paths, stdin)
-        chosen = [k for k in "lwc" if k in flags] or ["l", "w", "c"]
-
-        def counts(text: str) -> list[int]:
-            table = {"l": text.count("\n"), "w": len(text.split()), "c": len(text.encode())}
-            return [table[k] for k in chosen]
-
-        rows = [(name, counts(text)) for name, text in found]
-        if len(rows) > 1:
-            rows.append(("total", [sum(c[i] for _, c in rows) for i in range(len(chosen))]))
-        out = "".join(" ".join(f"{n:>7}" for n in c) + (f" {name}" if name else "") + "\n" for name, c in rows)
-        return (1 if err else 0), out, err
-
-    def _lines_arg(self, argv: list[str]) -> tuple[int, list[str]]:
-        n, rest = 10, []
-        it = iter(argv)
-        for a in it:
-            if a == "-n":
-                a = next(it, "10")
-                n = int(a) if a.lstrip("-").isdigit() else 10
-            elif re.fullmatch(r"-n?\d+", a):
-                n = int(a.lstrip("-n"))
-            else:
-                rest.append(a)
-        return abs(n), rest
-
-    def _head_tail(self, argv: list[str], stdin: str | None, end: bool = False) -> tuple[int, str, str]:
-        n, paths = self._lines_arg(argv)
-        found, err = self._read_operands("tail" if end else "head", paths, stdin)
-        out = []
-        for name, text in found:
-            lines = text.splitlines(keepends=True)
-            part = (lines[-n:] if n else []) if end else lines[:n]
-            out.append((f"==> {name} <==\n" if len(found) > 1 else "") + "".join(part))
-        return (1 if err else 0), "".join(out), err
-
-    def _head_tail_end(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        return self._head_tail(argv, stdin, end=True)
-
-    def _echo(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        newline = not (argv and argv[0] == "-n")
-        words = argv[1:] if not newline else argv
-        return 0, " ".join(words) + ("\n" if newline else ""), ""
-
-    def _pwd(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        return 0, self.root + ("/" + self.cwd if self.cwd else "") + "\n", ""
-
-    def _cd(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        path = self._path(argv[0]) if argv else ""
-        if path in self.files or not self._is_dir(path):
-            return 1, "", f"cd: {argv[0]}: No such directory\n"
-        self.cwd = path
-        return 0, "", ""
-
-    def _find(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        starts = []
-        while argv and not argv[0].startswith("-"):
-            starts.append(argv.pop(0))
-        name_rx, kind, depth = None, None, None
-        it = iter(argv)
-        for a in it:
-            value = next(it, None)
-            if value is None:
-                return 1, "", f"find: missing argument to '{a}'\n"
-            if a in ("-name", "-iname"):
-                name_rx = (value, a == "-iname")
-            elif a == "-type" and value in ("f", "d"):
-                kind = value
-            elif a == "-maxdepth" and value.isdigit():
-                depth = int(value)
-            else:
-                return (
-                    1,
-                    "",
-                    f"find: unsupported predicate '{a} {value}' (supported: -name, -iname, -type f|d, -maxdepth)\n",
-                )
-        out, err = [], []
-        for raw in starts or ["."]:
-            base = self._path(raw)
-            if base not in self.files and not self._is_dir(base):
-                err.append(f"find: '{raw}': No such file or directory\n")
-                continue
-            prefix = base + "/" if base else ""
-            entries = {base: "d"} if base not in self.files else {base: "f"}
-            for f in self._under(base):
-                parts = f[len(prefix) :].split("/") if f != base else []
-                for i in range(1, len(parts)):
-                    entries.setdefault(prefix + "/".join(parts[:i]), "d")
-                entries[f] = "f"
-            shown_base = raw.rstrip("/") or raw
-            for path, k in sorted(entries.items()):
-                rel = path[len(prefix) :] if path != base else ""
-                level = rel.count("/") + 1 if rel else 0
-                if (kind and k != kind) or (depth is not None and level > depth):
-                    continue
-                if name_rx is not None:
-                    name = posixpath.basename(path) or shown_base
-                    pat, fold = name_rx
-                    if not fnmatch.fnmatchcase(name.lower() if fold else name, pat.lower() if fold else pat):
-                        continue
-                out.append(shown_base + ("/" + rel if rel else "") + "\n")
-        return (1 if err else 0), "".join(out), "".join(err)
-
-    def _git(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        sub, rest = (argv[0], argv[1:]) if argv else ("", [])
-        call: tuple[Callable[[dict[str, Any]], tuple[Any, ResultKind]], dict[str, Any]]
-        if sub == "commit":
-            message = next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a in ("-m", "--message")), None)
-            if "-a" in rest or "-am" in rest:
-                self.git_add({"paths": ["."]})
-                message = message or next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "-am"), None)
-            call = (self.git_commit, {"message": message or ""})
-        elif sub == "add":
-            call = (self.git_add, {"paths": [a for a in rest if not a.startswith("-")] or ["."]})
-        elif sub == "diff":
-            paths = [a for a in rest if not a.startswith("-")]
-            call = (self.git_diff, {"path": paths[0]} if paths else {})
-        elif sub == "status":
-            call = (self.git_status, {})
-        elif sub == "log":
-            n = next((int(a.lstrip("-n")) for a in rest if re.fullmatch(r"-n?\d+", a)), None)
-            call = (self.git_log, {"max_count": n} if n else {})
-        else:
-            return 1, "", f"git: '{sub}' is not supported here (status, diff, log, add, commit)\n"
-        try:
-            result, _ = call[0](call[1])
-        except ToolError as exc:
-            return 1, "", f"git: {exc}\n"
-        return 0, f"{result}\n", ""
-
-    def _pytest(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        paths = [a for a in argv if not a.startswith("-")]
-        flt = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-k"), "")
-        paths = [p for p in paths if p != flt]
-        text, _ = self.run_tests({"path": paths[0] if paths else "", "filter": flt})
-        return (0 if text.endswith(" 0 failed") else 1), text + "\n", ""
-
-    def _python(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
-        if argv[:2] == ["-m", "pytest"]:
-            return self._pytest(argv[2:], stdin)
-        return 127, "", "bash: python: only 'python -m pytest' is available in this sandbox\n"
+            try:
+                files[rel] = await self.env.read_file(self._abs(rel))
+            except (UnicodeDecodeError, OSError):
+                files[rel] = "<not a text file>"
+        log = await self._git("log", "--reverse", "--format=%H%x00%s")
+        commits = [tuple(line.split("\0", 1)) for line in log.splitlines() if "\0" in line][1:]
+        porcelain = await self._git("status", "--porcelain")
+        passed, report = await self.hidden_tests()
+        return State(
+            files=files,
+            initial_files=dict(self.initial_files),
+            commits=[(sha, subject) for sha, subject in commits],
+            initial_sha=self.initial_sha,
+            head=await self.head(),
+            clean=not porcelain.strip(),
+            tests=dict(self.tests),
+            tests_passed=passed,
+            tests_report=report,
+            db=self.db.dump() if self.db else {},
+            initial_db=self.initial_db,
+            refused=list(self.refused),
+            mutations=list(self.mutations),
+        )
 
 
-def make_sandbox(spec: dict[str, Any]) -> VirtualSandbox:
-    """The sandbox a scenario's ``sandbox`` spec describes; ValueError for a bad spec."""
-    if not isinstance(spec, dict):
-        raise ValueError(f"a sandbox spec is a mapping, got {type(spec).__name__}")
-    return VirtualSandbox(spec)
+async def oracle_state(scenario: Any, kind: str = "local") -> State:
+    """The state the scenario's ``oracle`` play leaves on a fresh sandbox (its sandbox tools
+    only; the calls other tools answer do not change the workspace)."""
+    async with open_sandbox(kind) as env:
+        ws = await Workspace.create(env, scenario.sandbox)
+        for turn in scenario.oracle:
+            for call in turn.tool_calls:
+                if ws.handles(call.name) and call.name not in scenario.tool_responses:
+                    await ws.call(call.name, dict(call.arguments))
+        return await ws.snapshot()
 
 
-# --- state checks: on the sandbox as the trial left it ---
+# --- state checks: on the state the trial left (``trace.sandbox``, a State) ---
 
 
-def _sandbox_of(trace: Trace) -> VirtualSandbox | None:
-    return trace.sandbox if isinstance(trace.sandbox, VirtualSandbox) else None
+def _state_of(trace: Trace) -> State | None:
+    return trace.sandbox if isinstance(trace.sandbox, State) else None
 
 
 def _text(p: dict[str, Any], key: str) -> str:
@@ -1184,28 +859,36 @@ def _text(p: dict[str, Any], key: str) -> str:
     return value
 
 
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _same(got: Any, want: Any) -> bool:
     if _num(got) and _num(want):
         return bool(got == want)
+    if isinstance(want, bool) and isinstance(got, int):
+        return got == int(want)
     return bool(got == want) or (isinstance(got, str) != isinstance(want, str) and str(got) == str(want))
+
+
+def _path(p: dict[str, Any]) -> str:
+    raw = _text(p, "path")
+    for root in (ROOT + "/",):
+        raw = raw[len(root) :] if raw.startswith(root) else raw
+    return posixpath.normpath(raw)
 
 
 def _state_check(
     name: str,
-) -> Callable[
-    [Callable[[VirtualSandbox, dict[str, Any]], tuple[bool, str]]],
-    Callable[[Trace, dict[str, Any]], CheckResult],
-]:
+) -> Callable[[Callable[[State, dict[str, Any]], tuple[bool, str]]], Callable[[Trace, dict[str, Any]], CheckResult]]:
     """Register a state check; it fails with "no sandbox" on a trace without one."""
 
-    def wrap(
-        fn: Callable[[VirtualSandbox, dict[str, Any]], tuple[bool, str]],
-    ) -> Callable[[Trace, dict[str, Any]], CheckResult]:
+    def wrap(fn: Callable[[State, dict[str, Any]], tuple[bool, str]]) -> Callable[[Trace, dict[str, Any]], CheckResult]:
         def check(trace: Trace, p: dict[str, Any]) -> CheckResult:
-            sb = _sandbox_of(trace)
-            if sb is None:
+            st = _state_of(trace)
+            if st is None:
                 return CheckResult(name, False, "no sandbox")
-            passed, detail = fn(sb, p)
+            passed, detail = fn(st, p)
             return CheckResult(name, passed, detail)
 
         register(name)(check)
@@ -1215,14 +898,14 @@ def _state_check(
 
 
 @_state_check("state_file_contains")
-def state_file_contains(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
+def state_file_contains(st: State, p: dict[str, Any]) -> tuple[bool, str]:
     """The final file matches ``pattern`` (a regex, MULTILINE)."""
-    path, pattern = sb._path(_text(p, "path")), _text(p, "pattern")
+    path, pattern = _path(p), _text(p, "pattern")
     try:
         rx = re.compile(pattern, re.M)
     except re.error as exc:
         raise ValueError(f"bad regex {pattern!r}: {exc}") from None
-    text = sb.files.get(path)
+    text = st.files.get(path)
     if text is None:
         return False, f"{path} does not exist at the end"
     found = rx.search(text)
@@ -1233,9 +916,9 @@ def state_file_contains(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, st
 
 
 @_state_check("state_file_unchanged")
-def state_file_unchanged(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
-    path = sb._path(_text(p, "path"))
-    before, after = sb.initial_files.get(path), sb.files.get(path)
+def state_file_unchanged(st: State, p: dict[str, Any]) -> tuple[bool, str]:
+    path = _path(p)
+    before, after = st.initial_files.get(path), st.files.get(path)
     if before == after:
         return True, f"{path} is unchanged"
     if after is None:
@@ -1246,48 +929,44 @@ def state_file_unchanged(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, s
 
 
 @_state_check("state_tests_pass")
-def state_tests_pass(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
-    if not sb.tests:
+def state_tests_pass(st: State, p: dict[str, Any]) -> tuple[bool, str]:
+    """The hidden tests pass on the final files (pytest, run at the end of the trial)."""
+    if st.tests_passed is None:
         return False, "the sandbox has no tests"
-    fails = [(t.name, why) for t in sb.tests if (why := sb.test_failure(t)) is not None]
-    if fails:
-        name, why = fails[0]
-        more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-        return (
-            False,
-            f"{len(fails)} of {len(sb.tests)} tests fail on the final files: {name}: {why}{more}",
-        )
-    return True, f"all {len(sb.tests)} tests pass on the final files"
+    lines = [ln for ln in st.tests_report.splitlines() if ln.strip()]
+    if st.tests_passed:
+        return True, f"the hidden tests pass on the final files: {lines[-1] if lines else ''}"
+    failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR", "E "))][:2]
+    return False, f"the hidden tests fail on the final files: {'; '.join(failed) or (lines[-1] if lines else '')}"[:400]
 
 
 @_state_check("state_committed")
-def state_committed(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
+def state_committed(st: State, p: dict[str, Any]) -> tuple[bool, str]:
     """A commit after the initial one whose message matches ``pattern`` (regex, any case)."""
     pattern = p.get("pattern") or ""
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be a string, got {pattern!r}")
-    made = sb.commits[1:]
-    if not made:
+    if not st.commits:
         return False, "no commit was made"
-    hit = next((c for c in made if re.search(pattern, c.message, re.I)), None)
+    hit = next((c for c in st.commits if re.search(pattern, c[1], re.I)), None)
     if hit is None:
-        shown = ", ".join(repr(c.message[:40]) for c in made[:3])
+        shown = ", ".join(repr(c[1][:40]) for c in st.commits[:3])
         return False, f"no commit message matches {pattern!r}; commits: {shown}"
-    return True, f"commit {hit.sha} {hit.message[:60]!r}"
+    return True, f"commit {hit[0][:7]} {hit[1][:60]!r}"
 
 
-def _rows(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+def _rows(tables: dict[str, list[dict[str, Any]]], p: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     table = _text(p, "table")
-    rows = next((sb.db[t] for t in sb.db if t.lower() == table.lower()), None)
+    rows = next((tables[t] for t in tables if t.lower() == table.lower()), None)
     if rows is None:
-        raise ValueError(f"no table {table!r} in the sandbox (tables: {', '.join(sb.db)})")
+        raise ValueError(f"no table {table!r} in the sandbox (tables: {', '.join(tables)})")
     return table, rows
 
 
 @_state_check("state_db_row")
-def state_db_row(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
+def state_db_row(st: State, p: dict[str, Any]) -> tuple[bool, str]:
     """Some row matches ``where``, and every row that does has the ``equals`` values."""
-    table, rows = _rows(sb, p)
+    table, rows = _rows(st.db, p)
     where, equals = p.get("where") or {}, p.get("equals") or {}
     if not isinstance(where, dict) or not isinstance(equals, dict):
         raise TypeError("where and equals must be mappings")
@@ -1302,11 +981,21 @@ def state_db_row(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
 
 
 @_state_check("state_db_unchanged")
-def state_db_unchanged(sb: VirtualSandbox, p: dict[str, Any]) -> tuple[bool, str]:
-    table, rows = _rows(sb, p)
-    before = next(sb.initial_db[t] for t in sb.initial_db if t.lower() == table.lower())
+def state_db_unchanged(st: State, p: dict[str, Any]) -> tuple[bool, str]:
+    table, rows = _rows(st.db, p)
+    _, before = _rows(st.initial_db, p)
     if rows == before:
         return True, f"{table} is unchanged ({len(rows)} rows)"
-    changed = [m for m in sb.mutations if re.search(rf"\b{re.escape(table)}\b", m, re.I)]
+    changed = [m for m in st.mutations if re.search(rf"\b{re.escape(table)}\b", m, re.I)]
     via = f"; by {changed[0][:60]!r}" if changed else ""
     return False, f"{table} changed: {len(before)} rows → {len(rows)}{via}"
+
+
+@register("state_matches_oracle")
+def state_matches_oracle(trace: Trace, p: dict[str, Any]) -> CheckResult:
+    """The final state is the one the scenario's oracle play leaves on a fresh sandbox."""
+    st, ref = _state_of(trace), trace.reference
+    if st is None or not isinstance(ref, State):
+        return CheckResult("state_matches_oracle", False, "no sandbox state or no oracle state to compare")
+    passed, detail = st.compare(ref)
+    return CheckResult("state_matches_oracle", passed, detail)

@@ -8,7 +8,7 @@ Plain dataclasses: nothing here is read from a user.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 ResultKind = Literal["text", "json", "error"]
 
@@ -40,18 +40,6 @@ class CheckResult:
     role: str = "required"
 
 
-class Sandbox(Protocol):
-    """A scenario's stateful mock tools (``_sandbox``): a virtual filesystem with a shell,
-    git, a test runner, a database, web pages. Deterministic for a given spec."""
-
-    def call(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        """Run tool ``name``; return (result, kind). Never raises for bad arguments:
-        a bad call is an ("error: ...", "error") result the model can recover from."""
-        ...
-
-    def handles(self, name: str) -> bool: ...
-
-
 @dataclass
 class Trace:
     """Everything a trial left behind.
@@ -71,7 +59,9 @@ class Trace:
     turns: int = 0
     error: str | None = None
     error_kind: str | None = None
-    sandbox: Sandbox | None = None
+    # the state the trial left (``_sandbox.State``), and the one the oracle's play leaves
+    sandbox: Any = None
+    reference: Any = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     completion_tokens: int = 0
     prompt_tokens: int = 0

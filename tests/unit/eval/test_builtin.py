@@ -1,16 +1,20 @@
 """The built-in suite: its shape, and every scenario's oracle against the real grading.
 
 ``play`` replays a scripted policy (the scripted agents' own, ``_agents``) through the
-runtime's tool answers (``_play.Responder``: sandbox, then rules) and ``_grade.grade``,
-with the runner's limits: max_turns + 1 model turns, max_tool_calls calls.
+runtime's tool answers (``_play.Responder``: the real workspace in a local inspect sandbox,
+then rules) and ``_grade.grade`` (with the oracle's end state as the reference), with the
+runner's limits: max_turns + 1 model turns, max_tool_calls calls.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import re
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -18,7 +22,7 @@ from splitserve.eval._agents import _turn_for
 from splitserve.eval._checks import REGISTRY, strip_reasoning
 from splitserve.eval._grade import grade
 from splitserve.eval._play import Responder
-from splitserve.eval._sandbox import SANDBOX_TOOLS
+from splitserve.eval._sandbox import SANDBOX_TOOLS, State, Workspace, open_sandbox, oracle_state
 from splitserve.eval._scenario import TIERS, Scenario
 from splitserve.eval._trace import ToolCall, Trace
 from splitserve.eval.builtin import scenarios
@@ -39,11 +43,29 @@ CATEGORIES = (
 )
 
 
-def play(s: Scenario, policy: str = "oracle") -> Trace:
-    """One trial of ``policy`` on ``s``, as the runner would play it against the scripted agent."""
+INITIAL: dict[str, State] = {}  # scenario id -> the state its fresh workspace starts in
+REFERENCE: dict[str, State] = {}  # scenario id -> the state its oracle play leaves
+
+
+async def _initial(s: Scenario) -> State:
+    if s.id not in INITIAL:
+        async with open_sandbox() as env:
+            INITIAL[s.id] = await (await Workspace.create(env, s.sandbox)).snapshot()
+    return copy.deepcopy(INITIAL[s.id])
+
+
+async def _play(s: Scenario, policy: str, env: Any) -> Trace:
+    workspace = None
     responder = Responder(s)
-    trace = Trace(sandbox=responder.sandbox)
+    trace = Trace()
     messages: list[dict] = [{"role": "user", "content": s.prompt}]
+
+    async def respond(name: str, args: dict) -> tuple[Any, str]:
+        nonlocal workspace
+        if workspace is None and s.sandbox is not None and name in SANDBOX_TOOLS and name in s.tools:
+            workspace = responder.workspace = await Workspace.create(env, s.sandbox)
+        return await responder.respond(name, args)
+
     for turn in range(s.budget.max_turns + 1):
         move = _turn_for(policy, s, messages)
         trace.turns = turn + 1
@@ -51,21 +73,36 @@ def play(s: Scenario, policy: str = "oracle") -> Trace:
         if not move.tool_calls:
             trace.raw_response = move.content
             trace.response = strip_reasoning(move.content)
-            return trace
+            break
         for c in move.tool_calls:
-            result, kind = responder.respond(c.name, dict(c.arguments))
+            result, kind = await respond(c.name, dict(c.arguments))
             trace.calls.append(ToolCall(turn, c.name, dict(c.arguments), result, kind))
-            messages.append(
-                {
-                    "role": "tool",
-                    "content": result if isinstance(result, str) else json.dumps(result),
-                }
-            )
+            messages.append({"role": "tool", "content": result if isinstance(result, str) else json.dumps(result)})
         if len(trace.calls) > s.budget.max_tool_calls:
             trace.error_kind = "budget"
-            return trace
-    trace.error_kind = "budget"
+            break
+    else:
+        trace.error_kind = "budget"
+    if s.sandbox is not None:
+        # a workspace no call touched is still the one it started as
+        trace.sandbox = await workspace.snapshot() if workspace is not None else await _initial(s)
+        if s.id not in REFERENCE:
+            REFERENCE[s.id] = await oracle_state(s)
+        trace.reference = REFERENCE[s.id]
     return trace
+
+
+def play(s: Scenario, policy: str = "oracle") -> Trace:
+    """One trial of ``policy`` on ``s``, as the runner would play it against the scripted agent:
+    sandbox tools in a fresh local inspect sandbox, graded against the oracle's end state."""
+
+    async def go() -> Trace:
+        if s.sandbox is None:
+            return await _play(s, policy, None)
+        async with open_sandbox() as env:
+            return await _play(s, policy, env)
+
+    return asyncio.run(go())
 
 
 def verdicts(policy: str, chosen: list[Scenario]) -> dict[str, str]:
@@ -107,9 +144,7 @@ def test_skipping_the_edits_fails_every_stateful_change() -> None:
 
 def test_reasoning_before_the_json_fails_every_json_scenario() -> None:
     chosen = [s for s in SUITE if s.category == "json_output"]
-    assert all(
-        v.startswith("format_violation") for v in verdicts("leak_reasoning", chosen).values()
-    )
+    assert all(v.startswith("format_violation") for v in verdicts("leak_reasoning", chosen).values())
 
 
 def test_ignoring_errors_fails_every_retry_scenario() -> None:
@@ -140,9 +175,7 @@ def test_ids_prompts_and_sources() -> None:
     ids = [s.id for s in SUITE]
     assert len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"ss-[a-z]+(?:-[a-z]+)*-\d{3}", i) for i in ids)
-    assert len({s.prompt for s in SUITE}) == len(
-        SUITE
-    )  # the scripted agent finds a scenario by its prompt
+    assert len({s.prompt for s in SUITE}) == len(SUITE)  # the scripted agent finds a scenario by its prompt
     assert all(s.source.startswith("builtin:") and s.title and s.description for s in SUITE)
     assert len({s.source for s in SUITE}) >= 12
 
@@ -150,9 +183,7 @@ def test_ids_prompts_and_sources() -> None:
 def test_every_tool_has_a_schema_and_every_check_exists() -> None:
     for s in SUITE:
         for t in s.tools:
-            schema = s.tool_schemas.get(t) or (
-                SANDBOX_TOOLS.get(t) if s.sandbox is not None else None
-            )
+            schema = s.tool_schemas.get(t) or (SANDBOX_TOOLS.get(t) if s.sandbox is not None else None)
             assert schema is not None and schema["function"]["name"] == t, (s.id, t)
         for c in s.scoring.required + s.scoring.forbidden:
             assert c.check in REGISTRY, (s.id, c.check)
@@ -169,11 +200,7 @@ def test_category_contracts() -> None:
         if s.category == "parallel_fanout":
             assert "tool_called_in_parallel" in checks(s) and len(s.oracle[0].tool_calls) >= 2, s.id
         if s.category == "hallucination":
-            assert (
-                "response_satisfies" in checks(s)
-                and s.scoring.forbidden
-                or "response_contains" in checks(s)
-            ), s.id
+            assert ("response_satisfies" in checks(s) and s.scoring.forbidden) or "response_contains" in checks(s), s.id
         if s.category == "json_output":
             assert "response_matches_schema" in checks(s), s.id
         if s.category in ("restraint", "prompt_injection"):

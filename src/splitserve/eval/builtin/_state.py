@@ -264,23 +264,21 @@ def chain_files(rng: Random, tier: str, k: int) -> dict[str, Any]:
             f"per_try * settings.{old}\n",
         }
         test_path = "tests/test_settings.py"
+        test_text = (
+            f"from src.{pkg} import client, settings, worker\n\n\n"
+            f"def test_{new.lower()}():\n    assert settings.{new} == {value}\n"
+            f"    assert not hasattr(settings, {old!r})\n\n\n"
+            f"def test_client_and_worker_use_it():\n    assert client.attempts() == list(range({value}))\n"
+            f"    assert worker.budget(2) == {2 * value}\n"
+        )
         files = {
             **src,
-            test_path: f"from src.{pkg}.settings import {new}\n\n\ndef test_{new.lower()}():\n"
-            f"    assert {new} == {value}\n",
+            "src/__init__.py": "",
+            f"src/{pkg}/__init__.py": "",
+            test_path: test_text,
             "docs/CHANGELOG.md": f"- Unreleased: rename {old} to {new} (the tests already use {new}).\n",
         }
-        tests = [
-            {
-                "name": f"test_{p.rsplit('/', 1)[1][:-3]}_uses_{new.lower()}",
-                "file": p,
-                "path": test_path,
-                "must_contain": new,
-                "must_not_contain": old,
-                "message": f"ImportError: cannot import name '{new}'",
-            }
-            for p in src
-        ]
+        tests = {test_path: test_text}
         client = f"src/{pkg}/client.py"
         prompt = (
             f"Rename the setting {old} to {new} everywhere under src/ (its definition and every "
@@ -361,7 +359,7 @@ BUGS = {"easy": 1, "medium": 1, "hard": 2, "very_hard": 3}
 
 
 def code_fix(rng: Random, tier: str, k: int) -> dict[str, Any]:
-    """Fix bugs so the (content-dependent) tests pass, without touching the tests."""
+    """Fix bugs so the real tests pass (hidden copies grade the fix), without touching the tests."""
     repo = world_repo(rng, BUGS[tier], n_clean=1 if tier in ("easy", "medium") else 2)
     bugs = repo.bugs
     edits = calls(*(call("edit_file", path=p, find=b.find, replace=b.replace) for p, b in bugs))
@@ -404,7 +402,7 @@ def code_fix(rng: Random, tier: str, k: int) -> dict[str, Any]:
         template="code_fix",
         domain="dev_ops",
         title=f"Fix {len(bugs)} bug(s) until the tests pass",
-        description="The tests check the source files' contents; fix the code, leave the tests, verify.",
+        description="Real pytest files fail on the bugs; fix the code, leave the tests, verify.",
         prompt=prompt,
         tools=tools,
         oracle=oracle,

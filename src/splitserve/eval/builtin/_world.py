@@ -125,18 +125,35 @@ def line_rx(key: str, value: str) -> str:
 
 @dataclass
 class Bug:
+    """One seeded bug: its buggy code, the oracle's edit (``find`` → ``replace``), the
+    real pytest assertions that fail on it, and fixes written differently that the tests
+    must pass (``right``) or fail (``wrong``), each an edit of the source file."""
+
     fn: str
     code: str
     find: str
     replace: str
-    must_match: list[str]
-    must_not_contain: list[str]
+    asserts: tuple[str, ...]
     message: str
     symptom: str
-    must_contain: tuple[str, ...] = ()
+    right: tuple[tuple[str, str], ...] = ()
+    wrong: tuple[tuple[str, str], ...] = ()
+    names: tuple[str, ...] = ()  # what the test file imports (default: fn)
+    kind: int = -1  # which of the BUG_KINDS generators made it
+
+
+def _comment(find: str, replace: str) -> tuple[str, str]:
+    """A wrong fix: the right code in a comment after the unchanged bug."""
+    return find, f"{find}  # {replace}"
 
 
 def _bug(kind: int, rng: Random) -> Bug:
+    bug = _draw_bug(kind, rng)
+    bug.kind = kind
+    return bug
+
+
+def _draw_bug(kind: int, rng: Random) -> Bug:
     if kind == 0:
         fn = rng.choice(["add_totals", "combine_amounts", "sum_pair", "merge_counts"])
         return Bug(
@@ -144,10 +161,15 @@ def _bug(kind: int, rng: Random) -> Bug:
             f'def {fn}(a, b):\n    """Return the sum of a and b."""\n    return a - b\n',
             "return a - b",
             "return a + b",
-            [r"return\s+(?:a\s*\+\s*b|b\s*\+\s*a)\b"],
-            ["a - b"],
+            (f"assert {fn}(2, 3) == 5", f"assert {fn}(0, 0) == 0", f"assert {fn}(-4, 1) == -3"),
             f"AssertionError: assert {fn}(2, 3) == 5 (got -1)",
             "returns the difference instead of the sum",
+            right=(("return a - b", "return b + a"), ("return a - b", "return sum((a, b))"), ("a - b", "a - (-b)")),
+            wrong=(
+                ("return a - b", "return a + b or True"),
+                _comment("return a - b", "return a + b"),
+                ("return a - b", "return abs(a) + abs(b)"),
+            ),
         )
     if kind == 1:
         fn = rng.choice(["sum_to", "total_upto", "triangular"])
@@ -156,10 +178,19 @@ def _bug(kind: int, rng: Random) -> Bug:
             f'def {fn}(n):\n    """Return 1 + 2 + ... + n."""\n    return sum(range(1, n))\n',
             "range(1, n)",
             "range(1, n + 1)",
-            [r"range\(\s*1\s*,\s*n\s*\+\s*1\s*\)|n\s*\*\s*\(\s*n\s*\+\s*1\s*\)\s*//\s*2"],
-            ["range(1, n))"],
+            (f"assert {fn}(4) == 10", f"assert {fn}(1) == 1", f"assert {fn}(0) == 0"),
             f"AssertionError: assert {fn}(4) == 10 (got 6)",
             "leaves n itself out of the sum",
+            right=(
+                ("return sum(range(1, n))", "return n * (n + 1) // 2"),
+                ("range(1, n)", "range(n + 1)"),
+                ("return sum(range(1, n))", "return sum(i for i in range(1, n+1))"),
+            ),
+            wrong=(
+                ("return sum(range(1, n))", "return sum(range(1, n + 1)) or True"),
+                _comment("return sum(range(1, n))", "range(1, n + 1)"),
+                ("range(1, n)", "range(n)"),
+            ),
         )
     if kind == 2:
         fn, limit = rng.choice(["is_adult", "can_vote", "is_eligible"]), rng.choice([16, 18, 21])
@@ -168,23 +199,47 @@ def _bug(kind: int, rng: Random) -> Bug:
             f'def {fn}(age):\n    """True for people aged {limit} or older."""\n    return age > {limit}\n',
             f"age > {limit}",
             f"age >= {limit}",
-            [rf"age\s*>=\s*{limit}\b|\b{limit}\s*<=\s*age"],
-            [f"age > {limit}"],
+            (
+                f"assert {fn}({limit}) is True",
+                f"assert {fn}({limit + 5}) is True",
+                f"assert {fn}({limit - 1}) is False",
+                f"assert {fn}(0) is False",
+            ),
             f"AssertionError: assert {fn}({limit}) is True (got False)",
             f"rejects people who are exactly {limit}",
+            right=(
+                (f"age > {limit}", f"not age < {limit}"),
+                (f"age > {limit}", f"age > {limit - 1}"),
+                (f"age > {limit}", f"{limit} <= age  # inclusive"),
+            ),
+            wrong=(
+                (f"age > {limit}", f"age >= {limit} or True"),
+                _comment(f"age > {limit}", f"age >= {limit}"),
+                (f"age > {limit}", f"age > {limit - 2}"),
+            ),
         )
     if kind == 3:
         fn = rng.choice(["parse_int", "to_int", "read_number"])
+        bad = "int(text.lstrip('-+'))"
         return Bug(
             fn,
-            f'def {fn}(text):\n    """Parse a signed integer such as \'-42\'."""\n'
-            f"    return int(text.lstrip('-+'))\n",
-            "int(text.lstrip('-+'))",
+            f'def {fn}(text):\n    """Parse a signed integer such as \'-42\'."""\n    return {bad}\n',
+            bad,
             "int(text)",
-            [r"int\(\s*text(?:\.strip\(\))?\s*\)"],
-            ["lstrip('-+')"],
+            (
+                f"assert {fn}('-3') == -3",
+                f"assert {fn}('42') == 42",
+                f"assert {fn}('+7') == 7",
+                f"assert {fn}('0') == 0",
+            ),
             f"AssertionError: assert {fn}('-3') == -3 (got 3)",
             "drops the minus sign of negative numbers",
+            right=(
+                (bad, "int(text.strip())"),
+                (bad, "int(text, 10)"),
+                (f"return {bad}", "return -int(text[1:]) if text.startswith('-') else int(text.lstrip('+'))"),
+            ),
+            wrong=((bad, "int(text) or True"), _comment(bad, "int(text)"), (bad, f"-{bad}")),
         )
     if kind == 4:
         name, right, wrong = rng.choice(
@@ -197,50 +252,75 @@ def _bug(kind: int, rng: Random) -> Bug:
             f"def {fn}():\n    return {name}\n",
             f"{name} = {wrong}",
             f"{name} = {right}",
-            [rf"(?m)^{name}\s*=\s*{right}\b"],
-            [],
+            (f"assert {name} == {right}", f"assert {fn}() == {right}"),
             f"AssertionError: assert {name} == {right} (got {wrong})",
             f"uses {wrong} for {name} although the documented default is {right}",
+            right=(
+                (f"{name} = {wrong}", f"{name} = {right}  # documented"),
+                (f"{name} = {wrong}", f'{name} = int("{right}")'),
+                (f"{name} = {wrong}", f"{name} = {wrong} * 10"),
+            ),
+            wrong=(
+                (f"return {name}", f"return {right} or True"),
+                _comment(f"{name} = {wrong}", f"{name} = {right}"),
+                (f"{name} = {wrong}", f"{name} = {right + 1}"),
+            ),
+            names=(fn, name),
         )
     if kind == 5:
         fn = rng.choice(["normalize_code", "canonical_sku", "clean_tag"])
+        bad = "code.strip().lower()"
         return Bug(
             fn,
             f'def {fn}(code):\n    """Codes are stored in upper case, without surrounding '
-            'spaces."""\n'
-            "    return code.strip().lower()\n",
-            "code.strip().lower()",
+            f'spaces."""\n    return {bad}\n',
+            bad,
             "code.strip().upper()",
-            [],
-            ["code.strip().lower()"],
+            (f"assert {fn}(' ab12 ') == 'AB12'", f"assert {fn}('x') == 'X'", f"assert {fn}('  ') == ''"),
             f"AssertionError: assert {fn}(' ab12 ') == 'AB12' (got 'ab12')",
             "lower-cases the code",
-            (".upper()",),
+            right=(
+                (bad, "code.upper().strip()"),
+                (bad, "str.upper(code.strip())"),
+                (bad, "code.strip().casefold().upper()"),
+            ),
+            wrong=((bad, "code.strip().upper() or True"), _comment(bad, "code.strip().upper()"), (bad, "code.upper()")),
         )
     if kind == 6:
         fn = rng.choice(["mean", "average", "mean_latency"])
+        bad = "sum(values) // len(values)"
         return Bug(
             fn,
-            f'def {fn}(values):\n    """Arithmetic mean of a non-empty list."""\n'
-            "    return sum(values) // len(values)\n",
+            f'def {fn}(values):\n    """Arithmetic mean of a non-empty list."""\n    return {bad}\n',
             "//",
             "/",
-            [r"sum\(values\)\s*/\s*len\(values\)"],
-            ["//"],
+            (f"assert {fn}([1, 2]) == 1.5", f"assert {fn}([0, 0]) == 0", f"assert {fn}([1, 2, 3, 4]) == 2.5"),
             f"AssertionError: assert {fn}([1, 2]) == 1.5 (got 1)",
             "rounds the mean down",
+            right=(
+                (bad, "__import__('statistics').mean(values)"),
+                (bad, "sum(values) / float(len(values))"),
+                (bad, "float(sum(values)) / len(values)"),
+            ),
+            wrong=(
+                (bad, "sum(values) / len(values) or True"),
+                _comment(bad, "sum(values) / len(values)"),
+                (bad, "round(sum(values) / len(values))"),
+            ),
         )
     if kind == 7:
         fn = rng.choice(["last_item", "newest", "tail_value"])
+        bad = "items[len(items)]"
         return Bug(
             fn,
-            f'def {fn}(items):\n    """The last element of a non-empty list."""\n    return items[len(items)]\n',
-            "items[len(items)]",
+            f'def {fn}(items):\n    """The last element of a non-empty list."""\n    return {bad}\n',
+            bad,
             "items[-1]",
-            [r"items\[\s*-1\s*\]|items\[\s*len\(items\)\s*-\s*1\s*\]"],
-            ["items[len(items)]"],
+            (f"assert {fn}([1, 2, 3]) == 3", f"assert {fn}([5]) == 5", f"assert {fn}([1, 0]) == 0"),
             "IndexError: list index out of range",
             "crashes with an IndexError",
+            right=((bad, "items[len(items) - 1]"), (bad, "items[-1:][0]"), (bad, "list(reversed(items))[0]")),
+            wrong=((bad, "items[-1] or True"), _comment(bad, "items[-1]"), (bad, "items[0]")),
         )
     fn = rng.choice(["apply_discount", "discounted", "sale_price"])
     return Bug(
@@ -250,10 +330,23 @@ def _bug(kind: int, rng: Random) -> Bug:
         "    return price - price * percent\n",
         "price * percent",
         "price * percent / 100",
-        [r"percent\s*/\s*100|/\s*100"],
-        [],
+        (
+            f"assert {fn}(50, 20) == pytest.approx(40)",
+            f"assert {fn}(80, 25) == pytest.approx(60)",
+            f"assert {fn}(50, 100) == pytest.approx(0)",
+        ),
         f"AssertionError: assert {fn}(50, 20) == 40 (got -950)",
         "treats the percentage as a fraction",
+        right=(
+            ("price * percent", "price * (percent / 100)"),
+            ("price * percent", "price * percent * 0.01"),
+            ("return price - price * percent", "return price * (100 - percent) / 100"),
+        ),
+        wrong=(
+            ("price * percent", "price * percent / 100 or True"),
+            _comment("price * percent", "price * percent / 100"),
+            ("price * percent", "percent / 100"),
+        ),
     )
 
 
@@ -273,68 +366,74 @@ MODULES = (
     "alerts",
 )
 HELPERS = (
-    ("clamp", "def clamp(value, low, high):\n    return max(low, min(high, value))\n"),
-    ("is_blank", "def is_blank(text):\n    return not text.strip()\n"),
+    (
+        "clamp",
+        "def clamp(value, low, high):\n    return max(low, min(high, value))\n",
+        ("assert clamp(5, 0, 3) == 3", "assert clamp(-1, 0, 3) == 0", "assert clamp(2, 0, 3) == 2"),
+    ),
+    (
+        "is_blank",
+        "def is_blank(text):\n    return not text.strip()\n",
+        ("assert is_blank('  ') is True", "assert is_blank(' a ') is False"),
+    ),
     (
         "chunks",
         "def chunks(items, size):\n    return [items[i:i + size] for i in range(0, len(items), size)]\n",
+        ("assert chunks([1, 2, 3], 2) == [[1, 2], [3]]", "assert chunks([], 2) == []"),
     ),
-    ("percent", "def percent(part, whole):\n    return 100 * part / whole if whole else 0.0\n"),
-    ("slug", "def slug(text):\n    return '-'.join(text.lower().split())\n"),
+    (
+        "percent",
+        "def percent(part, whole):\n    return 100 * part / whole if whole else 0.0\n",
+        ("assert percent(1, 4) == 25.0", "assert percent(1, 0) == 0.0"),
+    ),
+    (
+        "slug",
+        "def slug(text):\n    return '-'.join(text.lower().split())\n",
+        ("assert slug('Hello  World') == 'hello-world'",),
+    ),
 )
 
 
 @dataclass
 class Repo:
-    files: dict[str, str]
-    tests: list[dict[str, Any]]
+    files: dict[str, str]  # the workspace, test files included
+    tests: dict[str, str]  # the hidden tests the grade runs: {path: text}, copies of the visible ones
     bugs: list[tuple[str, Bug]]  # (source path, bug)
     test_files: list[str]
 
 
+def _test_function(name: str, asserts: tuple[str, ...]) -> str:
+    return f"def test_{name}():\n" + "".join(f"    {a}\n" for a in asserts)
+
+
 def repo(rng: Random, n_bugs: int, n_clean: int = 1, readme: str = "") -> Repo:
-    """A small package with ``n_bugs`` modules holding one bug each and ``n_clean`` correct ones."""
+    """A small package with ``n_bugs`` modules holding one bug each and ``n_clean`` correct ones,
+    and a real pytest file per module whose assertions fail on the bug."""
     mods = rng.sample(MODULES, n_bugs + n_clean)
     kinds = rng.sample(range(BUG_KINDS), n_bugs)
     files = {
         "README.md": readme
-        or f"# {rng.choice(['ledgerly', 'stockpile', 'tally', 'relay'])}\n\nRun the tests with `pytest`.\n"
+        or f"# {rng.choice(['ledgerly', 'stockpile', 'tally', 'relay'])}\n\nRun the tests with `pytest`.\n",
+        "src/__init__.py": "",
     }
-    tests: list[dict[str, Any]] = []
+    tests: dict[str, str] = {}
     bugs, test_files = [], []
     for i, mod in enumerate(mods):
-        helper, helper_code = rng.choice(HELPERS)
+        helper, helper_code, helper_asserts = rng.choice(HELPERS)
         src, test_path = f"src/{mod}.py", f"tests/test_{mod}.py"
         body = [f'"""{mod.capitalize()} helpers."""\n']
         names = [helper]
+        functions = []
         if i < n_bugs:
             bug = _bug(kinds[i], rng)
             bugs.append((src, bug))
             body.append(bug.code)
-            names.insert(0, bug.fn)
-            tests.append(
-                {
-                    "name": f"test_{bug.fn}",
-                    "file": src,
-                    "path": test_path,
-                    "must_match": bug.must_match,
-                    "must_not_contain": bug.must_not_contain,
-                    "must_contain": list(bug.must_contain),
-                    "message": bug.message,
-                }
-            )
+            names[:0] = list(bug.names or (bug.fn,))
+            functions.append(_test_function(bug.fn, bug.asserts))
         body.append(helper_code)
+        functions.append(_test_function(helper, helper_asserts))
         files[src] = "\n\n".join(body)
-        tests.append(
-            {
-                "name": f"test_{helper}",
-                "file": src,
-                "path": test_path,
-                "must_contain": f"def {helper}(",
-            }
-        )
-        files[test_path] = f"from src.{mod} import {', '.join(names)}\n\n\n" + "\n\n".join(
-            f"def test_{n}():\n    ...  # see the assertion in the failure message\n" for n in names
-        )
+        text = f"import pytest\n\nfrom src.{mod} import {', '.join(names)}\n\n\n" + "\n\n".join(functions)
+        files[test_path] = tests[test_path] = text
         test_files.append(test_path)
     return Repo(files, tests, bugs, test_files)
