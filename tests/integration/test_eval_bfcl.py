@@ -15,6 +15,7 @@ from splitserve.eval import load_suite
 from splitserve.eval._agents import agent_app
 from splitserve.eval._bfcl import CATEGORIES
 from splitserve.eval._records import read_records
+from splitserve.eval._report import write_report
 from splitserve.eval._run import RunOptions, run
 
 pytest.importorskip("bfcl_eval")
@@ -56,3 +57,5 @@ def test_null_agent_passes_only_irrelevance(tmp_path: Path, sliced) -> None:
     failed = [t for t in got if t["verdict"] == "fail"]
     assert {t["cause"] for t in failed} == {"missing_call"}
     assert all(t["evidence"].startswith("BFCL ") for t in failed)
+    text = write_report(tmp_path / "run", tmp_path / "report")[0].read_text()
+    assert "| irrelevance |" in text and "| missing_call |" in text

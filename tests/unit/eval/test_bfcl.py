@@ -211,3 +211,25 @@ def test_a_call_bfcl_must_not_eval_is_an_execution_error_not_code(suite: list[Sc
     trace.calls = [ToolCall(0, next(iter(c)), {}) for c in bad]
     graded = grade_bfcl(scenario, trace)
     assert graded.verdict == "fail" and graded.cause == "hallucinated_tool"
+
+
+def test_eval_list_bfcl_shows_categories_and_counts() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "splitserve", "eval", "list", "bfcl:simple,live_*", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {r["category"]: r["items"] for r in json.loads(done.stdout)["categories"]}
+    assert rows["simple_python"] == 400 and rows["live_multiple"] == 1053 and len(rows) == 7
+    bad = subprocess.run(
+        [sys.executable, "-m", "splitserve", "eval", "list", "bfcl:simple,nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "no BFCL category 'nope'" in bad.stderr
