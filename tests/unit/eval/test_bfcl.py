@@ -233,3 +233,93 @@ def test_eval_list_bfcl_shows_categories_and_counts() -> None:
         timeout=120,
     )
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "no BFCL category 'nope'" in bad.stderr
+
+
+def test_multi_turn_verdicts_agree_with_bfcls_checker_called_directly(suite: list[Scenario]) -> None:
+    from splitserve.eval._bfcl_grade import forget_state
+
+    rng = random.Random(31)
+    b = api()
+    items = rng.sample([s for s in suite if s.category == "multi_turn_base"], 60)
+    verdicts: Counter[bool] = Counter()
+    for k, scenario in enumerate(items):
+        item = bfcl_item(scenario)
+        assert item is not None
+        result = oracle_trace(scenario).model_result
+        turn = rng.randrange(len(result))
+        steps = result[turn]
+        if isinstance(steps[0], list) and steps[0]:
+            calls = [dict(c) for c in steps[0]]
+            how = rng.choice(["drop", "swap_arg", "same"])
+            if how == "drop":
+                calls.pop(rng.randrange(len(calls)))
+            elif how == "swap_arg":
+                i = rng.randrange(len(calls))
+                (name, raw), *_ = calls[i].items()
+                args = json.loads(raw)
+                if args:
+                    key = rng.choice(sorted(args))
+                    args[key] = f"{args[key]}_x" if isinstance(args[key], str) else 999
+                calls[i] = {name: json.dumps(args)}
+            result[turn] = [calls, *steps[1:]] if calls else steps[1:]
+        trace = BfclTrace()
+        trace.model_result = result
+        ours = grade_bfcl(scenario, trace).verdict == "pass"
+        # bfcl-eval directly: its decode (convert_to_function_call) and its checker
+        decoded = []
+        for turn_steps in result:
+            kept = []
+            for step in turn_steps:
+                try:
+                    calls_text = b.convert_to_function_call(step)
+                except Exception:  # noqa: BLE001 - BFCL skips a step it cannot decode
+                    continue
+                if not b.is_empty_execute_response(calls_text):
+                    kept.append(calls_text)
+            decoded.append(kept)
+        entry = {k2: v for k2, v in item["entry"].items() if k2 != "function"}
+        key = f"direct_{k}"
+        try:
+            direct = bool(b.multi_turn_checker(decoded, item["answer"], entry, item["category"], key)["valid"])
+        finally:
+            forget_state(key)
+        assert ours == direct, scenario.id
+        verdicts[ours] += 1
+    assert verdicts[True] >= 10 and verdicts[False] >= 10
+
+
+def _single(scenario_id: str, suite: list[Scenario]) -> Scenario:
+    return next(s for s in suite if s.id == scenario_id)
+
+
+@pytest.mark.parametrize(
+    ("sid", "answer", "cause"),
+    [
+        ("simple_python_0", [{"calculate_triangle_area": "{'base': 10"}], "parse_error"),
+        ("simple_python_0", [{"triangle_area": json.dumps({"base": 10, "height": 5})}], "hallucinated_tool"),
+        ("simple_python_0", [{"calculate_triangle_area": json.dumps({"base": 10, "height": 6})}], "bad_arguments"),
+        ("simple_python_0", [{"calculate_triangle_area": json.dumps({"base": 10, "height": 5})}] * 2, "extra_call"),
+        ("parallel_0", [], "missing_call"),
+        ("irrelevance_0", None, "extra_call"),
+        ("simple_python_0", "I cannot help with that.", "over_refusal"),
+    ],
+)
+def test_bfcl_error_types_map_to_our_causes(suite: list[Scenario], sid: str, answer: Any, cause: str) -> None:
+    scenario = _single(sid, suite)
+    if answer is None:  # a call where none fits: the item's first function
+        answer = [{scenario.tools[0]: "{}"}]
+    trace = BfclTrace()
+    trace.model_result = answer
+    if isinstance(answer, str):
+        trace.response = answer
+    else:
+        for call in answer:
+            (name, raw), *_ = call.items()
+            try:
+                args = json.loads(raw)
+            except json.JSONDecodeError:
+                args = {"_raw": raw}
+            trace.calls.append(ToolCall(0, name, args))
+    graded = grade_bfcl(scenario, trace)
+    assert (graded.verdict, graded.cause) == ("fail", cause), graded.evidence
+    assert graded.evidence.startswith("BFCL ") or cause in ("parse_error", "hallucinated_tool")
