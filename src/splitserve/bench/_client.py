@@ -1,7 +1,8 @@
 """The HTTP side: one streamed request to an OpenAI-compatible endpoint, measured.
 
 Works against any server that speaks ``/v1/chat/completions`` or
-``/v1/completions`` with SSE streaming; llama.cpp's extras (``timings`` in the
+``/v1/completions`` with SSE streaming, and against the agent APIs ``/v1/messages``
+(Anthropic) and ``/v1/responses`` (OpenAI), whose requests and events _wire translates; llama.cpp's extras (``timings`` in the
 final chunk, ``/props``) are read when present and left empty when not.  The
 transport is httpx's, so unit tests pass ``httpx.MockTransport``.
 """
@@ -18,8 +19,10 @@ import httpx
 from .._errors import AuthError, NotRunningError, UsageError
 from ._records import RequestRecord
 from ._stream import DONE, SSEDecoder, StreamTimer, token_counts
+from ._wire import ANTHROPIC_VERSION, PATHS, chunk_reader, wire_body
 
-Api = Literal["chat", "completions"]
+Api = Literal["chat", "completions", "messages", "responses"]
+APIS: tuple[str, ...] = ("chat", "completions", "messages", "responses")
 
 PROPS_KEEP = ("total_slots", "model_path", "model_alias", "build_info", "model_ftype", "chat_template_caps")
 
@@ -131,7 +134,7 @@ class BenchClient:
         }
         if t.seed is not None:
             body["seed"] = t.seed
-        if t.api == "chat":
+        if t.api != "completions":  # chat, and the agent APIs (rewritten from it, see _wire)
             body["messages"] = messages if messages is not None else [{"role": "user", "content": text}]
             if tools:
                 body["tools"] = tools
@@ -160,11 +163,16 @@ class BenchClient:
     ) -> RequestRecord:
         """Send one streamed request and return its record (errors are recorded, not raised).
 
-        ``messages`` (and ``tools``) replace the one user message made of ``text`` (chat API only);
+        ``messages`` (and ``tools``) replace the one user message made of ``text`` (not for
+        completions); for ``messages`` / ``responses`` the chat body is rewritten in that API;
         ``keep_text=None`` keeps the whole output, reasoning included.
         """
-        path = "/chat/completions" if self.target.api == "chat" else "/completions"
-        body = self.body(text, max_tokens, ignore_eos, messages, tools) | (body_extra or {})
+        api = self.target.api
+        path = PATHS[api]
+        body = wire_body(api, self.body(text, max_tokens, ignore_eos, messages, tools) | (body_extra or {}))
+        reader = chunk_reader(api)
+        if api == "messages":
+            headers = {"anthropic-version": ANTHROPIC_VERSION} | (headers or {})
         timer = StreamTimer()
         decoder = SSEDecoder()
         started_at = time.time()
@@ -182,6 +190,8 @@ class BenchClient:
                 else:
                     async for line in resp.aiter_lines():
                         payload = decoder.feed_line(line)
+                        if reader is not None and payload is not None and payload is not DONE:
+                            payload = reader.feed(payload)  # an agent API's event as a chat chunk
                         if payload is None:
                             continue
                         if payload is DONE:

@@ -141,8 +141,10 @@ def plan_for(opts: SpeedOptions) -> WorkloadPlan:
 
 def check_workload_target(target: Target, opts: SpeedOptions) -> None:
     others = [w for w in opts.workloads if w != "chat"]
-    if others and target.api != "chat":
-        raise UsageError(f"--workload {others[0]} sends chat messages (with tools for agent); use --api chat")
+    if others and target.api == "completions":
+        raise UsageError(
+            f"--workload {others[0]} sends chat messages (with tools for agent); use --api chat, messages or responses"
+        )
 
 
 def load_reference(path: Path) -> tuple[list[RequestRecord], str]:

@@ -34,7 +34,14 @@ SpecOpt = Annotated[Path | None, typer.Option("-c", "--config", help="a cluster 
 OldSpecOpt = Annotated[Path | None, typer.Option("--cluster", hidden=True, help="old name of -c/--config")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="model name to send (default: the server's first)")]
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=API_KEY_HELP)]
-ApiOpt = Annotated[str, typer.Option("--api", help="chat (/v1/chat/completions) or completions (/v1/completions)")]
+ApiOpt = Annotated[
+    str,
+    typer.Option(
+        "--api",
+        help="chat (/v1/chat/completions), completions (/v1/completions), or an agent's own API: "
+        "messages (/v1/messages, Claude Code) or responses (/v1/responses, Codex)",
+    ),
+]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="run file (.json) or folder (default ./bench-runs)")]
 LabelOpt = Annotated[str, typer.Option("--label", help="a name for this run in reports")]
 ReportOpt = Annotated[bool, typer.Option("--report/--no-report", help="also write the Markdown report and plots")]
@@ -100,12 +107,12 @@ def resolve_target(
     """(Target, engine provenance, cluster facts) for ``--url`` or ``-c``."""
     from ..bench import Target
 
-    if api not in ("chat", "completions"):
-        raise UsageError(f"--api {api!r}: use chat or completions")
+    if api not in ("chat", "completions", "messages", "responses"):
+        raise UsageError(f"--api {api!r}: use chat, completions, messages or responses")
     if (url is None) == (spec is None):
         raise UsageError("give exactly one of --url URL or -c cluster.toml")
     if url is not None:
-        kind = cast(Literal["chat", "completions"], api)  # checked above
+        kind = cast(Literal["chat", "completions", "messages", "responses"], api)  # checked above
         return Target(url=url, model=model, api_key=api_key, api=kind), {}, None
     from ..bench import cluster_facts, cluster_target
 
