@@ -5,7 +5,8 @@ Infinity / 1e999 / huge integers, strings with lone surrogates and control chara
 wrong types per field, colliding ``chat_template_kwargs``, odd tool schemas, small but
 long arrays; odd headers) for ``/v1/chat/completions``, ``/v1/completions``,
 ``/v1/models`` and the Anthropic Messages API (``/v1/messages``, ``/v1/messages/count_tokens``:
-every block type, Anthropic's own headers), sends them and counts statuses. In-process by default: the gateway's ASGI
+every block type, Anthropic's own headers) and the OpenAI Responses API (``/v1/responses``:
+every input item and tool type, a stream must end with a terminal event), sends them and counts statuses. In-process by default: the gateway's ASGI
 app with a fake engine (``hermes`` format; the engine's output is a mix of content, calls
 to the request's tools and calls cut off, so the parser and the schema coercion run on
 what the fuzzed tools declare). With ``--url`` a real gateway is fuzzed instead.
@@ -319,6 +320,132 @@ def messages_cases() -> st.SearchStrategy[Case]:
 
 cases = st.one_of(cases, messages_cases())
 
+# -- OpenAI Responses bodies (/v1/responses) -------------------------------------------------
+
+
+def responses_bodies() -> st.SearchStrategy[Any]:
+    """Hostile Responses request bodies: every input item and tool type, wrong types per field."""
+    ids = st.sampled_from(["call_1", "c1", "", "fc_x"])
+    part = st.fixed_dictionaries(
+        {"type": maybe(st.sampled_from(["input_text", "output_text", "refusal", "input_image",
+                                        "input_file", "reasoning_text", "summary_text", "x"]))},
+        optional={"text": maybe(texts), "refusal": maybe(texts), "image_url": maybe(texts)})
+    item = st.fixed_dictionaries({}, optional={
+        "type": maybe(st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                                       "custom_tool_call", "custom_tool_call_output", "additional_tools",
+                                       "item_reference", "web_search_call", "bogus"])),
+        "role": maybe(st.sampled_from(["user", "assistant", "system", "developer", "tool"])),
+        "content": maybe(st.one_of(texts, st.none(), st.lists(part, max_size=3))),
+        "summary": maybe(st.lists(part, max_size=2)),
+        "call_id": maybe(ids), "id": maybe(ids), "name": maybe(st.sampled_from(TOOL_NAMES)),
+        "namespace": maybe(st.sampled_from(["ns", ""])),
+        "arguments": maybe(st.one_of(st.just('{"a": 1}'), st.just("{oops"), st.just("[1]"), texts,
+                                     st.dictionaries(texts, scalars, max_size=2))),
+        "input": maybe(texts), "output": maybe(st.one_of(texts, st.lists(part, max_size=2), anyjson)),
+        "tools": maybe(st.lists(anyjson, max_size=2)),
+    })
+    fmt = st.fixed_dictionaries({"type": maybe(st.sampled_from(["text", "grammar", "x"]))},
+                                optional={"syntax": maybe(st.sampled_from(["lark", "regex"])),
+                                          "definition": maybe(texts)})
+    tool = st.fixed_dictionaries(
+        {"type": maybe(st.sampled_from(["function", "custom", "namespace", "web_search", "mcp", "x"]))},
+        optional={"name": maybe(st.sampled_from(TOOL_NAMES + ["apply_patch", "ns"])),
+                  "parameters": maybe(schemas), "description": maybe(texts), "strict": maybe(st.booleans()),
+                  "format": maybe(fmt),
+                  "tools": maybe(st.lists(st.fixed_dictionaries(
+                      {"type": maybe(st.sampled_from(["function", "custom", "namespace"])),
+                       "name": maybe(st.sampled_from(TOOL_NAMES))},
+                      optional={"parameters": maybe(schemas)}), max_size=2))})
+    choice = st.one_of(
+        st.sampled_from(["none", "auto", "required", "bogus"]),
+        st.fixed_dictionaries({"type": maybe(st.sampled_from(["function", "custom", "allowed_tools",
+                                                              "web_search", "x"]))},
+                              optional={"name": maybe(st.sampled_from(TOOL_NAMES + ["apply_patch"])),
+                                        "namespace": maybe(texts),
+                                        "mode": maybe(st.sampled_from(["auto", "required", "none"])),
+                                        "tools": maybe(st.lists(anyjson, max_size=2))}))
+    optional = {
+        "model": maybe(st.sampled_from(["m", "smol", "gpt-5.5", ""])),
+        "instructions": maybe(texts),
+        "tools": maybe(st.lists(tool, max_size=3)),
+        "tool_choice": maybe(choice),
+        "parallel_tool_calls": maybe(st.booleans()),
+        "max_output_tokens": maybe(numbers),
+        "temperature": maybe(numbers), "top_p": maybe(numbers),
+        "reasoning": maybe(st.fixed_dictionaries({}, optional={
+            "effort": maybe(st.sampled_from(["none", "minimal", "low", "high", "xhigh", "x"])),
+            "summary": maybe(texts)})),
+        "text": maybe(st.fixed_dictionaries({}, optional={
+            "format": maybe(st.fixed_dictionaries(
+                {"type": maybe(st.sampled_from(["text", "json_object", "json_schema", "xml"]))},
+                optional={"schema": maybe(schemas), "name": maybe(texts), "strict": maybe(st.booleans())})),
+            "verbosity": maybe(texts)})),
+        "stream": maybe(st.booleans()),
+        "store": maybe(st.booleans()),
+        "previous_response_id": maybe(st.sampled_from(["resp_x", "", "resp_" + "0" * 32])),
+        "include": maybe(st.lists(texts, max_size=2)),
+        "prompt_cache_key": maybe(texts), "user": maybe(texts), "metadata": maybe(anyjson),
+        "chat_template_kwargs": maybe(st.dictionaries(st.one_of(st.sampled_from(RESERVED), texts),
+                                                      anyjson, max_size=2)),
+        "grammar": maybe(st.sampled_from(['root ::= "x"', "root ::= ", ""])),
+        "force_output": maybe(texts),
+        "unknown_field": any_value,
+    }
+    return st.fixed_dictionaries({"input": maybe(st.one_of(texts, st.lists(item, max_size=4)))},
+                                 optional=optional)
+
+
+def responses_valid_bodies() -> st.SearchStrategy[Any]:
+    """Well-formed Responses requests with hostile text in them (these reach the engine: the
+    answer path runs, items and events out of the fake engine's calls and cut-off calls)."""
+    user = st.fixed_dictionaries({"role": st.just("user"), "content": texts})
+    developer = st.fixed_dictionaries({"role": st.just("developer"), "content": texts})
+    fc = st.fixed_dictionaries({"type": st.just("function_call"), "call_id": st.just("call_1"),
+                                "name": st.sampled_from(["f", "get_weather"]), "arguments": st.just('{"a": 1}')})
+    out = st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": st.just("call_1"),
+                                 "output": texts})
+    reasoning = st.fixed_dictionaries({"type": st.just("reasoning"), "id": st.just("rs_1"), "summary": st.just([]),
+                                       "content": st.lists(st.fixed_dictionaries(
+                                           {"type": st.just("reasoning_text"), "text": texts}), max_size=1)})
+    ctc = st.fixed_dictionaries({"type": st.just("custom_tool_call"), "call_id": st.just("call_2"),
+                                 "name": st.just("apply_patch"), "input": texts})
+    ctco = st.fixed_dictionaries({"type": st.just("custom_tool_call_output"), "call_id": st.just("call_2"),
+                                  "output": texts})
+    tools = st.lists(st.sampled_from([
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+        {"type": "function", "name": "get_weather",
+         "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}},
+        {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark",
+                                                             "definition": 'start: "x"'}},
+        {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f"}]},
+        {"type": "web_search"}]), max_size=4, unique_by=lambda t: t.get("name", t["type"]))
+    return st.fixed_dictionaries(
+        {"model": st.just("m"), "input": st.one_of(texts, st.lists(
+            st.one_of(user, developer, reasoning, fc, out, ctc, ctco), min_size=1, max_size=5))},
+        optional={"instructions": texts, "stream": st.booleans(), "tools": tools, "store": st.booleans(),
+                  "max_output_tokens": st.integers(1, 40), "parallel_tool_calls": st.booleans(),
+                  "tool_choice": st.sampled_from(["auto", "none", "required", {"type": "function", "name": "f"},
+                                                  {"type": "custom", "name": "apply_patch"}]),
+                  "text": st.sampled_from([{"format": {"type": "json_object"}},
+                                           {"format": {"type": "json_schema", "name": "x", "schema": {
+                                               "type": "object", "properties": {"a": {"type": "integer"}}}}}]),
+                  "reasoning": st.sampled_from([{"effort": "low"}, {"effort": "none"}, {"summary": "auto"}]),
+                  "prompt_cache_key": texts})
+
+
+def responses_cases() -> st.SearchStrategy[Case]:
+    """Cases for the Responses API: fuzzed bodies, garbage and hostile well-formed requests."""
+    json_ct = {"content-type": "application/json"}
+    return st.one_of(
+        st.builds(lambda b, h: Case("POST", "/v1/responses", serialise(b), h), responses_bodies(), headers),
+        st.builds(lambda b, h: Case("POST", "/v1/responses", b, h), garbage, headers),
+        st.builds(lambda b: Case("POST", "/v1/responses", serialise(b), json_ct), responses_valid_bodies()),
+        st.builds(lambda b: Case("POST", "/v1/responses", serialise(b), json_ct), responses_valid_bodies()),
+    )
+
+
+cases = st.one_of(cases, responses_cases())
+
 # -- the fake engine ---------------------------------------------------------------------
 
 
@@ -452,8 +579,27 @@ def messages_problems(status: int, body: bytes, streamed: bool) -> list[str]:
     return out
 
 
+RESPONSES_END = ("response.completed", "response.incomplete", "response.failed")
+
+
+def responses_problems(status: int, body: bytes, streamed: bool) -> list[str]:
+    """:func:`problems` for the Responses API: OpenAI's error shape; a stream whose last event
+    is terminal (completed, incomplete, or failed for the prompt's length, never a server error)."""
+    out = problems(status, body, False)
+    if status == 200 and streamed:
+        text = body.decode("utf-8", "replace")
+        last = text.rstrip().rsplit("\n\n", 1)[-1]
+        if not last.startswith("event: ") or last[7:].split("\n", 1)[0] not in RESPONSES_END:
+            out.append(f"a Responses stream that does not end with a terminal event: {text[-300:]!r}")
+        elif '"server_error"' in text or "internal error" in text:
+            out.append(f"a Responses stream with a server error: {text[-300:]!r}")
+    return out
+
+
 def checker(case: Case) -> Any:
     """The answer check for this case's endpoint."""
+    if case.path.startswith("/v1/responses"):
+        return responses_problems
     return messages_problems if case.path.startswith("/v1/messages") else problems
 
 
@@ -584,6 +730,7 @@ def run(n: int, url: str | None, api_key: str | None, seed: int | None) -> dict[
             "problems": tally.problems, "failures": tally.failures, "healthy_after": healthy[0] == 200,
             "client_refused": tally.refused,
             "messages_tried": sum(v for k, v in tally.by_path.items() if k.startswith("/v1/messages")),
+            "responses_tried": tally.by_path.get("/v1/responses", 0),
             "seconds": round(elapsed, 1),
             "rss_mib_start": rss_start, "rss_mib_end": _rss_mib(),
             "rss_mib_per_batch": rss,
@@ -604,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tried: {result['tried']}  in {result['seconds']} s "
           f"({result['requests_per_second']} req/s)")
     print("status counts: " + ", ".join(f"{k}: {v}" for k, v in result["statuses"].items()))
+    print(f"of which /v1/responses: {result['responses_tried']}")
     print(f"of which /v1/messages*: {result['messages_tried']}  "
           f"refused by the client before sending (not counted): {result['client_refused']}")
     if not args.url:
