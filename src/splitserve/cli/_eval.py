@@ -155,6 +155,14 @@ def run_cmd(
             "or docker (a container without network; recommended for untrusted models)"
         ),
     ] = "local",
+    api: Annotated[
+        str,
+        typer.Option(
+            "--api",
+            help="the wire API the agent loop speaks: chat (/v1/chat/completions), messages "
+            "(/v1/messages, as Claude Code) or responses (/v1/responses, as Codex)",
+        ),
+    ] = "chat",
     report: Annotated[bool, typer.Option("--report/--no-report", help="write the report when the run ends")] = True,
 ) -> None:
     """Run every scenario of SUITE against the endpoint through its chat completions API with tools.
@@ -182,6 +190,8 @@ def run_cmd(
     try:
         if sandbox not in ("local", "docker"):
             raise UsageError(f"--sandbox {sandbox!r}: use local or docker")
+        if api not in ("chat", "messages", "responses"):
+            raise UsageError(f"--api {api!r}: use chat, messages or responses")
         if tier is not None and tier not in ("easy", "medium", "hard", "very_hard"):
             raise UsageError(f"--tier {tier!r}: use easy, medium, hard or very_hard")
         if api_key_env is not None:
@@ -211,6 +221,7 @@ def run_cmd(
             label=label,
             max_tokens=max_tokens,
             sandbox=sandbox,
+            api=api,
         )
         with Progress(
             TextColumn("eval"),

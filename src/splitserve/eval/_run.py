@@ -25,6 +25,7 @@ from ._grade import grade
 from ._play import play
 from ._records import RUN_FILE, read_records
 from ._scenario import Scenario
+from ._wire import eval_model
 
 REFERENCE_TPS = 50.0  # the decode speed at which a scenario's timeout_seconds apply unscaled
 PROBE_PROMPT = "Count from 1 to 60, separated by spaces. Output only the numbers."
@@ -50,6 +51,7 @@ class RunOptions:
     max_tokens: int = 2048  # per model turn
     label: str = ""
     filters: dict[str, Any] = field(default_factory=dict)
+    api: str = "chat"  # the wire API the agent loop speaks: chat | messages | responses (see _wire)
     sandbox: str = "local"  # inspect_ai sandbox provider for scenarios with a workspace: local | docker
 
 
@@ -238,6 +240,7 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 "label": opts.label,
                 "remaining": len(todo),
                 "max_tokens_per_turn": opts.max_tokens,
+                "api": opts.api,
                 "sandbox": opts.sandbox if sandboxed else None,
             }
         )
@@ -294,11 +297,12 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 Sample(input=by_id[sid].prompt[:200], id=f"{sid}#{k}", metadata={"scenario": sid, "trial": k})
                 for sid, k in todo
             ]
-            model = get_model(
-                f"openai-api/splitserve/{model_name}",
-                base_url=base_url(opts.url),
-                api_key=opts.api_key or "none",
-                config=GenerateConfig(temperature=0.0, max_retries=2, max_connections=opts.concurrency),
+            model = eval_model(
+                opts.api,
+                model_name,
+                base_url(opts.url),
+                opts.api_key,
+                GenerateConfig(temperature=0.0, max_retries=2, max_connections=opts.concurrency),
             )
             await eval_async(
                 Task(dataset=samples, solver=agent(), scorer=verdict(), name="splitserve-eval", sandbox=task_sandbox),
