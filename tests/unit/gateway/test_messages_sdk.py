@@ -208,3 +208,18 @@ def test_pings_while_the_engine_has_not_answered(monkeypatch: pytest.MonkeyPatch
         assert pings >= 2, r.text  # the one after message_start, and more while waiting
         assert r.text.index("event: ping") < r.text.index("content_block_start")
         assert r.text.rstrip().endswith('{"type":"message_stop"}')
+
+
+def test_an_engine_failing_mid_stream_is_an_error_event() -> None:
+    engine = FakeEngine([FakeOutput(["Hel", "lo", " there"], drop_after=2)], props=props("hermes"))
+    with gateway("hermes", engine) as (url, _):
+        body = {"model": "m", "max_tokens": 50, "messages": ASK, "stream": True}
+        r = httpx.post(f"{url}/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=60)
+        assert r.status_code == 200
+        last = r.text.strip().split("\n\n")[-1]
+        assert last.startswith("event: error\ndata: ")
+        err = json.loads(last.split("data: ", 1)[1])
+        assert err["type"] == "error" and err["error"]["type"] == "api_error"
+        with pytest.raises(anthropic.APIStatusError), \
+                client(url).messages.stream(model="m", max_tokens=50, messages=ASK) as s:  # type: ignore[arg-type]
+            s.get_final_message()
