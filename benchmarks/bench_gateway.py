@@ -12,6 +12,7 @@ the machine's load hits both alike:
 - ``--api messages``: the gateway side is asked in the Anthropic Messages API (streamed
   ``/v1/messages``), the direct side in chat completions as always: the ratio is then the
   Messages path's per-token cost against the engine's own tokens/s;
+- ``--api responses``: likewise in the OpenAI Responses API (streamed ``/v1/responses``);
 - TTFT: ``--ttft-pairs`` sequential pairs of one-token streamed requests (prompt cached);
   TTFT = request sent to the first content chunk; reported p50/p99 of each side and of
   the paired differences (gateway - direct); target < 2 ms p50. The gateway's own
@@ -103,6 +104,29 @@ async def _one_messages(http: httpx.AsyncClient, url: str, model: str, max_token
     return ttft, tokens
 
 
+async def _one_responses(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
+                         ) -> tuple[float | None, int]:
+    """One streamed OpenAI Responses request (``--api responses``): TTFT at the first
+    ``response.output_text.delta``, tokens from ``response.completed``'s (or ``incomplete``'s) usage."""
+    body = {"model": model, "instructions": MESSAGES[0]["content"], "input": MESSAGES[1]["content"],
+            "max_output_tokens": max_tokens, "stream": True, "temperature": 0, "ignore_eos": True,
+            "store": False}
+    start = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with http.stream("POST", f"{url}/v1/responses", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])  # every event decoded, as the chat side decodes every chunk
+            if ttft is None and event["type"] == "response.output_text.delta":
+                ttft = time.perf_counter() - start
+            elif event["type"] in ("response.completed", "response.incomplete"):
+                tokens = int(event["response"]["usage"]["output_tokens"])
+    return ttft, tokens
+
+
 async def _one(http: httpx.AsyncClient, url: str, model: str, max_tokens: int
                ) -> tuple[float | None, int]:
     body = {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, "stream": True,
@@ -148,7 +172,7 @@ async def ttft_pairs(direct: str, gateway: str, models: dict[str, str], pairs: i
     return d, g
 
 
-STREAMS = {"chat": _one, "messages": _one_messages}
+STREAMS = {"chat": _one, "messages": _one_messages, "responses": _one_responses}
 """``--api``: how one streamed request is sent to the gateway (the engine is always asked in
 chat completions, its own format)."""
 
