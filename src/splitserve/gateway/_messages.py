@@ -262,6 +262,8 @@ async def count_tokens(gw: Gateway, request: Request) -> Response:
 
 
 async def not_found(request: Request) -> Response:
+    if request.url.path in ("/v1/messages", "/v1/messages/count_tokens"):
+        return error_response(APIError(405, f"method not allowed: {request.method} {request.url.path} (POST only)"))
     return error_response(APIError(404, f"no such endpoint: {request.method} {request.url.path}"))
 
 
@@ -270,7 +272,9 @@ def messages_routes(gw: Gateway, wrap: Callable[..., Any]) -> list[Route]:
     return [
         Route("/v1/messages", wrap(gw, "messages", lambda r: messages(gw, r)), methods=["POST"]),
         Route("/v1/messages/count_tokens", wrap(gw, "count_tokens", lambda r: count_tokens(gw, r)), methods=["POST"]),
-        Route("/v1/messages/{rest:path}", wrap(gw, "messages", not_found), methods=["GET", "POST"]),
+        # the other methods and paths under /v1/messages: 405 / 404 in Anthropic's shape
+        Route("/v1/messages", wrap(gw, "messages", not_found), methods=["GET", "PUT", "PATCH", "DELETE"]),
+        Route("/v1/messages/{rest:path}", wrap(gw, "messages", not_found), methods=["GET", "POST", "PUT", "DELETE"]),
     ]
 
 

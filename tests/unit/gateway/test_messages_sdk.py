@@ -184,6 +184,10 @@ def test_errors_arrive_as_the_sdks_exceptions() -> None:
         r = httpx.post(f"{url}/v1/messages", content=b"{nope", headers={"x-api-key": KEY})
         assert r.status_code == 400 and r.json()["type"] == "error"
         assert r.json()["error"]["type"] == "invalid_request_error"
+        r = httpx.get(f"{url}/v1/messages", headers={"x-api-key": KEY})
+        assert r.status_code == 405 and r.json()["type"] == "error"
+        r = httpx.post(f"{url}/v1/messages/batches", json={}, headers={"x-api-key": KEY})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
 
 
 def test_a_full_queue_is_529_overloaded() -> None:
