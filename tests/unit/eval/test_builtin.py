@@ -14,6 +14,7 @@ import json
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -228,3 +229,40 @@ def test_scenarios_are_not_copies() -> None:
         assert len(answers) >= 0.9 * len(chosen), cat
         sandboxes = [json.dumps(s.sandbox, sort_keys=True) for s in chosen if s.sandbox]
         assert len(set(sandboxes)) == len(sandboxes), cat
+
+
+def _with_sql(s: Scenario, change: Callable[[str], str]) -> Scenario:
+    oracle = [
+        t.model_copy(
+            update={
+                "tool_calls": [
+                    c.model_copy(update={"arguments": {**c.arguments, "sql": change(c.arguments["sql"])}})
+                    if c.name == "db_execute"
+                    else c
+                    for c in t.tool_calls
+                ]
+            }
+        )
+        for t in s.oracle
+    ]
+    return s.model_copy(update={"oracle": oracle})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda sql: re.sub(r"\s+WHERE\s+.*$", "", sql, flags=re.I | re.S),  # every row, not the chosen ones
+        lambda sql: re.sub(r"= '[^']*'", "= 'wrong'", sql, count=1),  # the wrong value
+    ],
+    ids=["no_where", "wrong_value"],
+)
+def test_sqlite_scenarios_fail_a_wrong_update_by_state(change: Callable[[str], str]) -> None:
+    chosen = [s for s in SUITE if (s.sandbox or {}).get("db")]
+    chosen = [s for s in chosen if any(c.name == "db_execute" for t in s.oracle for c in t.tool_calls)]
+    assert len(chosen) >= 15
+    for s in chosen:
+        REFERENCE.setdefault(s.id, asyncio.run(oracle_state(s)))  # the right oracle's end state
+        g = grade(s, play(_with_sql(s, change)))
+        assert g.verdict == "fail", s.id
+        failed = [c for c in g.checks if not c.passed]
+        assert any(c.check.startswith("state_") for c in failed), (s.id, failed)
