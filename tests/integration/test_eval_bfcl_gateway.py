@@ -26,14 +26,33 @@ N = 6
 
 @pytest.fixture(scope="module")
 def gateway(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    with bare_server(engine, smollm2, "--parallel", "2", "-t", "1", ctx=4096) as engine_url:
-        with serve_app(create_app(GatewayConfig(engine_url=engine_url))) as url:
-            yield url
+    with (
+        bare_server(engine, smollm2, "--parallel", "2", "-t", "1", ctx=4096) as engine_url,
+        serve_app(create_app(GatewayConfig(engine_url=engine_url))) as url,
+    ):
+        yield url
 
 
 def eval_cmd(url: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "splitserve", "eval", "run", SLICE, "--limit", str(N), "--url", url,
-            "--max-tokens", "64", "--concurrency", "1", "-o", str(out), "--no-report"]
+    return [
+        sys.executable,
+        "-m",
+        "splitserve",
+        "eval",
+        "run",
+        SLICE,
+        "--limit",
+        str(N),
+        "--url",
+        url,
+        "--max-tokens",
+        "64",
+        "--concurrency",
+        "1",
+        "-o",
+        str(out),
+        "--no-report",
+    ]
 
 
 def trial_lines(out: Path) -> list[dict]:
@@ -44,8 +63,9 @@ def trial_lines(out: Path) -> list[dict]:
 
 def test_bfcl_slice_runs_through_the_gateway_and_resumes_after_a_kill(gateway: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen(eval_cmd(gateway, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        eval_cmd(gateway, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while len(trial_lines(out)) < 2:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
@@ -71,6 +91,7 @@ def test_bfcl_slice_runs_through_the_gateway_and_resumes_after_a_kill(gateway: s
             assert t["turns"] == 1 and t["completion_tokens"] > 0
         if t["verdict"] == "fail":  # BFCL's error type is the evidence
             assert t["evidence"].startswith("BFCL ") and t["cause"]
-    report = subprocess.run([sys.executable, "-m", "splitserve", "eval", "report", str(out)],
-                            capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [sys.executable, "-m", "splitserve", "eval", "report", str(out)], capture_output=True, text=True, timeout=120
+    )
     assert report.returncode == 0, report.stderr
