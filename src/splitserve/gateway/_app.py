@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .._errors import EngineError
-from ..engine import CompletionStream, EngineBackend, EngineReply, backend_for
+from ..engine import CompletionStream, EngineBackend, EngineReply
 from ._access import ACCESS_LOG, RequestRecord
 from ._auth import KeyRing
 from ._chat import LastChunk, Timing, collect_chat, stream_chat
@@ -47,6 +47,7 @@ from ._relay import (
     single_prompt,
 )
 from ._responses_http import responses_handler
+from ._router import SESSION_FIELD, ReplicaBackend, engines_backend
 from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body, safe_json_loads
 from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
@@ -172,7 +173,7 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.limiter = KeyLimiter(config.max_concurrent, config.max_queue, on_change=self.metrics.on_limits)
-        self.backend: EngineBackend = backend or backend_for(config.engine_url, api_key=config.engine_api_key)
+        self.backend: EngineBackend = backend or engines_backend(config.engine_url, api_key=config.engine_api_key)
         self._model: ServedModel | None = None
         self._model_lock = anyio.Lock()
         self.memory = ReasoningMemory()
@@ -183,6 +184,14 @@ class Gateway:
         """The engine backend under its older name (benchmarks/bench_gateway_fuzz.py patches
         ``upstream._http``); new code uses :attr:`backend` or ``create_app(config, backend)``."""
         return self.backend
+
+    def pin(self, body: dict[str, Any], session: str) -> None:
+        """Send a session's requests to one engine slot and, over replicas, to one replica (the
+        ones that hold its prompt in their cache)."""
+        if self._affinity is not None and self.config.slot_affinity:
+            body.setdefault("id_slot", self._affinity.slot_for(session))
+        if isinstance(self.backend, ReplicaBackend):
+            body[SESSION_FIELD] = session
 
     # -- the served model ------------------------------------------------------------
     async def model(self) -> ServedModel:
@@ -343,8 +352,8 @@ class Gateway:
         restore = (lambda messages: self.memory.restore(key, messages)) if self.config.restore_reasoning else None
         plan = plan_chat(req, model, test_hooks=self.config.test_hooks, restore=restore)
         session = session_key(request.headers, req.model_extra or {})
-        if session is not None and self._affinity is not None and self.config.slot_affinity:
-            plan.body.setdefault("id_slot", self._affinity.slot_for(session))
+        if session is not None:
+            self.pin(plan.body, session)
         turn = Turn(plan, plan.parser())
         stack = contextlib.AsyncExitStack()
         if self.config.restore_reasoning:

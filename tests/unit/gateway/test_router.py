@@ -220,3 +220,30 @@ def test_engine_url_list_gives_named_replicas() -> None:
     assert named.backends[1].url == "http://127.0.0.1:8081"
     with pytest.raises(UsageError, match="given twice"):
         engines_backend("a=http://127.0.0.1:1,a=http://127.0.0.1:2")
+
+
+def test_the_gateway_sends_a_session_to_one_replica_and_new_sessions_to_the_other() -> None:
+    import httpx
+
+    from splitserve.gateway import GatewayConfig, create_app
+
+    fakes = engines()
+    rb = ReplicaBackend(fakes)
+    app = create_app(GatewayConfig(engine_url="fake://replicas"), rb)
+
+    async def ask(c: httpx.AsyncClient, session: str) -> str:
+        r = await c.post(
+            "/v1/chat/completions",
+            headers={"X-Session-Id": session},
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+        )
+        assert r.status_code == 200, r.text
+        return str(r.json()["choices"][0]["message"]["content"])
+
+    async def go() -> list[str]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+            return [await ask(c, s) for s in ("agent-1", "agent-2", "agent-1", "agent-1", "agent-2")]
+
+    got = run(go)
+    assert got == ["from r0", "from r1", "from r0", "from r0", "from r1"]
+    assert all(SESSION_FIELD not in b for f in fakes.values() for b in f.bodies)
