@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from .._errors import AuthError, SplitserveError, UsageError
+from ._bfcl import bfcl_item
 from ._grade import grade
 from ._play import play
 from ._records import RUN_FILE, read_records
@@ -256,12 +257,20 @@ async def run_eval(opts: RunOptions, scenarios: list[Scenario], progress: Progre
                 trial = int(state.metadata["trial"])
                 budget_s = scenario.budget.timeout_seconds * scale
                 started_at, started = now(), time.monotonic()
-                trace, gen_s = await play(scenario, get_model(), budget_s, opts.max_tokens)
-                if scenario.sandbox is not None and scenario.oracle:  # the oracle's end state, once per run
-                    if scenario.id not in references:
-                        references[scenario.id] = asyncio.ensure_future(oracle_state(scenario, opts.sandbox))
-                    trace.reference = await references[scenario.id]
-                graded = grade(scenario, trace)
+                if bfcl_item(scenario) is not None:  # BFCL items: its FC-mode loop, its checkers
+                    from ._bfcl_grade import grade_bfcl
+                    from ._bfcl_play import play_bfcl
+
+                    bfcl_trace, gen_s = await play_bfcl(scenario, get_model(), budget_s, opts.max_tokens)
+                    graded = grade_bfcl(scenario, bfcl_trace)
+                    trace: Any = bfcl_trace
+                else:
+                    trace, gen_s = await play(scenario, get_model(), budget_s, opts.max_tokens)
+                    if scenario.sandbox is not None and scenario.oracle:  # the oracle's end state, once per run
+                        if scenario.id not in references:
+                            references[scenario.id] = asyncio.ensure_future(oracle_state(scenario, opts.sandbox))
+                        trace.reference = await references[scenario.id]
+                    graded = grade(scenario, trace)
                 record_file.write(
                     trial_record(
                         scenario, trial, trace, graded, started_at, time.monotonic() - started, gen_s, budget_s
