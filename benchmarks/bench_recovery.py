@@ -78,13 +78,14 @@ def main() -> None:
     ap.add_argument("--backoff", type=float, default=1.0, help="supervise.backoff_initial (seconds)")
     ap.add_argument("--kill", default="w1,w2", help="processes to SIGKILL, cycled: w1,w2,head,gateway")
     ap.add_argument("--poll", type=float, default=0.2, help="supervise.poll_seconds")
+    ap.add_argument("--engine", default=None, help="engine key or folder (default: the newest built)")
     ap.add_argument("--plain-up", action="store_true",
                     help="start with `splitserve up` (background supervisor), stop with `splitserve down`")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "recovery.json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     os.environ["SPLITSERVE_STATE"] = str(tmp / "state")
-    engine = get_engine()
+    engine = get_engine(args.engine)
     model = smollm2_path()
     sup_toml = f"[supervise]\nbackoff_initial = {args.backoff}\nstable_seconds = 5\npoll_seconds = {args.poll}\n"
     targets = [t.strip() for t in args.kill.split(",") if t.strip()]
@@ -92,7 +93,10 @@ def main() -> None:
     kill: dict[str, object] = {}
     if args.local:
         spec_file = two_worker_spec(tmp, model, name="recovery")
-        spec_file.write_text(spec_file.read_text() + "\n" + sup_toml)
+        text = spec_file.read_text()
+        if args.engine:  # the spec names it, so `up` and its supervisor use it too
+            text = text.replace("model = ", f"engine = {json.dumps(args.engine)}\nmodel = ", 1)
+        spec_file.write_text(text + "\n" + sup_toml)
         mode = "local loopback workers"
     else:
         from netns_hosts import make_hosts, remote_spec, unavailable
