@@ -114,9 +114,8 @@ async def _messages(gw: Gateway, request: Request) -> Response:
     tr, plan = await _translate(gw, request, key)
     rec = _record(request)
     session = request.headers.get("x-session-id") or request.headers.get(CLAUDE_SESSION_HEADER) or tr.session
-    affinity = gw._affinity
-    if session and affinity is not None and gw.config.slot_affinity:
-        plan.body.setdefault("id_slot", affinity.slot_for(str(session)[:256]))
+    if session:
+        gw.pin(plan.body, str(session)[:256])  # one engine slot (and replica) per session
     turn = Turn(plan, plan.parser())
     streamed = tr.chat.get("stream") is True
     blocks = Blocks(stream=streamed)
