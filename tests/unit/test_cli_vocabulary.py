@@ -95,6 +95,13 @@ def test_an_endpoint_is_url_everywhere() -> None:
         for o in opts:
             if o in ("--endpoint", "--base-url", "--server", "--server-url", "--host-url"):
                 bad.append(f"{where}: {o}")
+        # any option that takes an endpoint's URL is --url; serve's --engine names the engine the
+        # gateway itself fronts (it is not an endpoint a client command talks to)
+        says_url = "base url" in (getattr(p, "help", None) or "").lower() or "endpoint, e.g." in (
+            getattr(p, "help", None) or ""
+        )
+        if p.param_type_name == "option" and says_url and "--url" not in opts and where != "splitserve serve":
+            bad.append(f"{where}: {opts} takes an endpoint")
     assert bad == []
     takes = {where for where, p in visible() if "--url" in names(p)}
     for cmd in ("bench speed", "bench context", "eval run", "doctor tools"):
