@@ -20,12 +20,14 @@ What each setup sets, and why (docs/agents.md has the long form):
   12k-token prompt); ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (one request per turn, none
   to Anthropic); ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` (drops the billing block whose ``cch``
   changes per request; the gateway also neutralises it, this makes the prompt shorter).
-  ``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS`` is left unset: with the betas Claude Code sends 12
-  tools inline and defers the rest behind its ``ToolSearch`` tool, about 12k tokens on the first
-  request; with them disabled it sends all 21 tools inline, about 20k tokens (agent-apis.md,
-  observed on 2.1.332). The gateway accepts the beta fields (``context_management``,
+  ``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS`` is left unset: with the betas Claude Code 2.1.332
+  sends 12 tools inline and defers the rest behind its ``ToolSearch`` tool, about 12k tokens on
+  the first request; with them disabled it sends all 21 tools inline, about 20k tokens
+  (agent-apis.md). The gateway accepts the beta fields (``context_management``,
   ``defer_loading``), so the shorter prompt costs nothing: less prefill per session, more room
-  in a local context. ``disable_betas=True`` sets it (for a proxy that refuses those fields).
+  in a local context (older versions, 2.1.197, defer nothing: the same prompt either way,
+  benchmarks/bench_connect_claude_prompt.py). ``disable_betas=True`` sets it (for a proxy that
+  refuses those fields).
 - Codex (``~/.codex/config.toml`` and ``~/.codex/splitserve-models.json``): a provider
   ``splitserve`` (a new key: a table named like a built-in provider does not replace it) with
   ``base_url`` the gateway's ``/v1``, ``wire_api = "responses"`` (the only one Codex speaks) and
@@ -350,7 +352,7 @@ def connect_config(client: str, endpoint: Endpoint, *, home: str = "~", disable_
             env=env,
             files={".claude/settings.json": claude_code_settings(env)},
             notes=(
-                "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS is left unset: with the betas the first "
+                "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS is left unset: with the betas Claude Code 2.1.332's first "
                 "request is ~12k tokens, without them ~20k (all tools inline); --disable-betas sets it",
             ),
             run='claude -p "say hi"',
