@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_ui_layout import check_layout, eval_run
 
 from helpers import two_worker_spec, wait_dead
 from splitserve.cluster import cluster_state_dir, load_spec, read_state
@@ -151,3 +152,43 @@ def test_the_dashboard_in_a_real_browser(cluster: dict[str, Any]) -> None:
     state = httpx.get(f"{endpoint}/ui/state", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
     assert KEY not in json.dumps(state)
     assert [n["node"] for n in state["nodes"]][:2] == ["w1", "w2"] and state["cluster"]["restarts"] >= 1
+
+
+def test_the_page_at_1400_and_1920_px(cluster: dict[str, Any], tmp_path: Path) -> None:
+    """What a person sees at two common widths on the real demo cluster, with a real `bench speed`
+    run (its report written by default, beside the spec, though bench ran in another folder) and an
+    eval report: the layout checks of test_ui_layout.py (nothing off the page or a card, the
+    chart's labels inside it, plots at nearly their own size, a readable memory bar); screenshots
+    docs/ui/cluster-1400.png and cluster-1920.png."""
+    endpoint = cluster["endpoint"]
+    spec_file = tmp_path / "uidemo.toml"
+    for old in (tmp_path / "bench-runs").iterdir():  # the fixture's copied run: this test makes its own
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bench = subprocess.run([sys.executable, "-m", "splitserve", "bench", "speed", "-c", str(spec_file),
+                            "--prompt-tokens", "64", "--gen-tokens", "8", "--repeat", "1"],
+                           capture_output=True, text=True, timeout=300, cwd=elsewhere,
+                           env={**os.environ, "SPLITSERVE_API_KEY": KEY})
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    (run,) = (tmp_path / "bench-runs").glob("speed-*.json")  # beside the spec, though bench ran elsewhere
+    assert (run.with_suffix("") / "report.md").is_file()
+    eval_run(tmp_path / "eval-runs" / "smol-builtin")
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        for width in (1400, 1920):
+            page = browser.new_page(viewport={"width": width, "height": 1000})
+            page.goto(f"{endpoint}/ui")
+            page.fill("#key-input", KEY)
+            page.click("#key-form button")
+            expect(page.locator("tr[data-node=w2]")).to_have_attribute("data-status", "up", timeout=15_000)
+            expect(page.locator("#run-bench img").first).to_be_visible(timeout=30_000)
+            expect(page.locator("#run-eval img")).to_have_count(2, timeout=30_000)
+            expect(page.locator("#run-bench")).to_contain_text(run.stem)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(SHOTS / f"cluster-{width}.png"), full_page=True)
+            check_layout(page, width)
+            page.close()
+        browser.close()
