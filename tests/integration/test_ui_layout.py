@@ -30,7 +30,8 @@ from splitserve.gateway._ui_state import History, Snapshot, assemble
 CHROMIUM = Path("/usr/bin/chromium")
 playwright = pytest.importorskip("playwright.sync_api")
 uvicorn = pytest.importorskip("uvicorn")
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/setup.sh)")]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/setup.sh)")]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SHOTS = DOCS / "ui"
