@@ -308,8 +308,7 @@ def print_status(data: dict[str, Any]) -> None:
         cause = restart.get("cause") or "a process died"
         phase = f"restarting (attempt {restart.get('attempt')}, cause: {cause})"
     console.print(f"cluster {data['name']}: {phase}  endpoint {data['endpoint'] or '-'}", markup=False)
-    if data.get("restarts"):
-        console.print(f"restarts: {data['restarts']}", markup=False)
+    console.print(f"restarts: {data.get('restarts') or 0}", markup=False)  # as the page counts them
     if restart and restart.get("detail"):
         console.print(f"  {restart['detail']}", markup=False)
     cause = data.get("cause")
