@@ -137,7 +137,9 @@ async def _execute(responder: Responder, message: Any) -> list[tuple[Any, Result
             return _content(result)
 
         # the model sees the scenario's schemas; these only route the call, so any arguments pass
-        return ToolDef(execute, name=name, description=name, parameters=ToolParams(), max_output=0)
+        return ToolDef(
+            execute, name=name, description=name, parameters=ToolParams(additionalProperties=True), max_output=0
+        )
 
     defs = [tool(name) for name in dict.fromkeys(c.function for c in message.tool_calls)]
     executed = await execute_tools([message], defs)

@@ -362,6 +362,17 @@ async def open_sandbox(kind: str = "local") -> AsyncIterator[Any]:
         await env_type.task_cleanup("splitserve-eval", spec.config, True)
 
 
+def _is_local(env: Any) -> bool:
+    """Whether ``env`` is inspect_ai's local provider (directly or behind its event proxy)."""
+    from inspect_ai.util._sandbox.local import LocalSandboxEnvironment
+
+    try:
+        env.as_type(LocalSandboxEnvironment)
+    except (TypeError, AttributeError):
+        return False
+    return True
+
+
 _UNSHARE: list[bool] = []
 
 
@@ -501,7 +512,7 @@ class Workspace:
         check_spec(spec)
         pwd = await env.exec(["pwd"])
         base = pwd.stdout.strip().rstrip("/") or ""
-        local = type(env).__name__ == "LocalSandboxEnvironment"
+        local = _is_local(env)
         python_dir = os.path.dirname(sys.executable) if local else "/usr/local/bin"
         ws = cls(env, spec, base, python_dir, isolate=local and _can_unshare())
         for path, text in ws.initial_files.items():

@@ -65,6 +65,9 @@ class RecordingEnv:
         self.env = env
         self.commands: list[list[str]] = []
 
+    def as_type(self, cls: type) -> Any:
+        return self.env.as_type(cls)
+
     async def exec(self, cmd: list[str], **kw: Any) -> Any:
         self.commands.append(cmd)
         return await self.env.exec(cmd, **kw)
