@@ -64,7 +64,8 @@ def connect_cmd(
             console.print(setup.shell(), end="", markup=False)
         console.print(f"# then, e.g.: HOME={target} {setup.run}", markup=False)
         return
-    setup = connect_config(client, endpoint, disable_betas=disable_betas)
+    # paths inside the files (Codex's catalog, Aider's metadata) name the user's own home
+    setup = connect_config(client, endpoint, home=str(Path.home()), disable_betas=disable_betas)
     console.print(f"# {client} -> {endpoint.root} (model {endpoint.model}, context {endpoint.context or 'unknown'})")
     if setup.env:
         console.print("# environment", markup=False)

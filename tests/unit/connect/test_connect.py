@@ -211,6 +211,9 @@ def test_cli_prints_and_writes_a_codex_setup(gateway: Any, tmp_path: Path) -> No
     r = runner.invoke(app, ["connect", "codex", "--url", "http://127.0.0.1:8000", "--api-key", "sk-local"])
     assert r.exit_code == 0, r.output
     assert 'wire_api = "responses"' in r.output and "export SPLITSERVE_API_KEY=sk-local" in r.output
+    assert (
+        f'model_catalog_json = "{Path.home()}/.codex/splitserve-models.json"' in r.output
+    )  # an absolute path, not "~"
     r = runner.invoke(
         app,
         [
