@@ -136,13 +136,12 @@ def up_cmd(
     if foreground:
         _supervise(spec, not skip_preflight)
         return
-    if supervise and spec.backend == "llama.cpp":
+    if supervise:
         _up_in_background(spec, config, root, not skip_preflight)
         return
     state = up(spec, on_event=print_event, preflight=not skip_preflight)
     _print_ready(spec, state, config)
-    if spec.backend == "llama.cpp":
-        console.print("not supervised (--no-supervise): a process that dies stays dead", markup=False)
+    console.print("not supervised (--no-supervise): a process that dies stays dead", markup=False)
 
 
 def _print_ready(spec: ClusterSpec, state: Any, config: Path) -> None:
