@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._bfcl import bfcl_item
@@ -100,9 +101,32 @@ async def _single_turn(item: dict[str, Any], turns: _Turns) -> None:
     turns.trace.model_result = _result(calls) if calls else (message.text or "")
 
 
-async def _multi_turn(scenario: Scenario, item: dict[str, Any], turns: _Turns) -> None:
-    from inspect_ai.model import ChatMessageTool
+async def _execute(message: Any, jobs: list[Callable[[], str]]) -> list[tuple[str, Any]]:
+    """The calls of one assistant message through inspect_ai's ``execute_tools``, so its log
+    holds a tool event per call; call i is answered by ``jobs[i]()`` (calls of one message run
+    in order). Per call: the output and the tool message for the conversation."""
+    from inspect_ai.model import ChatMessageTool, execute_tools
+    from inspect_ai.tool import ToolDef, ToolParams
 
+    pending = iter(jobs)
+    outputs: list[str] = []
+
+    def tool(name: str) -> ToolDef:
+        async def execute(**kwargs: Any) -> str:
+            outputs.append(next(pending)())
+            return outputs[-1]
+
+        # the model saw BFCL's schemas; these only route the call, so any arguments pass
+        params = ToolParams(additionalProperties=True)
+        return ToolDef(execute, name=name, description=name, parameters=params, max_output=0)
+
+    defs = [tool(name) for name in dict.fromkeys(c.function for c in message.tool_calls)]
+    executed = await execute_tools([message], defs)
+    by_id = {m.tool_call_id: m for m in executed.messages if isinstance(m, ChatMessageTool)}
+    return [(out, by_id[call.id]) for call, out in zip(message.tool_calls, outputs, strict=True)]
+
+
+async def _multi_turn(scenario: Scenario, item: dict[str, Any], turns: _Turns) -> None:
     b = api()
     entry, trace = item["entry"], turns.trace
     offered = set(scenario.tools)
@@ -128,9 +152,12 @@ async def _multi_turn(scenario: Scenario, item: dict[str, Any], turns: _Turns) -
                 break
             if b.is_empty_execute_response([text for text, _ in vetted]):
                 break
-            for call, (text, error) in zip(calls, vetted, strict=True):
-                if error is None:
-                    outputs, _ = execute(
+
+            def job(text: str, error: str | None) -> Callable[[], str]:
+                def run() -> str:
+                    if error is not None:  # a call BFCL must not evaluate
+                        return error
+                    done, _ = execute(
                         [text],
                         entry.get("initial_config", {}),
                         entry["involved_classes"],
@@ -138,15 +165,18 @@ async def _multi_turn(scenario: Scenario, item: dict[str, Any], turns: _Turns) -
                         entry["id"],
                         long_context,
                     )
-                    output = outputs[0]
-                else:
-                    output = error
+                    return str(done[0])
+
+                return run
+
+            answers = await _execute(message, [job(text, error) for text, error in vetted])
+            for call, (output, tool_message) in zip(calls, answers, strict=True):
                 kind: ResultKind = "error" if output.startswith("Error during execution") else "text"
                 for recorded in reversed(trace.calls):
                     if recorded.id == call.id:
                         recorded.result, recorded.result_kind = output, kind
                         break
-                turns.messages.append(ChatMessageTool(content=output, tool_call_id=call.id, function=call.function))
+                turns.messages.append(tool_message)
             count += 1
             if count > b.max_steps:
                 trace.force_quit = True
