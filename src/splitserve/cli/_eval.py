@@ -206,6 +206,11 @@ def run_cmd(
         chosen = loaded.select(tier, category, limit)
         if not chosen:
             raise UsageError(f"suite {suite!r}: no scenario matches --tier {tier} --category {category}")
+        if sandbox == "docker" and any(s.sandbox is not None for s in chosen):
+            from ..eval._sandbox import docker_problem
+
+            if (problem := docker_problem()) is not None:
+                raise UsageError(problem)
         opts = RunOptions(
             suite=suite,
             url=url,
