@@ -245,3 +245,81 @@ def test_gateway_chat_qwen3_coder_given_parameter_markup_in_a_value(stream: bool
     got = _chat("Qwen3-Coder.jinja", "qwen3-coder", text, QWEN_TOOLS, stream)
     assert got["calls"] == [("write_file", {"file_path": "doc.md", "content": FILE_WITH_CALL_BODY})]
     assert got["content"] is None
+
+
+# -- the same fixtures on the agent APIs (/v1/messages, /v1/responses), streamed and whole ---
+
+
+def _agent_api(
+    api: str, template: str, fmt: str, output: str, tools: list[dict[str, Any]], stream: bool
+) -> dict[str, Any]:
+    from splitserve.bench import Target
+    from splitserve.bench._client import BenchClient
+    from splitserve.bench._wire import wire_body
+
+    props = {
+        "chat_template": _template(template),
+        "model_path": "/models/m.gguf",
+        "default_generation_settings": {"n_ctx": 65536},
+    }
+    engine = FakeEngine([list(output)], props=props)
+    app = create_app(GatewayConfig(engine_url="fake://", model_format=fmt), engine)
+    messages = [{"role": "user", "content": "go"}]
+    # thinking on, in each API's words: Messages' thinking field sets the template's switch
+    kwargs: dict[str, Any] = (
+        {"thinking": {"type": "adaptive"}} if api == "messages" else {"chat_template_kwargs": {"enable_thinking": True}}
+    )
+
+    async def go() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        if stream:  # the bench's client reads either API's events (tested in tests/unit/bench/test_wire.py)
+            target = Target(url="http://gw", model="m", api=api, ignore_eos=False)  # type: ignore[arg-type]
+            async with BenchClient(target, transport=transport) as client:
+                rec = await client.request(
+                    "r", "x", {}, "", 4096, keep_text=None, messages=messages, tools=tools, body_extra=kwargs
+                )
+            assert rec.error is None, rec.error
+            calls = [(c["name"], json.loads(c["arguments"])) for c in rec.tool_calls]
+            return {"reasoning": rec.reasoning or None, "content": rec.text or None, "calls": calls}
+        chat = {"model": "m", "messages": messages, "tools": tools, "max_tokens": 4096, "stream": False} | kwargs
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+            r = await http.post(f"/v1/{api}", json=wire_body(api, chat))
+        assert r.status_code == 200, r.text
+        data = r.json()
+        reasoning, content, calls = "", "", []
+        if api == "messages":
+            for b in data["content"]:
+                reasoning += b.get("thinking", "") if b["type"] == "thinking" else ""
+                content += b.get("text", "") if b["type"] == "text" else ""
+                if b["type"] == "tool_use":
+                    calls.append((b["name"], b["input"]))
+        else:
+            for item in data["output"]:
+                if item["type"] == "reasoning":
+                    reasoning += "".join(c["text"] for c in item.get("content") or [])
+                elif item["type"] == "message":
+                    content += "".join(c.get("text", "") for c in item["content"])
+                elif item["type"] == "function_call":
+                    calls.append((item["name"], json.loads(item["arguments"])))
+        return {"reasoning": reasoning or None, "content": content or None, "calls": calls}
+
+    result: dict[str, Any] = anyio.run(go)
+    return result
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_agent_apis_hermes_call_markup_in_prefilled_reasoning(api: str, stream: bool) -> None:
+    text = VLLM_HERMES_IN_THINK.removeprefix("<think>")
+    got = _agent_api(api, "Qwen-QwQ-32B.jinja", "hermes", text, HERMES_TOOLS, stream)
+    assert got["reasoning"] == "Okay, ..." + SEATTLE_MARKUP
+    assert got["calls"] == [("get_current_weather", {"location": "Munich"})]
+    assert got["content"] is not None and "Seattle" not in got["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_agent_apis_qwen3_coder_given_parameter_markup_in_a_value(api: str, stream: bool) -> None:
+    text = q_call("write_file", [("file_path", "doc.md"), ("content", FILE_WITH_CALL_BODY)])
+    got = _agent_api(api, "Qwen3-Coder.jinja", "qwen3-coder", text, QWEN_TOOLS, stream)
+    assert got["calls"] == [("write_file", {"file_path": "doc.md", "content": FILE_WITH_CALL_BODY})]
