@@ -186,7 +186,7 @@ def test_the_page_at_1400_and_1920_px(cluster: dict[str, Any], tmp_path: Path) -
             expect(page.locator("tr[data-node=w2]")).to_have_attribute("data-status", "up", timeout=15_000)
             expect(page.locator("#run-bench img").first).to_be_visible(timeout=30_000)
             expect(page.locator("#run-eval img")).to_have_count(2, timeout=30_000)
-            expect(page.locator("#run-bench")).to_contain_text(run.stem)
+            expect(page.locator("#run-bench")).to_contain_text(run.stem, timeout=30_000)  # runs: re-read every 10 s
             page.wait_for_timeout(1500)
             page.screenshot(path=str(SHOTS / f"cluster-{width}.png"), full_page=True)
             check_layout(page, width)
