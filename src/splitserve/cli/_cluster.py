@@ -17,6 +17,7 @@ from ..cluster import (
     STATUS_EXIT,
     ClusterSpec,
     Event,
+    check_startable,
     cluster_state_dir,
     cluster_status,
     down,
@@ -112,6 +113,7 @@ def up_cmd(
         console.print(format_plan(plan), markup=False, soft_wrap=True)
         return
     root = cluster_state_dir(spec)
+    check_startable(spec)  # refused here, in one line, before any process (or supervisor) starts
     if restart:
         stopped = down(root)
         if stopped:

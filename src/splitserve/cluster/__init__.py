@@ -37,7 +37,7 @@ from ._planning import (
     split_for_up,
 )
 from ._preflight import CheckRow, preflight
-from ._run import Event, check_serving, down, port_in_use, require_state, resolve_engines
+from ._run import Event, check_serving, check_startable, down, port_in_use, require_state, resolve_engines
 from ._spec import (
     ClusterSpec,
     GatewaySpec,
@@ -116,6 +116,7 @@ __all__ = [
     "check_binds",
     "check_files",
     "check_serving",
+    "check_startable",
     "cluster_state_dir",
     "cluster_status",
     "down",

@@ -195,6 +195,21 @@ def _check_gateway_auth(spec: ClusterSpec) -> None:
         )
 
 
+def check_startable(spec: ClusterSpec) -> None:
+    """What `up` refuses before anything starts (bind addresses, auth beyond loopback, the files
+    the spec names, what the model can serve), each a one-line error; for a caller that starts
+    `up` in another process (the background supervisor) and must refuse here, at once."""
+    from ._spec import check_binds, check_files, check_server_auth
+
+    if spec.backend != "llama.cpp":
+        return
+    check_binds(spec)
+    check_server_auth(spec)
+    check_files(spec)
+    _check_gateway_auth(spec)
+    check_serving(spec)
+
+
 SUPERVISOR_STOP_TIMEOUT = 120.0
 """Seconds `down` waits for a supervisor it asked to stop (it stops every process first)."""
 
@@ -273,6 +288,7 @@ def require_state(spec: ClusterSpec) -> ClusterState:
 __all__ = [
     "Event",
     "check_serving",
+    "check_startable",
     "death_message",
     "down",
     "port_in_use",

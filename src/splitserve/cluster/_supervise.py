@@ -197,14 +197,16 @@ class Supervisor:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def emit(self, kind: str, node: str, message: str, **extra: object) -> None:
+    def emit(self, kind: str, node: str, message: str, quiet: bool = False, **extra: object) -> None:
+        """Log the event (``supervisor.log``) and, unless ``quiet``, pass it to the caller."""
         event = Event(kind, node, message)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "a") as fh:
             fh.write(
                 json.dumps({"time": self.clock.time(), "kind": kind, "node": node, "message": message, **extra}) + "\n"
             )
-        self.emit_user(event)
+        if not quiet:
+            self.emit_user(event)
 
     def record(self, phase: str, attempt: int = 0, cause: str | None = None, detail: str | None = None) -> None:
         """Write :data:`SUPERVISION_FILE` (atomically: `status` may read it at any moment)."""
@@ -301,7 +303,8 @@ class Supervisor:
         finally:
             try:
                 self._down_quietly()
-                self.emit("stopping", "cluster", "stopped every process")
+                # a first start that failed stopped what it started itself: its error says enough
+                self.emit("stopping", "cluster", "stopped every process", quiet=first and not self.restarts)
             finally:
                 (self.log_file.parent / SUPERVISION_FILE).unlink(missing_ok=True)
                 self.lock.release()
