@@ -99,9 +99,9 @@ def list_cmd(
 def _list_bfcl(suite: str, as_json: bool) -> None:
     """`eval list bfcl[:categories]`: BFCL's categories with their item counts."""
     _need_eval_extra()
-    from ..eval._bfcl import category_rows
+    from ..eval import bfcl_categories
 
-    rows = category_rows(suite)
+    rows = bfcl_categories(suite)
     if as_json:
         console.print_json(json.dumps({"suite": suite, "categories": rows}))
         return

@@ -13,11 +13,18 @@ from ._scenario import TIERS, Scenario
 from ._suite import Problem, Suite, load_suite
 
 if TYPE_CHECKING:  # imported on first use (below): running and reporting pull in httpx and matplotlib
+    from ._bfcl import bfcl_categories
     from ._report import write_compare, write_report
     from ._run import RunOptions, run
 
 #: name -> the module that defines it, imported on first use
-_LAZY = {"RunOptions": "_run", "run": "_run", "write_compare": "_report", "write_report": "_report"}
+_LAZY = {
+    "bfcl_categories": "_bfcl",
+    "RunOptions": "_run",
+    "run": "_run",
+    "write_compare": "_report",
+    "write_report": "_report",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -32,6 +39,7 @@ __all__ = [
     "RunOptions",
     "Scenario",
     "Suite",
+    "bfcl_categories",
     "load_suite",
     "run",
     "run_file",

@@ -129,7 +129,7 @@ def counts(names: list[str] | None = None) -> dict[str, int]:
     return {c: len(_entries(c)[0]) for c in (names or list(CATEGORIES))}
 
 
-def category_rows(name: str = PREFIX) -> list[dict[str, Any]]:
+def bfcl_categories(name: str = PREFIX) -> list[dict[str, Any]]:
     """What ``eval list bfcl[:categories]`` shows: each category, its group, tier, item count."""
     checker = {
         "ast": "ast_checker",
