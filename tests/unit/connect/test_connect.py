@@ -243,3 +243,30 @@ def test_cli_write_without_home_uses_a_throwaway_one(gateway: Any) -> None:
     home = next(line.split(": ", 1)[1] for line in r.output.splitlines() if line.startswith("home: "))
     settings = json.loads((Path(home) / ".claude/settings.json").read_text())
     assert settings["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "12288"
+
+
+def _spec(tmp_path: Path) -> Path:
+    (tmp_path / "m.gguf").touch()
+    spec = tmp_path / "cluster.toml"
+    spec.write_text(
+        f'name = "cc"\nmodel = "{tmp_path}/m.gguf"\nstate_dir = "{tmp_path}/state"\n\n'
+        '[gateway]\napi_key = "sk-local"\n\n[[workers]]\nname = "w1"\nhost = "local"\n'
+    )
+    return spec
+
+
+def test_discover_from_a_spec_uses_the_running_clusters_endpoint_and_key(gateway: Any, tmp_path: Path) -> None:
+    from splitserve._errors import NotRunningError
+    from splitserve.cluster import ClusterState
+    from splitserve.cluster._state import write_state
+
+    spec = _spec(tmp_path)
+    with pytest.raises(NotRunningError, match="not running"):
+        discover(None, spec)
+    write_state(
+        tmp_path / "state",
+        ClusterState(name="cc", spec_file=str(spec), model="/m.gguf", endpoint="http://127.0.0.1:8123", engine="x"),
+    )
+    ep = discover(None, spec)  # the key comes from the spec's [gateway]
+    assert (ep.root, ep.model, ep.context, ep.api_key) == ("http://127.0.0.1:8123", "Tiny-Model", 12288, "sk-local")
+    assert str(gateway[-1].url) == "http://127.0.0.1:8123/v1/models"
