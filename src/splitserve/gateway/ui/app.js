@@ -161,7 +161,7 @@
     if (series.length > 1) svg += `<path class="p" d="${path(2)}"></path><path class="d" d="${path(1)}"></path>`;
     $("tput").innerHTML = svg;
     $("tput-now").innerHTML = `now: decode <b>${fix(tp.decode_tps)}</b> t/s, prefill <b>${fix(tp.prefill_tps)}</b> t/s` +
-      (num(tp.decode_bound_tps) ? ` · planner's decode bound ${fix(tp.decode_bound_tps)} t/s` : " · no decode bound (set bandwidth_gbps or device on the workers)");
+      (num(tp.decode_bound_tps) ? ` · planner's decode bound ${fix(tp.decode_bound_tps)} t/s` : " · no decode bound (set device_kind or bandwidth_gbps on the workers)");
   }
 
   function drawWarnings(st) {
