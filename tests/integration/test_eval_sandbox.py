@@ -25,7 +25,7 @@ def test_workspace_scenarios_pass_and_inspects_log_holds_every_tool_call(tmp_pat
     for t in trials.values():
         assert any(c["check"] == "state_matches_oracle" and c["passed"] for c in t["checks"])
     (log_info,) = list_eval_logs(str(tmp_path / "run" / "inspect"))
-    log = read_eval_log(log_info)
+    log = read_eval_log(log_info, resolve_attachments=True)
     assert log.samples is not None and len(log.samples) == len(chosen)
     for sample in log.samples:
         sid = str(sample.id).split("#")[0]
@@ -38,3 +38,6 @@ def test_workspace_scenarios_pass_and_inspects_log_holds_every_tool_call(tmp_pat
     coding = next(s for s in log.samples if "-code-" in str(s.id))
     run_tests = [e for e in coding.events if e.event == "tool" and e.function == "run_tests"]
     assert "passed" in str(run_tests[-1].result)  # real pytest output
+    (end,) = [e for e in coding.events if e.event == "info" and e.source == "splitserve: workspace at the end"]
+    edited = next(e.arguments["path"] for e in coding.events if e.event == "tool" and e.function == "edit_file")
+    assert f"b/{edited}" in end.data["workspace_diff"] and "passed" in end.data["hidden_tests"]

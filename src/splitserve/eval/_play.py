@@ -240,7 +240,17 @@ async def play(
         trace.error_kind = "http_error"
         trace.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     if workspace is not None:
+        from inspect_ai.log import transcript
+
         trace.sandbox = await workspace.snapshot()
+        # inspect's log shows what the trial changed in the workspace and how the hidden tests went
+        end = {
+            "workspace_diff": trace.sandbox.diff or "(no change)",
+            "commits": [list(c) for c in trace.sandbox.commits],
+        }
+        if trace.sandbox.tests_passed is not None:
+            end["hidden_tests"] = trace.sandbox.tests_report
+        transcript().info(end, source="splitserve: workspace at the end")
     trace.messages = await _openai_messages(messages)
     return trace, gen_s
 

@@ -409,6 +409,7 @@ class State:
     initial_db: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
     mutations: list[str] = field(default_factory=list)
+    diff: str = ""  # every file change since the first commit, committed or not (git diff)
 
     def compare(self, reference: State) -> tuple[bool, str]:
         """Whether this state is the reference's (the oracle's), tau2-bench's way: any path to
@@ -827,7 +828,13 @@ class Workspace:
         commits = [tuple(line.split("\0", 1)) for line in log.splitlines() if "\0" in line][1:]
         porcelain = await self._git("status", "--porcelain")
         passed, report = await self.hidden_tests()
+        # the changes since the first commit, untracked files included, through an index of its own
+        script = 'export GIT_INDEX_FILE="$1"; git add -A . && git diff --cached --stat -p "$2"; rm -f "$1"'
+        diff = await self._exec(
+            ["bash", "--noprofile", "--norc", "-c", script, "-", f"{self.base}/diff.index", self.initial_sha]
+        )
         return State(
+            diff=self._shown(diff.stdout),
             files=files,
             initial_files=dict(self.initial_files),
             commits=[(sha, subject) for sha, subject in commits],
