@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
+import subprocess
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +19,7 @@ from splitserve.eval._sandbox import (
     UNAVAILABLE,
     State,
     Workspace,
+    _can_unshare,
     check_spec,
     docker_problem,
     open_sandbox,
@@ -295,6 +298,21 @@ def test_the_final_state_is_compared_with_the_oracles() -> None:
     trace = Trace(sandbox=other, reference=fixed)
     assert run_check(trace, {"check": "state_matches_oracle"}).passed
     assert not run_check(Trace(sandbox=other), {"check": "state_matches_oracle"}).passed
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="unshare -rn cannot make a network namespace here")
+def test_the_local_workspace_has_no_network() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        reach = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached"
+
+        async def body(ws: Workspace) -> dict[str, Any]:
+            return await sh(ws, reach)
+
+        r = with_ws(body)
+        assert r["exit_code"] != 0 and "reached" not in r["stdout"]
+        outside = subprocess.run(["bash", "-c", reach], capture_output=True, text=True, timeout=10)
+        assert outside.stdout.strip() == "reached"  # the same command reaches it from outside the sandbox
 
 
 @pytest.mark.skipif(shutil.which("docker") is not None and docker_problem() is None, reason="a Docker engine runs here")
