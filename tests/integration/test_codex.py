@@ -35,8 +35,8 @@ import pytest
 from helpers import bare_server
 from splitserve.engine import FakeEngine, resolve_source
 from splitserve.gateway import GatewayConfig, KeyRing, create_app
+from unit.chat._support import SYNTAXES
 
-NS = "]<]minimax[>["
 TEMPLATES = {
     "hermes": "Qwen-Qwen2.5-7B-Instruct.jinja",
     "minimax-m3": "MiniMax-M3.jinja",
@@ -95,13 +95,8 @@ def template(fmt: str) -> str:
 
 
 def raw_call(fmt: str, name: str, args: dict[str, Any]) -> str:
-    if fmt == "hermes":
-        return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
-    if fmt == "qwen3-coder":
-        params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
-        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-    params = "".join(f"{NS}<{k}>{v}{NS}</{k}>" for k, v in args.items())
-    return f'{NS}<tool_call>\n{NS}<invoke name="{name}">{params}{NS}</invoke>\n{NS}</tool_call>'
+    """A tool call as the model writes it in ``fmt``."""
+    return SYNTAXES[fmt].one(name, args)
 
 
 @contextmanager

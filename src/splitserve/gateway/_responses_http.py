@@ -27,13 +27,13 @@ from starlette.responses import JSONResponse, Response
 from .._errors import EngineError
 from ..engine import CompletionStream, EngineBackend
 from ._access import RequestRecord
-from ._chat import LastChunk, Outcome, Timing, record
+from ._chat import LastChunk, Outcome, Timing, _take, record
 from ._errors import APIError
 from ._metrics import Metrics
 from ._responses import ChatPlan, ResponsesRequest, ResponseStore, to_chat
 from ._responses_out import ResponseBuilder, responses_usage
 from ._schemas import check_history, parse_body
-from ._session import ReasoningMemory, SlotAffinity
+from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import Plan, ServedModel, plan_chat
 from ._turn import REASONING, Delta, Turn
 from ._upstream import api_error
@@ -77,15 +77,10 @@ def context_exceeded(exc: APIError) -> bool:
 
 
 def session_of(request: Request, req: ResponsesRequest) -> str | None:
-    for value in (
-        request.headers.get("x-session-id"),
-        req.prompt_cache_key,
-        req.user,
-        request.headers.get("session-id"),
-    ):
-        if isinstance(value, str) and value:
-            return value[:256]
-    return None
+    """The session key: chat's (``X-Session-Id``), else ``prompt_cache_key``, ``user`` or
+    Codex's ``session-id`` header."""
+    fallback = req.prompt_cache_key or req.user or request.headers.get("session-id")
+    return session_key(request.headers, {"user": fallback})
 
 
 def echo(req: ResponsesRequest) -> dict[str, Any]:
@@ -113,22 +108,6 @@ class _Counts:
 
     raw = 0
     reasoning = 0
-
-
-def _take(batch: list[dict[str, Any]], turn: Turn, outcome: Outcome, timing: Timing, counts: _Counts) -> list[Delta]:
-    """The deltas of one read of the engine's stream (as chat's ``_take``, counting characters)."""
-    out: list[Delta] = []
-    for data in batch:
-        text = data.get("content")
-        if text:
-            if not timing.first_engine_token:
-                timing.first_engine_token = time.perf_counter()
-            counts.raw += len(text)
-            out += turn.feed(text)
-        if data.get("stop"):
-            outcome.final = data
-            break
-    return out
 
 
 def _count(deltas: list[Delta], counts: _Counts) -> list[Delta]:
@@ -162,7 +141,8 @@ class _Answer:
         self.counts = _Counts()
 
     def feed(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return self.builder.feed(_count(_take(batch, self.turn, self.outcome, self.timing, self.counts), self.counts))
+        self.counts.raw += sum(len(data.get("content") or "") for data in batch)
+        return self.builder.feed(_count(_take(batch, self.turn, self.outcome, self.timing), self.counts))
 
     def finish(self) -> list[dict[str, Any]]:
         events = self.builder.feed(_count(self.turn.finish(), self.counts))

@@ -23,19 +23,14 @@ from splitserve.engine import FakeEngine, FakeFailure, FakeOutput, resolve_sourc
 from splitserve.gateway import GatewayConfig, Plan, ServedModel, Turn, create_app, plan_chat
 from splitserve.gateway._responses import ChatPlan, ResponsesRequest, ResponseStore, items_to_messages, to_chat
 from splitserve.gateway._responses_out import ResponseBuilder
+from unit.chat._support import SYNTAXES
 
-NS = "]<]minimax[>["
 TEMPLATES = {
     "hermes": "Qwen-Qwen2.5-7B-Instruct.jinja",
     "minimax-m3": "MiniMax-M3.jinja",
     "qwen3-coder": "Qwen3-Coder.jinja",
 }
 FORMATS = list(TEMPLATES)
-THINK = {
-    "hermes": ("<think>", "</think>"),
-    "minimax-m3": ("<mm:think>", "</mm:think>"),
-    "qwen3-coder": ("<think>", "</think>"),
-}
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello <b>world</b>\n*** End Patch"
 WEATHER = {
     "type": "function",
@@ -71,18 +66,12 @@ def template(fmt: str) -> str:
 
 def call(fmt: str, name: str, args: dict[str, str]) -> str:
     """A tool call as the model writes it in ``fmt``."""
-    if fmt == "hermes":
-        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
-    if fmt == "minimax-m3":
-        body = "".join(f"{NS}<{k}>{v}{NS}</{k}>" for k, v in args.items())
-        return f'{NS}<tool_call>\n{NS}<invoke name="{name}">{body}{NS}</invoke>\n{NS}</tool_call>'
-    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
-    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+    return SYNTAXES[fmt].one(name, args)
 
 
 def think(fmt: str, text: str) -> str:
-    a, b = THINK[fmt]
-    return f"{a}{text}{b}\n"
+    opener, closer = SYNTAXES[fmt].think or ("", "")
+    return f"{opener}{text}{closer}\n"
 
 
 def engine(fmt: str, outputs: Any, **kw: Any) -> FakeEngine:
