@@ -149,6 +149,7 @@ class _History:
         self.system: list[str] = []
         self._open: dict[str, Any] | None = None  # the assistant turn being assembled
         self._started = False  # a non-system item came
+        self.calls: set[str] = set()  # the call ids so far
 
     def system_text(self, text: str) -> None:
         if not self._started:
@@ -161,7 +162,9 @@ class _History:
         self._open = None
         self.messages.append({"role": "user", "content": text})
 
-    def tool(self, call_id: str, text: str) -> None:
+    def tool(self, call_id: str, text: str, where: str) -> None:
+        if self.calls and call_id not in self.calls:  # as chat's check_history, naming the item
+            raise bad_request(f"{where}.call_id: {call_id!r} answers no earlier call", f"{where}.call_id")
         self._started = True
         self._open = None
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
@@ -189,6 +192,7 @@ class _History:
         turn["reasoning_content"] = (turn.get("reasoning_content") or "") + text
 
     def add_call(self, call_id: str, name: str, arguments: str) -> None:
+        self.calls.add(call_id)
         turn = self.assistant()
         turn.setdefault("tool_calls", []).append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -247,7 +251,7 @@ def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> 
             args = json.dumps({"input": text}, ensure_ascii=False)
             h.add_call(_call_id(item, where), _call_name(item, where), args)
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            h.tool(_call_id(item, where), _output_text(item.get("output", ""), f"{where}.output"))
+            h.tool(_call_id(item, where), _output_text(item.get("output", ""), f"{where}.output"), where)
         elif kind == "additional_tools":
             continue  # tools declared in the input (Codex's "responses lite"): see to_chat
         elif kind == "item_reference":

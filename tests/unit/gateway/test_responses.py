@@ -403,6 +403,15 @@ def test_bad_input_is_a_400_naming_the_item() -> None:
         ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]}, "input.0.arguments"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input.0.call_id"),
         ({"input": [{"role": "robot", "content": "x"}]}, "input.0.role"),
+        (
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "c2", "output": "x"},
+                ]
+            },
+            "input.1.call_id",
+        ),
         ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
         ({"input": "hi", "tools": [{"type": "function", "name": ""}]}, "tools.0.name"),
         ({"input": "hi", "tool_choice": "required"}, "tool_choice"),
