@@ -36,6 +36,7 @@ missing file, a refused command, an injected 503), which the model can recover f
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import posixpath
@@ -851,9 +852,20 @@ class Workspace:
         )
 
 
+_ORACLE_STATES: dict[str, State] = {}  # the oracle's play is deterministic: one replay per process
+
+
 async def oracle_state(scenario: Any, kind: str = "local") -> State:
     """The state the scenario's ``oracle`` play leaves on a fresh sandbox (its sandbox tools
     only; the calls other tools answer do not change the workspace)."""
+    plays = [[[c.name, c.arguments] for c in t.tool_calls] for t in scenario.oracle]
+    key = json.dumps([kind, scenario.sandbox, plays, sorted(scenario.tool_responses)], sort_keys=True, default=str)
+    if key not in _ORACLE_STATES:
+        _ORACLE_STATES[key] = await _replay_oracle(scenario, kind)
+    return copy.deepcopy(_ORACLE_STATES[key])
+
+
+async def _replay_oracle(scenario: Any, kind: str) -> State:
     async with open_sandbox(kind) as env:
         ws = await Workspace.create(env, scenario.sandbox)
         for turn in scenario.oracle:
