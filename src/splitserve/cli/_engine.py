@@ -161,3 +161,6 @@ def info_cmd(
         return
     for k, v in data.items():
         console.print(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}", markup=False)
+
+
+from . import _prefill  # noqa: E402,F401  (registers `engine prefill-cache`)

@@ -36,6 +36,7 @@ from ._planning import (
     speculation_problem,
     split_for_up,
 )
+from ._prefill import PrefillReport, cached_tensors, parse_layers, prefill_cache, rpc_cache_dir
 from ._preflight import CheckRow, preflight
 from ._run import Event, check_serving, check_startable, down, port_in_use, require_state, resolve_engines
 from ._spec import (
@@ -66,6 +67,7 @@ from ._supervise import (
 )
 from ._systemd import systemd_units
 from ._transport import LocalNode, LocalTransport, Node, PortForward, ProcessRef, Transport, read_tail
+from ._transport_log import TransportReading, parse_transport
 
 __all__ = [
     "LINK_RTT_MEANING",
@@ -97,6 +99,7 @@ __all__ = [
     "LocalTransport",
     "Node",
     "PortForward",
+    "PrefillReport",
     "ProcessPlan",
     "ProcessRecord",
     "ProcessRef",
@@ -111,8 +114,10 @@ __all__ = [
     "SuperviseSpec",
     "Supervisor",
     "Transport",
+    "TransportReading",
     "VllmSpec",
     "WorkerSpec",
+    "cached_tensors",
     "check_binds",
     "check_files",
     "check_serving",
@@ -142,14 +147,17 @@ __all__ = [
     "measured_spec",
     "model_facts",
     "node_for",
+    "parse_layers",
     "parse_load_report",
     "parse_spec",
     "parse_spec_metrics",
+    "parse_transport",
     "plan_for_spec",
     "plan_if_sized",
     "plan_inputs",
     "plan_launch",
     "port_in_use",
+    "prefill_cache",
     "preflight",
     "read_state",
     "read_supervision",
@@ -160,6 +168,7 @@ __all__ = [
     "resolve_engines",
     "restart_gateway",
     "rpc_argv",
+    "rpc_cache_dir",
     "server_argv",
     "serving_now",
     "spec_nodes",
