@@ -21,7 +21,8 @@ Items open and close in output order, one at a time (``output_index`` 0, 1, ...)
 
 Every ``added`` has its ``done``, parts included; an item cut off by ``max_output_tokens``
 is done with status ``incomplete`` and the response is ``incomplete`` (reason
-``max_output_tokens``). The stream starts with ``response.created`` and
+``max_output_tokens``); a call the output ended inside otherwise (a stop sequence) is done
+``incomplete`` too, never a call to run. The stream starts with ``response.created`` and
 ``response.in_progress`` and ends with one of ``response.completed``, ``response.incomplete``
 and ``response.failed``, each carrying the whole response; every event has a
 ``sequence_number`` 0, 1, 2, ...
@@ -263,7 +264,10 @@ class ResponseBuilder:
             self.status = "incomplete"
             self.incomplete = {"reason": "max_output_tokens"}
             return [*events, self._event("response.incomplete", response=self.response())]
-        events = self._close()
+        cut = self._open is not None and self._open.kind == CALL_START  # a call the output ended inside
+        if cut:
+            self.warnings.append("a tool call cut off by the end of the output is incomplete")
+        events = self._close("incomplete" if cut else "completed")
         self.status = "completed"
         return [*events, self._event("response.completed", response=self.response())]
 

@@ -592,3 +592,14 @@ def test_tools_declared_in_the_input_are_offered_as_tools() -> None:
     assert '"get_weather"' in eng.bodies[0]["prompt"]
     bad = post(app, {"input": [{**declared, "tools": "x"}, {"role": "user", "content": "hi"}]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input.0.tools"
+
+
+def test_a_call_the_output_ends_inside_is_incomplete_never_a_call_to_run() -> None:
+    raw = call("hermes", "get_weather", {"location": "Paris"})
+    cut = raw[: raw.index("Paris")]
+    app = app_for("hermes", engine("hermes", [FakeOutput(list(cut), stop_type="word")]))
+    body = {"input": "hi", "tools": TOOLS}
+    resp = post(app, body).json()
+    assert resp["status"] == "completed" and [o["status"] for o in resp["output"]] == ["incomplete"]
+    assert "cut off" in resp["splitserve"]["warnings"][-1]
+    assert normal(check_stream(raw_events(app, body))) == normal(resp)
