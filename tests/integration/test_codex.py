@@ -45,6 +45,7 @@ TEMPLATES = {
 KEY = "sk-codex-test"
 MODEL = "splitserve-test"
 ANSWER = "SCRIPTED-ANSWER: the file is written and the command ran."
+THOUGHT = "I should run the check first."
 COMMAND = "echo $((6*7))-ok"  # its output (42-ok) is not its text
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from the patch\n*** End Patch\n"
 
@@ -233,8 +234,8 @@ def items(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def scripted(fmt: str) -> Callable[[dict[str, Any]], Any]:
-    """The engine's answer to each prompt of the session: the shell command, then (once its
-    output is in the prompt) the patch, then (once the patch's result is) the answer."""
+    """The engine's answer to each prompt of the session: reasoning and the shell command, then
+    (once its output is in the prompt) the patch, then (once the patch's result is) the answer."""
 
     def answer(body: dict[str, Any]) -> Any:
         prompt = body.get("prompt", "")
@@ -242,7 +243,8 @@ def scripted(fmt: str) -> Callable[[dict[str, Any]], Any]:
             return list(ANSWER)
         if "42-ok" in prompt:
             return list(raw_call(fmt, "apply_patch", {"input": PATCH}))
-        return list(raw_call(fmt, "exec_command", {"cmd": COMMAND}))
+        opener, closer = SYNTAXES[fmt].think or ("", "")
+        return list(f"{opener}{THOUGHT}{closer}\n" + raw_call(fmt, "exec_command", {"cmd": COMMAND}))
 
     return answer
 
@@ -277,6 +279,8 @@ def test_codex_runs_the_tools_the_scripted_model_calls_and_finishes(fmt: str, tm
     # each request of the session extends the one before (the engine's cache holds it), on one slot
     assert all(later.startswith(earlier) for earlier, later in itertools.pairwise(prompts))
     assert len({b.get("id_slot") for b in engine.bodies}) == 1
+    if fmt == "minimax-m3":  # its template renders earlier reasoning: Codex sent ours back
+        assert THOUGHT in prompts[1]
 
 
 @pytest.mark.engine
