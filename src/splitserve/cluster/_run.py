@@ -156,7 +156,7 @@ def check_serving(spec: ClusterSpec) -> list[str]:
     """What the model allows, before anything starts: a speculation type it cannot use is a
     :class:`SpecError` (one line, naming the key, the reason and the types it can use); settings
     that make MiniMax-M3 run dense attention, and synthetic acceptance, come back as warnings."""
-    from ..plan import msa_warnings
+    from ..plan import msa_warnings, tensor_override_warning
     from ._planning import speculation_problem
 
     s = spec.server
@@ -169,6 +169,9 @@ def check_serving(spec: ClusterSpec) -> list[str]:
         # flash_attn unset: the command line says `--flash-attn on` for these architectures
         fa = None if s.flash_attn == "auto" else s.flash_attn != "off"
         warnings += msa_warnings(arch, flash_attn=fa, kv_unified=kv_unified_asked(s), parallel=s.parallel)
+    override = tensor_override_warning(s.extra_args) if spec.workers else None
+    if override:  # more than one device: pipeline parallelism would be on without it
+        warnings.append(override)
     if s.speculation and (s.spec_synth_len is not None or s.spec_synth_rates is not None):
         warnings.append(
             "server.spec_synth_len / spec_synth_rates: synthetic acceptance, for benchmarking only: "

@@ -45,6 +45,8 @@ from ._spec import (
     layout_speculation_problem,
     plan_layout,
     split_to_fill,
+    tensor_override_flags,
+    tensor_override_warning,
 )
 from ._topology import TOPOLOGIES, Alternative, Box, Topology, boxes_of, choose_topology
 
@@ -99,5 +101,7 @@ __all__ = [
     "speculation_summary",
     "speculation_support",
     "split_to_fill",
+    "tensor_override_flags",
+    "tensor_override_warning",
     "weights_per_device",
 ]

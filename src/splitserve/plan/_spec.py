@@ -17,7 +17,7 @@ is the cluster layer's (``splitserve.cluster`` ``_planning``): this module opens
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._errors import UsageError
@@ -186,14 +186,50 @@ def plan_layout(
             f"server.n_gpu_layers = {s.n_gpu_layers} leaves layers on the head's CPU; the plan "
             "assumes every layer offloaded"
         )
-    overrides = {"-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"}
-    if overrides & set(s.extra_args):
+    if tensor_override_flags(s.extra_args):
         plan.estimated.append(
             "tensor overrides in server.extra_args (-ot / --cpu-moe) move tensors the plan does not move"
         )
+        if facts.n_devices > 1:
+            warning = tensor_override_warning(s.extra_args)
+            if warning:
+                plan.warnings.append(warning)
     if s.split_mode != "layer":
         plan.estimated.append(f"split_mode = {s.split_mode!r}: the plan models --split-mode layer")
     return plan
+
+
+#: llama-server flags that set tensor overrides (``common/arg.cpp`` of the pin); the draft
+#: model's own (``--spec-draft-cpu-moe``, ...) are not among them.
+TENSOR_OVERRIDE_FLAGS = ("-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe")
+
+
+def tensor_override_flags(extra_args: Sequence[str]) -> list[str]:
+    """The tensor-override flags in ``extra_args`` (``-ot X`` or ``--override-tensor=X`` alike)."""
+    found: list[str] = []
+    for a in extra_args:
+        flag = a.split("=", 1)[0] if a.startswith("--") else a
+        if flag in TENSOR_OVERRIDE_FLAGS and flag not in found:
+            found.append(flag)
+    return found
+
+
+def tensor_override_warning(extra_args: Sequence[str]) -> str | None:
+    """The warning for tensor overrides on a split model (None: there are none).
+
+    The pinned llama.cpp enables pipeline parallelism only when the model has no tensor
+    overrides (``src/llama-context.cpp``: ``!model.has_tensor_overrides()``), and says nothing
+    when it turns it off: the RPC devices then run one after another on each ubatch instead
+    of overlapping (no "pipeline parallelism enabled" line in the head's log)."""
+    flags = tensor_override_flags(extra_args)
+    if not flags:
+        return None
+    return (
+        f"server.extra_args has {' / '.join(flags)}: any tensor override turns llama.cpp's pipeline "
+        "parallelism over RPC off (silently), so the workers compute one after another and prefill and "
+        "concurrent requests get slower; remove it and fit the model with tensor_split (more workers, "
+        "or a smaller quant / ctx_size) unless it only fits with experts in host memory"
+    )
 
 
 def fit_problem(plan: Plan) -> str | None:
