@@ -72,8 +72,13 @@ _CONTEXT = re.compile(r"context (size|length|window)|maximum context|too many to
 
 def context_exceeded(exc: APIError) -> bool:
     """Whether the engine refused the prompt for its length (llama-server's "exceeds the
-    available context size", vLLM's "maximum context length")."""
-    return exc.status == 400 and bool(_CONTEXT.search(exc.message))
+    available context size", vLLM's "maximum context length"), at the start or, from an
+    engine that says so in the stream, mid-stream (a 502 then)."""
+    return exc.status in (400, 502) and bool(_CONTEXT.search(exc.message))
+
+
+def _too_long(exc: APIError) -> APIError:
+    return APIError(400, exc.message, param="input", code="context_length_exceeded")
 
 
 def session_of(request: Request, req: ResponsesRequest) -> str | None:
@@ -183,7 +188,8 @@ async def _stream(
             last = answer.finish()
         except (EngineError, APIError) as exc:
             error = api_error(exc) if isinstance(exc, EngineError) else exc
-            yield b.sse(b.fail("server_error", error.message))
+            code = "context_length_exceeded" if context_exceeded(error) else "server_error"
+            yield b.sse(b.fail(code, error.message))
             return
         try:
             yield LastChunk(b.sse(last))
@@ -201,12 +207,16 @@ async def _failed(builder: ResponseBuilder, error: APIError) -> AsyncIterator[by
 
 
 async def _collect(events: CompletionStream, answer: _Answer) -> dict[str, Any]:
-    async for batch in events:
-        answer.feed(batch)
-        if not answer.timing.first_sent:
-            answer.timing.first_sent = time.perf_counter()
-        if answer.outcome.final:
-            break
+    try:
+        async for batch in events:
+            answer.feed(batch)
+            if not answer.timing.first_sent:
+                answer.timing.first_sent = time.perf_counter()
+            if answer.outcome.final:
+                break
+    except EngineError as exc:
+        error = api_error(exc)
+        raise _too_long(error) if context_exceeded(error) else error from None
     answer.finish()
     answer.timing.first_sent = 0.0  # a whole answer has no first token on the wire
     answer.record()
@@ -262,7 +272,7 @@ def responses_handler(
                 raise
             if req.stream:
                 return stream_response(_failed(builder, exc))
-            raise APIError(400, exc.message, param="input", code="context_length_exceeded") from None
+            raise _too_long(exc) from None
         if events is None:
             return Response(status_code=499)
         if req.stream:

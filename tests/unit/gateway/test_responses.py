@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from splitserve.chat import get_format
-from splitserve.engine import FakeEngine, FakeFailure, FakeOutput, resolve_source
+from splitserve.engine import CompletionStream, EngineStreamError, FakeEngine, FakeFailure, FakeOutput, resolve_source
 from splitserve.gateway import GatewayConfig, Plan, ServedModel, Turn, create_app, plan_chat
 from splitserve.gateway._responses import ChatPlan, ResponsesRequest, ResponseStore, items_to_messages, to_chat
 from splitserve.gateway._responses_out import ResponseBuilder
@@ -511,6 +511,30 @@ def test_a_prompt_too_long_is_context_length_exceeded() -> None:
     # the SDK raises it as an error of the stream
     other = app_for("hermes", engine("hermes", [FakeFailure(503, "Loading model")]))
     assert post(other, {"input": "x", "stream": True}).status_code == 503
+
+
+class TooLongMidStream(CompletionStream):
+    """An engine stream that says, once started, that the prompt does not fit (as an engine
+    that reports it in the stream does)."""
+
+    async def open(self) -> None:
+        pass
+
+    def batches(self) -> Any:
+        raise EngineStreamError(f"the engine failed mid-stream: {CONTEXT}")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_an_engine_that_says_mid_stream_the_prompt_is_too_long_is_context_length_exceeded() -> None:
+    eng = engine("hermes", ["x"])
+    eng.stream = lambda body: TooLongMidStream()  # type: ignore[method-assign]
+    app = app_for("hermes", eng)
+    final = check_stream(raw_events(app, {"input": "long"}))
+    assert final["error"]["code"] == "context_length_exceeded"
+    r = post(app, {"input": "long"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_an_engine_that_breaks_mid_stream_fails_the_response() -> None:
