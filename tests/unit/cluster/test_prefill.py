@@ -34,13 +34,21 @@ SMALL = (1024, 2560)  # exactly 10 MiB: not cached (the engine takes size > thre
 def _model(path: Path, n_layer: int = 3, tied: bool = False, n_shards: int = 1) -> list[Path]:
     ts = [T("token_embd.weight", BIG)]
     for i in range(n_layer):
-        ts += [T(f"blk.{i}.attn_norm.weight", (1024,)), T(f"blk.{i}.ffn_up.weight", BIG),
-               T(f"blk.{i}.ffn_down.weight", SMALL)]
+        ts += [
+            T(f"blk.{i}.attn_norm.weight", (1024,)),
+            T(f"blk.{i}.ffn_up.weight", BIG),
+            T(f"blk.{i}.ffn_down.weight", SMALL),
+        ]
     ts.append(T("output_norm.weight", (1024,)))
     if not tied:
         ts.append(T("output.weight", BIG))
-    kv = {"{arch}.block_count": n_layer, "{arch}.embedding_length": 1024, "{arch}.context_length": 512,
-          "{arch}.feed_forward_length": 2600, "{arch}.attention.head_count": 8}
+    kv = {
+        "{arch}.block_count": n_layer,
+        "{arch}.embedding_length": 1024,
+        "{arch}.context_length": 512,
+        "{arch}.feed_forward_length": 2600,
+        "{arch}.attention.head_count": 8,
+    }
     paths = write_model(path, "llama", kv, ts, n_vocab=300, n_shards=n_shards)
     # distinct, random tensor bytes (the factory leaves zeros: every tensor would hash alike)
     rng = np.random.default_rng(7)
@@ -78,8 +86,11 @@ def test_prefill_writes_each_big_tensor_under_its_hash(tmp_path: Path) -> None:
     g = read_gguf(model)
     mm = np.memmap(model, dtype=np.uint8, mode="r")
     big = {t.name: t for t in g.tensors if t.nbytes > HASH_THRESHOLD and t.name != "token_embd.weight"}
-    assert set(report.files) == set(big) == {"blk.0.ffn_up.weight", "blk.1.ffn_up.weight", "blk.2.ffn_up.weight",
-                                             "output.weight"}
+    assert (
+        set(report.files)
+        == set(big)
+        == {"blk.0.ffn_up.weight", "blk.1.ffn_up.weight", "blk.2.ffn_up.weight", "output.weight"}
+    )
     for name, t in big.items():
         data = mm[t.offset : t.offset + t.nbytes]
         file = cache / report.files[name]
@@ -134,8 +145,12 @@ def test_layer_arguments() -> None:
 
 def test_cli_prefills_and_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
     (model,) = _model(tmp_path / "m.gguf", n_layer=2)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "splitserve", "engine", "prefill-cache", *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=120)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "splitserve", "engine", "prefill-cache", *a],  # noqa: E731
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     ok = run("--model", str(model), "--cache-dir", str(tmp_path / "c"), "--layers", "1-2", "--json")
     assert ok.returncode == 0, ok.stderr
     rep = json.loads(ok.stdout)

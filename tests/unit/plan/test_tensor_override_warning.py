@@ -59,11 +59,21 @@ def test_up_without_overrides_has_no_such_warning(tmp_path: Path) -> None:
 
 
 def test_plan_prints_the_warning(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec(tmp_path, '["--cpu-moe"]'))],
-                         capture_output=True, text=True, timeout=120, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "plan", "-c", str(spec(tmp_path, '["--cpu-moe"]'))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.startswith("warning:")]
     assert any("--cpu-moe" in ln and "pipeline parallelism over RPC off" in ln for ln in lines), res.stdout
-    clean = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec(tmp_path, "[]"))],
-                           capture_output=True, text=True, timeout=120, check=False)
+    clean = subprocess.run(
+        [sys.executable, "-m", "splitserve", "plan", "-c", str(spec(tmp_path, "[]"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert clean.returncode == 0 and "pipeline parallelism" not in clean.stdout + clean.stderr
