@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..engine import BuildOptions, Engine, build_engine, get_engine, list_engines
 from ._app import app, make_console, maps_errors
+from ._prefill import prefill_cache_cmd
 
 engine_app = typer.Typer(
     help="Build and inspect llama.cpp engines.\n\nExample: splitserve engine build --backend cpu", no_args_is_help=True
@@ -163,4 +164,4 @@ def info_cmd(
         console.print(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}", markup=False)
 
 
-from . import _prefill  # noqa: E402,F401  (registers `engine prefill-cache`)
+engine_app.command("prefill-cache")(prefill_cache_cmd)

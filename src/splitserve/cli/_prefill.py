@@ -1,5 +1,6 @@
 """``splitserve engine prefill-cache``: fill a worker's ggml-rpc-server ``-c`` cache from its
-own copy of the model, so the head's first load finds every big tensor there."""
+own copy of the model, so the head's first load finds every big tensor there.
+(Registered on the ``engine`` group by :mod:`._engine`.)"""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ from typing import Annotated
 import typer
 
 from ._app import make_console, maps_errors
-from ._engine import engine_app
 
 console = make_console()
 
 
-@engine_app.command("prefill-cache")
 @maps_errors
 def prefill_cache_cmd(
     model: Annotated[
@@ -37,6 +36,17 @@ def prefill_cache_cmd(
             "(default: every layer and the output)",
         ),
     ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split",
+            help="instead of --layers: the head's --tensor-split (e.g. 1,3 or the plan's), with --device",
+        ),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="with --split: this worker's device index(es) in it, e.g. 1 or 1,2"),
+    ] = None,
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", min=1, help="hashing threads (default: every core)")
     ] = None,
@@ -46,10 +56,23 @@ def prefill_cache_cmd(
     worker's cache files, so the head's load sends hashes instead of tensor bytes.
 
     Example: splitserve engine prefill-cache --model /models/M.gguf --layers 24-48
+    (or --split 1,1 --device 1: the layers llama.cpp gives device 1 of that --tensor-split)
     """
-    from ..cluster import parse_layers, prefill_cache
+    from .._errors import UsageError
+    from ..cluster import layers_of_devices, model_layers, parse_layers, prefill_cache
 
-    report = prefill_cache(model, cache_dir, parse_layers(layers) if layers else None, jobs)
+    if split is not None or device is not None:
+        if layers is not None or split is None or device is None:
+            raise UsageError("give either --layers A-B, or --split and --device together")
+        try:
+            shares = [float(x) for x in split.split(",")]
+            devs = [int(x) for x in device.split(",")]
+        except ValueError:
+            raise UsageError(f"--split {split!r} / --device {device!r}: numbers separated by commas") from None
+        chosen: tuple[int, int] | None = layers_of_devices(model_layers(model), shares, devs)
+    else:
+        chosen = parse_layers(layers) if layers else None
+    report = prefill_cache(model, cache_dir, chosen, jobs)
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
         return

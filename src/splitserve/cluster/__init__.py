@@ -36,7 +36,15 @@ from ._planning import (
     speculation_problem,
     split_for_up,
 )
-from ._prefill import PrefillReport, cached_tensors, parse_layers, prefill_cache, rpc_cache_dir
+from ._prefill import (
+    PrefillReport,
+    cached_tensors,
+    layers_of_devices,
+    model_layers,
+    parse_layers,
+    prefill_cache,
+    rpc_cache_dir,
+)
 from ._preflight import CheckRow, preflight
 from ._run import Event, check_serving, check_startable, down, port_in_use, require_state, resolve_engines
 from ._spec import (
@@ -138,6 +146,7 @@ __all__ = [
     "gather_engine_facts",
     "gather_facts",
     "launch_plan",
+    "layers_of_devices",
     "link_rtt_status",
     "load_progress",
     "load_spec",
@@ -146,6 +155,7 @@ __all__ = [
     "measure_spec",
     "measured_spec",
     "model_facts",
+    "model_layers",
     "node_for",
     "parse_layers",
     "parse_load_report",

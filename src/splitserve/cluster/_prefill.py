@@ -165,6 +165,30 @@ def parse_layers(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def layers_of_devices(n_layer: int, split: list[float], devices: list[int]) -> tuple[int, int]:
+    """The layer range (inclusive; ``n_layer`` is the output layer) that llama.cpp gives the
+    devices ``devices`` (indexes into ``--tensor-split``, in the head's device order) of a split."""
+    from ..plan import layer_devices
+
+    bad = [d for d in devices if not 0 <= d < len(split)]
+    if bad:
+        raise UsageError(f"--device {bad[0]}: the split {split} has devices 0-{len(split) - 1}")
+    held = [il for il, d in enumerate(layer_devices(n_layer, split)) if d in devices]
+    if not held:
+        raise UsageError(f"device(s) {devices} get no layer of {n_layer} with the split {split}")
+    if held != list(range(held[0], held[-1] + 1)):
+        raise UsageError(f"devices {devices} do not hold one contiguous range of layers; give one worker's devices")
+    return held[0], held[-1]
+
+
+def model_layers(model: Path) -> int:
+    """The model's ``n_layer`` (``<arch>.block_count``), from its header."""
+    from ..model import read_gguf
+
+    g = read_gguf(model)
+    return int(g.get(f"{g.get('general.architecture')}.block_count", 0) or 0)
+
+
 @dataclass(frozen=True)
 class CacheEntry:
     """One tensor the engine looks up in the worker's cache."""

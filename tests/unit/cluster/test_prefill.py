@@ -19,6 +19,8 @@ from splitserve.cluster._prefill import (
     cached_tensors,
     fnv1a64,
     fnv1a64_py,
+    layers_of_devices,
+    model_layers,
     native_unavailable_reason,
     parse_layers,
     prefill_cache,
@@ -58,6 +60,16 @@ def _model(path: Path, n_layer: int = 3, tied: bool = False, n_shards: int = 1) 
             f.seek(t.offset)
             f.write(rng.integers(0, 256, t.nbytes, dtype=np.uint8).tobytes())
     return paths
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "splitserve", "engine", "prefill-cache", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_fnv1a64_is_the_engines_hash() -> None:
@@ -145,12 +157,7 @@ def test_layer_arguments() -> None:
 
 def test_cli_prefills_and_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
     (model,) = _model(tmp_path / "m.gguf", n_layer=2)
-    run = lambda *a: subprocess.run(
-        [sys.executable, "-m", "splitserve", "engine", "prefill-cache", *a],  # noqa: E731
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = _cli
     ok = run("--model", str(model), "--cache-dir", str(tmp_path / "c"), "--layers", "1-2", "--json")
     assert ok.returncode == 0, ok.stderr
     rep = json.loads(ok.stdout)
@@ -161,3 +168,23 @@ def test_cli_prefills_and_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
         assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and words in bad.stderr, bad.stderr
     missing = run("--model", str(tmp_path / "none.gguf"))
     assert missing.returncode != 0 and missing.stderr.count("\n") == 1 and "none.gguf" in missing.stderr
+
+
+def test_a_split_and_device_give_the_engines_layer_range(tmp_path: Path) -> None:
+    assert layers_of_devices(3, [1, 1], [1]) == (2, 3) and layers_of_devices(3, [1, 1], [0]) == (0, 1)
+    assert layers_of_devices(3, [1, 1], [0, 1]) == (0, 3)
+    with pytest.raises(UsageError, match="devices 0-1"):
+        layers_of_devices(3, [1, 1], [2])
+    (model,) = _model(tmp_path / "m.gguf", n_layer=3)
+    assert model_layers(model) == 3
+
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return _cli("--model", str(model), "--json", *a)
+
+    by_split = run("--cache-dir", str(tmp_path / "a"), "--split", "1,1", "--device", "1")
+    by_layers = run("--cache-dir", str(tmp_path / "b"), "--layers", "2-3")
+    assert by_split.returncode == 0 and by_layers.returncode == 0, by_split.stderr + by_layers.stderr
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert json.loads(by_split.stdout)["tensors"] == 2  # blk.2.ffn_up and output.weight
+    alone = run("--split", "1,1")
+    assert alone.returncode != 0 and alone.stderr.count("\n") == 1 and "--device" in alone.stderr
