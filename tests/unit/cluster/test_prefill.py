@@ -188,3 +188,21 @@ def test_a_split_and_device_give_the_engines_layer_range(tmp_path: Path) -> None
     assert json.loads(by_split.stdout)["tensors"] == 2  # blk.2.ffn_up and output.weight
     alone = run("--split", "1,1")
     assert alone.returncode != 0 and alone.stderr.count("\n") == 1 and "--device" in alone.stderr
+
+
+def test_without_copy_file_range_the_files_are_written_from_the_mapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (model,) = _model(tmp_path / "m.gguf", n_layer=1)
+
+    def refuse(*_: object) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr("os.copy_file_range", refuse)
+    report = prefill_cache(model, tmp_path / "c")
+    g = read_gguf(model)
+    mm = np.memmap(model, dtype=np.uint8, mode="r")
+    for t in g.tensors:
+        if t.name in report.files:
+            assert (tmp_path / "c" / report.files[t.name]).read_bytes() == mm[t.offset : t.offset + t.nbytes].tobytes()
+    assert report.written == 2
