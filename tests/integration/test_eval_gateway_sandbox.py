@@ -19,7 +19,7 @@ from splitserve.eval._records import read_records
 from splitserve.gateway import GatewayConfig, create_app
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-N = 4
+N = 3
 
 
 @pytest.fixture(scope="module")
