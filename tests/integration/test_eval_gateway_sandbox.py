@@ -66,6 +66,7 @@ def test_coding_scenarios_run_in_real_workspaces_and_resume_after_a_kill(gateway
     assert after[: len(before)] == before
     headers = [r for r in read_records(out) if r["type"] == "run"]
     assert [h["resumed"] for h in headers] == [False, True] and headers[0]["sandbox"] == "local"
+    assert any(t["verdict"] != "timeout" for t in after)
     for t in after:
         assert t["category"] == "coding" and t["verdict"] in ("pass", "fail", "timeout")
         if t["verdict"] == "timeout":
