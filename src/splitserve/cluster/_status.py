@@ -19,6 +19,7 @@ from ..engine import EngineClient
 from ._logparse import load_warnings, parse_load_report
 from ._nodes import transport_for
 from ._state import ClusterState, read_state
+from ._transport_log import parse_transport
 
 
 def find_state_root(name: str | None = None, spec_root: Path | None = None) -> Path:
@@ -238,6 +239,11 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
             entry["rss_bytes"] = transport.rss_bytes(rec.ref)
         except ClusterError as exc:  # an unreachable node: say so in its row, keep the others
             entry["error"] = str(exc)
+        if rec.role == "rpc" and entry["alive"]:  # RDMA or TCP, from the worker's own lines
+            try:
+                entry["transport"] = parse_transport(transport.read_log(Path(rec.log), 1 << 20)).as_dict()
+            except ClusterError:
+                entry["transport"] = None
         procs.append(entry)
         if rec.role == "server":
             head_log = (transport, Path(rec.log))

@@ -1,0 +1,41 @@
+"""`status` says which transport each RPC worker ended on, read from the worker's own log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import two_worker_spec
+
+pytestmark = [pytest.mark.engine]
+
+CLI = [sys.executable, "-m", "splitserve"]
+TCP_CAUSES = {"engine built without RDMA", "no RDMA device with a GID for the bind address"}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_status_shows_each_workers_transport(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec_file = two_worker_spec(tmp_path, smollm2, name="tr", gateway={"enabled": False})
+    res = run_cli("up", "-c", str(spec_file))
+    assert res.returncode == 0, res.stderr
+    try:
+        status = json.loads(run_cli("status", "-c", str(spec_file), "--json").stdout)
+        text = run_cli("status", "-c", str(spec_file)).stdout
+    finally:
+        assert run_cli("down", "-c", str(spec_file)).returncode == 0
+    workers = {p["node"]: p for p in status["processes"] if p["role"] == "rpc"}
+    assert set(workers) == {"w1", "w2"}
+    for name, p in workers.items():
+        # loopback has no RDMA device: TCP, with the cause the worker's banner gives
+        t = p["transport"]
+        assert t["transport"] == "TCP" and t["cause"] in TCP_CAUSES, t
+        assert f"{name} transport: TCP ({t['cause']})" in text
+    head = next(p for p in status["processes"] if p["role"] == "server")
+    assert "transport" not in head
