@@ -345,6 +345,12 @@ def print_status(data: dict[str, Any]) -> None:
             _mib(p["rss_bytes"]),
         )
     console.print(table)
+    for p in data["processes"]:
+        if p.get("transport"):
+            t = p["transport"]
+            console.print(f"{p['node']} transport: {t['text']}", markup=False)
+            for w in t["warnings"]:
+                console.print(f"  warning: {w}", markup=False)
     if data["memory"]:
         mem = Table("node", "device", "model", "KV", "compute", "total", title="memory at load")
         for d in data["memory"]:
