@@ -241,12 +241,13 @@ async def play(
         trace.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     if workspace is not None:
         from inspect_ai.log import transcript
+        from pydantic import JsonValue
 
         trace.sandbox = await workspace.snapshot()
         # inspect's log shows what the trial changed in the workspace and how the hidden tests went
-        end = {
+        end: dict[str, JsonValue] = {
             "workspace_diff": trace.sandbox.diff or "(no change)",
-            "commits": [list(c) for c in trace.sandbox.commits],
+            "commits": [[sha, subject] for sha, subject in trace.sandbox.commits],
         }
         if trace.sandbox.tests_passed is not None:
             end["hidden_tests"] = trace.sandbox.tests_report
