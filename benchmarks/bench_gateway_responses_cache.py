@@ -17,9 +17,13 @@ history each turn, one ``prompt_cache_key``) with ``max_output_tokens`` cut to
 prompt cache served (``input_tokens_details.cached_tokens``) and their fraction (goal >= 90%
 from turn 2 on).
 
-    .venv/bin/python benchmarks/bench_gateway_responses_cache.py record --out benchmarks/results/codex-session.json
+    .venv/bin/python benchmarks/bench_gateway_responses_cache.py record --small --out benchmarks/results/codex-session-small.json
     .venv/bin/python benchmarks/bench_gateway_responses_cache.py replay --demo \\
-        --session benchmarks/results/codex-session.json --out benchmarks/results/responses-cache.json
+        --session benchmarks/results/codex-session-small.json --out benchmarks/results/responses-cache.json
+
+Codex's default first prompt (~8.3k SmolLM2 tokens, ``codex-session.json``) does not fit the
+demo's slot: llama-server holds a slot to the model's trained context (8192 for SmolLM2)
+whatever ``ctx_size``; ``record --small`` records the same session with Codex's short setup.
 
 The recorded assistant turns are the scripted engine's, not what the replaying model writes:
 from turn 2 on, the cache serves the prompt up to the previous assistant turn (the replaying
@@ -85,8 +89,10 @@ def _call(name: str, args: dict[str, Any]) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
 
 
-def _codex_home(url: str) -> tuple[Path, dict[str, str]]:
-    """A throwaway CODEX_HOME (provider, catalog entry from Codex's own) and the environment."""
+def _codex_home(url: str, small: bool) -> tuple[Path, dict[str, str]]:
+    """A throwaway CODEX_HOME (provider, catalog entry from Codex's own) and the environment.
+    ``small``: short base instructions and no optional tools (a ~2.5k-token first prompt instead
+    of ~8.3k, for a model whose slots hold 8192 tokens, such as SmolLM2)."""
     home = Path(tempfile.mkdtemp(prefix="codex-home-"))
     dead = f"http://127.0.0.1:{_free_port()}"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "CODEX_HOME": str(home),
@@ -100,16 +106,25 @@ def _codex_home(url: str) -> tuple[Path, dict[str, str]]:
     # the scripted engine counts bytes as tokens (~40k for Codex's first request): a window that
     # holds them, or Codex compacts its history
     entry = {**base, "slug": MODEL, "display_name": MODEL, "context_window": 262144, "max_context_window": 262144}
+    extra = ""
+    if small:
+        entry.pop("model_messages", None)
+        entry |= {"base_instructions": "You are Codex, a coding agent. Use the tools to act; answer briefly.",
+                  "include_skills_usage_instructions": False, "include_plugin_usage_instructions": False,
+                  "include_apps_usage_instructions": False, "supports_search_tool": False,
+                  "experimental_supported_tools": []}
+        extra = ('web_search = "disabled"\n\n[features]\ngoals = false\napps = false\nplugins = false\n'
+                 "memories = false\n\n[agents]\nenabled = false\n")
     (home / "catalog.json").write_text(json.dumps({"models": [entry]}))
     (home / "config.toml").write_text(
         f'model = "{MODEL}"\nmodel_provider = "splitserve"\nmodel_catalog_json = "{home}/catalog.json"\n'
-        "check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n"
+        f"check_for_update_on_startup = false\n{extra}\n[analytics]\nenabled = false\n\n"
         f'[model_providers.splitserve]\nname = "splitserve"\nbase_url = "{url}/v1"\nenv_key = "SPLITSERVE_KEY"\n'
         'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n')
     return home, env
 
 
-def record(out: Path) -> None:
+def record(out: Path, small: bool = False) -> None:
     import uvicorn
 
     from splitserve.engine import FakeEngine, FakeOutput, resolve_source
@@ -140,7 +155,7 @@ def record(out: Path) -> None:
     while not server.started:
         time.sleep(0.02)
     try:
-        _, env = _codex_home(f"http://127.0.0.1:{port}")
+        _, env = _codex_home(f"http://127.0.0.1:{port}", small)
         proc = subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", "--json",
                                "--dangerously-bypass-approvals-and-sandbox", "-C", str(work),
                                "Look around, write a notes file and check it."],
@@ -155,7 +170,8 @@ def record(out: Path) -> None:
     answer = [e["item"]["text"] for e in events
               if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"]
     version = subprocess.run([str(CODEX), "--version"], capture_output=True, text=True, env=env).stdout.strip()
-    data = {"codex_version": version, "result": answer[-1] if answer else None, "session": rec.bodies}
+    data = {"codex_version": version, "small_setup": small, "result": answer[-1] if answer else None,
+            "session": rec.bodies}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data) + "\n")
     print(f"recorded {len(rec.bodies)} requests of {version} ({data['result']!r}) -> {out}")
@@ -203,18 +219,21 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record")
     r.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/codex-session.json")
+    r.add_argument("--small", action="store_true",
+                   help="short base instructions, no optional tools (a first prompt that fits SmolLM2's 8192-token slot)")
     p = sub.add_parser("replay")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running gateway")
     where.add_argument("--demo", action="store_true", help="bring the demo cluster up (and down after)")
-    p.add_argument("--ctx", type=int, default=32768, help="--demo: the server's context (Codex's prompt is ~10k)")
+    p.add_argument("--ctx", type=int, default=8192,
+                   help="--demo: the server's context (llama-server holds SmolLM2's slots to its trained 8192)")
     p.add_argument("--session", type=Path, default=ROOT / "benchmarks/results/codex-session.json")
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--api-key")
     p.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.out)
+        record(args.out, args.small)
         return
     data = json.loads(args.session.read_text())
     if args.url:
