@@ -135,9 +135,15 @@ def record(out: Path) -> None:
     rec = Recorder(create_app(GatewayConfig(engine_url="fake://", model_format="hermes"), engine))
     server, thread, url = _serve(rec)
     try:
+        # the session offers Write and Bash only: with all 24 tools its prompt (~20k tokens) is
+        # beyond SmolLM2's 8192-token context, which the demo cluster serves
         res = _claude(url, work, "Write a notes file, read it back and list the folder.", {},
-                      "--allowedTools", "Write,Bash", "--max-turns", "6")
+                      "--tools", "Write,Bash", "--allowedTools", "Write,Bash", "--max-turns", "6")
         session = list(rec.bodies)
+        rec.bodies.clear()
+        _claude(url, work, "Write a notes file, read it back and list the folder.", {},
+                "--allowedTools", "Write,Bash", "--max-turns", "1")
+        default = rec.bodies[0]
         rec.bodies.clear()
         _claude(url, work, "Write a notes file, read it back and list the folder.",
                 {"CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1"}, "--allowedTools", "Write,Bash", "--max-turns", "1")
@@ -148,7 +154,7 @@ def record(out: Path) -> None:
     version = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True,
                              env={"HOME": tempfile.mkdtemp(), "PATH": os.environ.get("PATH", "")}).stdout.strip()
     data = {"claude_code_version": version, "turns": res.get("num_turns"), "result": res.get("result"),
-            "session": session, "first_request": {"default": session[0], "experimental_betas_off": betas_off}}
+            "session": session, "first_request": {"default": default, "experimental_betas_off": betas_off}}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data) + "\n")
     print(f"recorded {len(session)} requests of Claude Code {version} ({res.get('result')!r}) -> {out}")
@@ -173,6 +179,15 @@ def replay(url: str, data: dict[str, Any], max_tokens: int, api_key: str | None)
     headers = {"x-api-key": api_key} if api_key else {}
     turns = []
     with httpx.Client(timeout=1800, headers=headers) as http:
+        sizes = {}
+        for name, body in data["first_request"].items():
+            ask = {k: v for k, v in body.items() if k not in ("max_tokens", "stream", "temperature")}
+            r = http.post(f"{url}/v1/messages/count_tokens", json=ask)
+            r.raise_for_status()
+            sizes[name] = {"input_tokens": r.json()["input_tokens"], "tools": len(body.get("tools") or []),
+                           "body_chars": len(json.dumps(body))}
+            print(f"first request, {name}: {sizes[name]['input_tokens']} tokens "
+                  f"({sizes[name]['tools']} tools, {sizes[name]['body_chars']} characters)", flush=True)
         for i, body in enumerate(data["session"], 1):
             body = {**body, "max_tokens": max_tokens, "temperature": 0}
             t0 = time.perf_counter()
@@ -184,15 +199,6 @@ def replay(url: str, data: dict[str, Any], max_tokens: int, api_key: str | None)
                           "seconds": round(time.perf_counter() - t0, 1)})
             print(f"turn {i}: prompt {prompt} tokens, cached {u.get('cache_read_input_tokens')} "
                   f"({frac:.1%}), {turns[-1]['seconds']} s", flush=True)
-        sizes = {}
-        for name, body in data["first_request"].items():
-            ask = {k: v for k, v in body.items() if k not in ("max_tokens", "stream", "temperature")}
-            r = http.post(f"{url}/v1/messages/count_tokens", json=ask)
-            r.raise_for_status()
-            sizes[name] = {"input_tokens": r.json()["input_tokens"], "tools": len(body.get("tools") or []),
-                           "body_chars": len(json.dumps(body))}
-            print(f"first request, {name}: {sizes[name]['input_tokens']} tokens "
-                  f"({sizes[name]['tools']} tools, {sizes[name]['body_chars']} characters)", flush=True)
     later = [t["cached_fraction"] for t in turns[1:]]
     return {"bench": "gateway-messages-cache", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "claude_code_version": data.get("claude_code_version"), "target": url, "turns": turns,
