@@ -118,6 +118,14 @@ def load_folder(root: Path) -> Suite:
         if scenario.id in seen:
             suite.problems.append(Problem(str(path), f"duplicate id {scenario.id!r} (also in {seen[scenario.id]})"))
             continue
+        if scenario.sandbox is not None:
+            from ._sandbox import check_spec
+
+            try:
+                check_spec(scenario.sandbox)
+            except ValueError as exc:  # found at load (eval list), not when a trial makes its workspace
+                suite.problems.append(Problem(str(path), f"sandbox: {exc}"))
+                continue
         if (why := _check_tools(scenario)) is not None:
             suite.warnings.append(Problem(str(path), why))
         seen[scenario.id] = str(path)
