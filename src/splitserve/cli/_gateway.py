@@ -30,7 +30,11 @@ app.add_typer(doctor_app, name="doctor")
 @maps_errors
 def serve_cmd(
     engine: Annotated[
-        str, typer.Option(help="llama-server base URL, e.g. http://127.0.0.1:8080; vLLM/SGLang: vllm+http://HOST:PORT")
+        str,
+        typer.Option(
+            help="llama-server base URL, e.g. http://127.0.0.1:8080; vLLM/SGLang: vllm+http://HOST:PORT; "
+            "replicas of one model: a comma-separated list (URL or NAME=URL items)"
+        ),
     ],
     model_format: Annotated[
         str | None,
@@ -151,11 +155,14 @@ def serve_cmd(
         raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
     if not 1 <= port <= 65535:
         raise UsageError(f"--port {port}: a TCP port is 1 to 65535")
-    if not split_engine_url(engine)[1].startswith(("http://", "https://")):
-        raise UsageError(
-            f"--engine {engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080 "
-            "(vLLM or SGLang: vllm+http://HOST:PORT, sglang+http://HOST:PORT)"
-        )
+    for item in engine.split(","):
+        name, sep, rest = item.strip().partition("=")
+        url = rest if sep and "://" not in name else item.strip()
+        if not split_engine_url(url)[1].startswith(("http://", "https://")):
+            raise UsageError(
+                f"--engine {item.strip() or engine!r}: give llama-server's base URL, e.g. http://127.0.0.1:8080 "
+                "(vLLM or SGLang: vllm+http://HOST:PORT, sglang+http://HOST:PORT; replicas: URL,URL or NAME=URL,...)"
+            )
     require_auth_off_loopback(host, keys)
     console.print(
         f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}{' (auth on)' if keys.enabled else ''}",
