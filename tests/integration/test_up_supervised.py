@@ -178,6 +178,15 @@ def test_without_supervision_status_names_the_cause_and_up_cleans_up(
     seen = list(first.values())
     try:
         os.kill(first["w2"], signal.SIGKILL)
+        # llama-server finds its worker gone at its next request, and aborts
+        try:
+            httpx.post(
+                f"{read_state(root).engine_url}/completion",
+                json={"prompt": "Hi", "n_predict": 1},  # type: ignore[union-attr]
+                timeout=60,
+            )
+        except httpx.HTTPError:
+            pass
         wait_for("the head aborts without its worker", lambda: not pid_alive(first["head"]) or None, timeout=60)
         code, data = status(spec_file)
         assert code == 3 and data["phase"] == "degraded" and data["restart"] is None

@@ -101,6 +101,9 @@ _GENERIC = re.compile(
 _FRAME = re.compile(r"^#\d+\s|\(\+?0x[0-9a-f]+\)|\[0x[0-9a-f]+\]|^0x[0-9a-f]+ in |\+0x[0-9a-f]+\)", re.IGNORECASE)
 
 
+_FATAL = re.compile(r"crashed|GGML_ASSERT|out of memory|segmentation fault|std::bad_alloc", re.IGNORECASE)
+
+
 def _log_cause(text: str) -> str:
     """The most telling line at the end of a process's log: the last specific error, else the
     last error of any kind, else the last line (backtrace frames left out)."""
@@ -110,6 +113,9 @@ def _log_cause(text: str) -> str:
         if ln.strip() and not ln.startswith("# splitserve:") and not _FRAME.search(ln.strip())
     ]
     tail = lines[-40:]
+    fatal = [ln for ln in tail if _FATAL.search(ln)]
+    if fatal:  # what killed it, not the complaints that followed ("send failed")
+        return fatal[-1][:300]
     hits = [ln for ln in tail if _ERROR_LINE.search(ln)]
     specific = [ln for ln in hits if not _GENERIC.search(ln)]
     if specific or hits:
