@@ -33,7 +33,7 @@ from ._metrics import Metrics
 from ._responses import ChatPlan, ResponsesRequest, ResponseStore, to_chat
 from ._responses_out import ResponseBuilder, responses_usage
 from ._schemas import check_history, parse_body
-from ._session import ReasoningMemory, SlotAffinity, session_key
+from ._session import ReasoningMemory, session_key
 from ._translate import Plan, ServedModel, plan_chat
 from ._turn import REASONING, Delta, Turn
 from ._upstream import api_error
@@ -48,7 +48,8 @@ class GatewayLike(Protocol):
     metrics: Metrics
     memory: ReasoningMemory
     backend: EngineBackend
-    _affinity: SlotAffinity | None
+
+    def pin(self, body: dict[str, Any], session: str) -> None: ...
 
     def authenticate(self, request: Request) -> str: ...
 
@@ -246,8 +247,8 @@ def responses_handler(
         restore = (lambda messages: gw.memory.restore(key, messages)) if restore_on else None
         plan = plan_chat(cp.chat, model, test_hooks=gw.config.test_hooks, restore=restore)
         session = session_of(request, req)
-        if session is not None and gw._affinity is not None and gw.config.slot_affinity:
-            plan.body.setdefault("id_slot", gw._affinity.slot_for(session))
+        if session is not None:
+            gw.pin(plan.body, session)  # one engine slot (and replica) per session
         turn = Turn(plan, plan.parser())
         builder = ResponseBuilder(model.id, cp.tools, echo(req))
         builder.warnings += cp.warnings + plan.warnings
