@@ -207,7 +207,7 @@ def run_cmd(
         if not chosen:
             raise UsageError(f"suite {suite!r}: no scenario matches --tier {tier} --category {category}")
         if sandbox == "docker" and any(s.sandbox is not None for s in chosen):
-            from ..eval._sandbox import docker_problem
+            from ..eval import docker_problem
 
             if (problem := docker_problem()) is not None:
                 raise UsageError(problem)

@@ -16,10 +16,12 @@ if TYPE_CHECKING:  # imported on first use (below): running and reporting pull i
     from ._bfcl import bfcl_categories
     from ._report import write_compare, write_report
     from ._run import RunOptions, run
+    from ._sandbox import docker_problem
 
 #: name -> the module that defines it, imported on first use
 _LAZY = {
     "bfcl_categories": "_bfcl",
+    "docker_problem": "_sandbox",
     "RunOptions": "_run",
     "run": "_run",
     "write_compare": "_report",
@@ -40,6 +42,7 @@ __all__ = [
     "Scenario",
     "Suite",
     "bfcl_categories",
+    "docker_problem",
     "load_suite",
     "run",
     "run_file",
