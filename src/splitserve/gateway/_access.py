@@ -99,3 +99,12 @@ def _int(value: Any) -> int | None:
 
 
 __all__ = ["ACCESS_LOG", "RequestRecord"]
+
+
+def request_record(request: Any) -> RequestRecord:
+    """The request's :class:`RequestRecord` (one is made for a request the app's wrapper did not
+    see); ``request`` is a Starlette request."""
+    rec = getattr(request.state, "record", None)
+    if rec is None:
+        rec = request.state.record = RequestRecord("-", request.method, request.url.path, time.perf_counter())
+    return rec

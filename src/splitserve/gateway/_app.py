@@ -30,11 +30,12 @@ from starlette.types import Receive, Scope, Send
 
 from .._errors import EngineError
 from ..engine import CompletionStream, EngineBackend, EngineReply
-from ._access import ACCESS_LOG, RequestRecord
+from ._access import ACCESS_LOG, RequestRecord, request_record
 from ._auth import KeyRing
 from ._chat import LastChunk, Timing, collect_chat, stream_chat
 from ._errors import APIError
 from ._limits import KeyLimiter
+from ._messages import messages_routes
 from ._metrics import Metrics
 from ._relay import (
     NATIVE_GENERATING,
@@ -640,10 +641,7 @@ def _slot_action(request: Request) -> tuple[str, str]:
 
 def _record(request: Request) -> RequestRecord:
     """The request's :class:`RequestRecord` (one is made for a request outside :func:`_wrap`)."""
-    rec = getattr(request.state, "record", None)
-    if rec is None:
-        rec = request.state.record = RequestRecord("-", request.method, request.url.path, time.perf_counter())
-    return rec
+    return request_record(request)
 
 
 def _wrap(
@@ -728,9 +726,9 @@ def create_app(config: GatewayConfig, backend: EngineBackend | None = None) -> S
         Route("/metrics", _wrap(gw, "metrics", gw.prometheus), methods=["GET"]),
     ]
     routes += ui_routes(gw)  # the dashboard: /ui, /ui/state
-    from ._messages import messages_routes  # here: _messages imports this module
-
-    routes += messages_routes(gw, _wrap)  # the Anthropic Messages API: /v1/messages, count_tokens
+    routes += messages_routes(
+        gw, _wrap, lambda body: EngineStream(body, gw.metrics.disconnects.inc)
+    )  # the Anthropic Messages API: /v1/messages, count_tokens
     for path in NATIVE_ENDPOINTS:
         handler = functools.partial(gw.native, path=path)
         routes.append(Route(path, _wrap(gw, "native", handler), methods=["GET", "POST"]))

@@ -21,7 +21,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from starlette.requests import Request
@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from .._errors import EngineError
 from ..engine import CompletionStream
-from ._access import RequestRecord
+from ._access import RequestRecord, request_record
 from ._chat import LastChunk, Outcome, Timing, _drive, _take, record
 from ._errors import APIError, bad_request
 from ._messages_translate import (
@@ -47,13 +47,18 @@ from ._messages_translate import (
     usage,
 )
 from ._metrics import Metrics
+from ._responses_http import GatewayLike
 from ._schemas import ChatRequest, check_history, parse_body, safe_json_loads
-from ._translate import Plan, plan_chat
+from ._translate import Plan, ServedModel, plan_chat
 from ._turn import Turn
 from ._upstream import api_error
 
-if TYPE_CHECKING:
-    from ._app import Gateway
+
+class Gateway(GatewayLike, Protocol):
+    """What the Messages routes use of :class:`~._app.Gateway` (a protocol: no import of the app)."""
+
+    async def model(self) -> ServedModel: ...
+
 
 PING_S = 5.0
 """Seconds between ``ping`` events while the engine has not sent its first token."""
@@ -78,8 +83,6 @@ async def _anthropic(work: Callable[[], Awaitable[Response]]) -> Response:
 
 
 async def _translate(gw: Gateway, request: Request, key: str, *, count_only: bool = False) -> tuple[Translated, Plan]:
-    from ._app import _record
-
     raw = await gw.read_body(request)
     data = safe_json_loads(raw)
     if not isinstance(data, dict):
@@ -90,7 +93,7 @@ async def _translate(gw: Gateway, request: Request, key: str, *, count_only: boo
     if not count_only and not isinstance(name, str):
         raise bad_request("model: required", "model")
     model = await gw.check_model(name)
-    _record(request).model = model.id
+    request_record(request).model = model.id
     tr = to_chat(data, model.template, count_only=count_only)
     if count_only:
         tr.chat["max_tokens"] = 1
@@ -102,17 +105,19 @@ async def _translate(gw: Gateway, request: Request, key: str, *, count_only: boo
     return tr, plan
 
 
-async def messages(gw: Gateway, request: Request) -> Response:
-    return await _anthropic(lambda: _messages(gw, request))
+StreamResponse = Callable[[AsyncIterator[bytes]], Response]
+"""Makes the streamed response (the app's ``EngineStream``, which notices a client that leaves)."""
 
 
-async def _messages(gw: Gateway, request: Request) -> Response:
-    from ._app import EngineStream, _record
+async def messages(gw: Gateway, request: Request, stream_response: StreamResponse) -> Response:
+    return await _anthropic(lambda: _messages(gw, request, stream_response))
 
+
+async def _messages(gw: Gateway, request: Request, stream_response: StreamResponse) -> Response:
     timing = Timing(arrived=time.perf_counter())
     key = gw.authenticate(request)
     tr, plan = await _translate(gw, request, key)
-    rec = _record(request)
+    rec = request_record(request)
     session = request.headers.get("x-session-id") or request.headers.get(CLAUDE_SESSION_HEADER) or tr.session
     if session:
         gw.pin(plan.body, str(session)[:256])  # one engine slot (and replica) per session
@@ -132,7 +137,7 @@ async def _messages(gw: Gateway, request: Request) -> Response:
         return Response(status_code=499)
     if streamed:
         body = stream_messages(events, tr, turn, blocks, timing, gw.metrics, stack.aclose, rec)
-        return EngineStream(body, gw.metrics.disconnects.inc)
+        return stream_response(body)
     result = await gw.whole(request, stack, collect_messages(events, tr, turn, blocks, timing, gw.metrics, rec))
     if result is None:
         return Response(status_code=499)
@@ -266,10 +271,11 @@ async def not_found(request: Request) -> Response:
     return error_response(APIError(404, f"no such endpoint: {request.method} {request.url.path}"))
 
 
-def messages_routes(gw: Gateway, wrap: Callable[..., Any]) -> list[Route]:
-    """The Messages API's routes (``wrap``: the app's per-request bookkeeping)."""
+def messages_routes(gw: Gateway, wrap: Callable[..., Any], stream_response: StreamResponse) -> list[Route]:
+    """The Messages API's routes (``wrap``: the app's per-request bookkeeping; ``stream_response``:
+    makes a streamed answer)."""
     return [
-        Route("/v1/messages", wrap(gw, "messages", lambda r: messages(gw, r)), methods=["POST"]),
+        Route("/v1/messages", wrap(gw, "messages", lambda r: messages(gw, r, stream_response)), methods=["POST"]),
         Route("/v1/messages/count_tokens", wrap(gw, "count_tokens", lambda r: count_tokens(gw, r)), methods=["POST"]),
         # the other methods and paths under /v1/messages: 405 / 404 in Anthropic's shape
         Route("/v1/messages", wrap(gw, "messages", not_found), methods=["GET", "PUT", "PATCH", "DELETE"]),
