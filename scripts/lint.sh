@@ -3,9 +3,9 @@
 # (scripts/setup.sh installs them): ruff's rules, ruff's format, mypy --strict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "lint: ruff check src" >&2
-.venv/bin/ruff check src
-echo "lint: ruff format --check src" >&2
-.venv/bin/ruff format --check src
+echo "lint: ruff check src tests" >&2
+.venv/bin/ruff check src tests
+echo "lint: ruff format --check src tests" >&2
+.venv/bin/ruff format --check src tests
 echo "lint: mypy --strict src" >&2
 .venv/bin/mypy --strict src

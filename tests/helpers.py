@@ -10,9 +10,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -31,14 +32,26 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def two_worker_spec(tmp_path: Path, model: Path, name: str = "t", gateway: dict[str, Any] | None = None,
-                    **server: Any) -> Path:
+def two_worker_spec(
+    tmp_path: Path, model: Path, name: str = "t", gateway: dict[str, Any] | None = None, **server: Any
+) -> Path:
     """A cluster spec file: two local RPC workers, a head and the gateway, on free loopback ports."""
     w1, w2, head, gw = free_ports(4)
     server = {"port": head, "ctx_size": 2048, "tensor_split": [1, 1]} | server
-    lines = [f'name = "{name}"', f'model = "{model}"', "",
-             "[[workers]]", 'name = "w1"', f"port = {w1}", "",
-             "[[workers]]", 'name = "w2"', f"port = {w2}", "", "[server]"]
+    lines = [
+        f'name = "{name}"',
+        f'model = "{model}"',
+        "",
+        "[[workers]]",
+        'name = "w1"',
+        f"port = {w1}",
+        "",
+        "[[workers]]",
+        'name = "w2"',
+        f"port = {w2}",
+        "",
+        "[server]",
+    ]
     for key, value in server.items():
         lines.append(f"{key} = {json.dumps(value)}")
     lines += ["", "[gateway]"]
@@ -82,9 +95,26 @@ def bare_server(engine: Engine, model: Path, *extra: str, ctx: int = 2048) -> It
     (port,) = free_ports(1)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     log = tempfile.NamedTemporaryFile(prefix="bare-llama-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen([str(engine.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-                             "-c", str(ctx), "-ngl", "999", *extra],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(engine.server),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-c",
+            str(ctx),
+            "-ngl",
+            "999",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -107,14 +137,15 @@ def bare_server(engine: Engine, model: Path, *extra: str, ctx: int = 2048) -> It
 
 def died_message(what: str, returncode: int, log: Path, lines: int = 15) -> str:
     """``<what> was killed by SIGILL`` / ``exited with code 1``, and the last lines of its log."""
-    how = (f"was killed by {signal.Signals(-returncode).name}" if returncode < 0
-           else f"exited with code {returncode}")
+    how = f"was killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with code {returncode}"
     text = log.read_text(errors="replace").splitlines()[-lines:] if log.is_file() else []
     return f"{what} {how}; last lines of {log}:\n" + "\n".join(text)
 
 
 @contextmanager
-def rpc_workers(engine: Engine, ports: list[int], tmp_dir: Path | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+def rpc_workers(
+    engine: Engine, ports: list[int], tmp_dir: Path | None = None
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """ggml-rpc-server on each loopback port, each with its log; a worker that dies before it
     listens fails the test with its exit status and the end of its log."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
@@ -123,20 +154,29 @@ def rpc_workers(engine: Engine, ports: list[int], tmp_dir: Path | None = None) -
     try:
         for port in ports:
             with open(folder / f"rpc-{port}.log", "wb") as log:
-                procs.append(subprocess.Popen([str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(port)], env=env,
-                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        [str(engine.rpc_server), "-H", "127.0.0.1", "-p", str(port)],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         for port, proc in zip(ports, procs):
             deadline = time.monotonic() + 20
             while True:
                 if proc.poll() is not None:
-                    raise AssertionError(died_message(f"ggml-rpc-server on port {port}", proc.returncode,
-                                                      folder / f"rpc-{port}.log"))
+                    raise AssertionError(
+                        died_message(f"ggml-rpc-server on port {port}", proc.returncode, folder / f"rpc-{port}.log")
+                    )
                 with socket.socket() as s:
                     if s.connect_ex(("127.0.0.1", port)) == 0:
                         break
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"ggml-rpc-server on port {port} did not listen in 20 s; log: "
-                                         f"{folder / f'rpc-{port}.log'}")
+                    raise AssertionError(
+                        f"ggml-rpc-server on port {port} did not listen in 20 s; log: {folder / f'rpc-{port}.log'}"
+                    )
                 time.sleep(0.05)
         yield procs
     finally:
@@ -154,8 +194,7 @@ def serve_app(app: Any) -> Iterator[str]:
     import uvicorn
 
     (port,) = free_ports(1)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -162,8 +162,9 @@ class HubServer:
         repo = self.repos[repo_id] = Repo(repo_id, commit)
         return repo
 
-    def add_file(self, repo_id: str, path: str, data: bytes | Path, *, lfs: bool | None = None,
-                 sha256: str | None = None) -> HubFile:
+    def add_file(
+        self, repo_id: str, path: str, data: bytes | Path, *, lfs: bool | None = None, sha256: str | None = None
+    ) -> HubFile:
         """Add a file from bytes or from a file on disk (served from disk, never loaded)."""
         repo = self.repos.get(repo_id) or self.add_repo(repo_id)
         if isinstance(data, bytes):
@@ -176,8 +177,7 @@ class HubServer:
         digest = sha256 or sha256_file(source)
         is_lfs = lfs if lfs is not None else (path.endswith(".gguf") or size > 10 << 20)
         if is_lfs:
-            pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{digest}\n"
-                       f"size {size}\n").encode()
+            pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{digest}\nsize {size}\n").encode()
             blob_id = git_blob_sha1(pointer)
         else:
             blob_id = git_blob_sha1(source.read_bytes())
@@ -218,8 +218,10 @@ class HubServer:
             self.resolves += 1
             gen = self.generation
         exp = int(time.time() + self.url_ttl)
-        return (f"{self.storage_endpoint}/blobs/{f.sha256}?gen={gen}&exp={exp}"
-                f"&sig={self._sign(f.sha256, gen, exp)}&name={quote(f.path, safe='')}")
+        return (
+            f"{self.storage_endpoint}/blobs/{f.sha256}?gen={gen}&exp={exp}"
+            f"&sig={self._sign(f.sha256, gen, exp)}&name={quote(f.path, safe='')}"
+        )
 
     def _take_fault(self, path: str, start: int) -> Fault | None:
         with self._lock:
@@ -258,8 +260,13 @@ class _Base(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-               content_type: str = "application/json") -> None:
+    def _reply(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -288,26 +295,34 @@ class _HubHandler(_Base):
         hub = self.server.hub
         url = urlsplit(self.path)
         path = unquote(url.path)
-        authorized = (hub.token is not None
-                      and self.headers.get("Authorization") == f"Bearer {hub.token}")
+        authorized = hub.token is not None and self.headers.get("Authorization") == f"Bearer {hub.token}"
         m = _API.match(path) or _RESOLVE.match(path)
         target = hub.repos.get(m["repo"]) if m else None
         if target is not None and target.gated and not authorized:
-            self._json(403, {"error": "Access to this model is restricted"},
-                       {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated repository"})
+            self._json(
+                403,
+                {"error": "Access to this model is restricted"},
+                {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated repository"},
+            )
             return
         private = hub.token is not None if target is None or target.private is None else target.private
         if private and not authorized and not (target is not None and target.gated):
-            self._json(401, {"error": "Invalid credentials in Authorization header"},
-                       {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid credentials"})
+            self._json(
+                401,
+                {"error": "Invalid credentials in Authorization header"},
+                {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid credentials"},
+            )
             return
         if m := _API.match(path):
             repo = hub._find(m["repo"], unquote(m["rev"] or "main"))
             if repo is None:
                 # As the hub does: a known repository at an unknown revision is RevisionNotFound.
                 if target is not None:
-                    self._json(404, {"error": f"Invalid rev id: {unquote(m['rev'] or 'main')}"},
-                               {"X-Error-Code": "RevisionNotFound"})
+                    self._json(
+                        404,
+                        {"error": f"Invalid rev id: {unquote(m['rev'] or 'main')}"},
+                        {"X-Error-Code": "RevisionNotFound"},
+                    )
                 else:
                     self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
                 return
@@ -320,26 +335,46 @@ class _HubHandler(_Base):
                     if f.lfs:
                         s["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": 134}
                 siblings.append(s)
-            self._json(200, {"id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit,
-                             "private": False, "siblings": siblings})
+            self._json(
+                200,
+                {
+                    "id": repo.repo_id,
+                    "modelId": repo.repo_id,
+                    "sha": repo.commit,
+                    "private": False,
+                    "siblings": siblings,
+                },
+            )
             return
         if m := _RESOLVE.match(path):
             repo = hub._find(m["repo"], m["rev"])
             f = repo.files.get(m["path"]) if repo else None
             if repo is None or f is None:
-                code = ("EntryNotFound" if repo is not None else
-                        "RevisionNotFound" if target is not None else "RepoNotFound")
+                code = (
+                    "EntryNotFound"
+                    if repo is not None
+                    else "RevisionNotFound"
+                    if target is not None
+                    else "RepoNotFound"
+                )
                 self._json(404, {"error": "not found"}, {"X-Error-Code": code})
                 return
             common = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes"}
             if f.lfs:
-                self._reply(302, b"", common | {
-                    "Location": hub.storage_url(f), "ETag": f'"{f.blob_id}"',
-                    "X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)})
+                self._reply(
+                    302,
+                    b"",
+                    common
+                    | {
+                        "Location": hub.storage_url(f),
+                        "ETag": f'"{f.blob_id}"',
+                        "X-Linked-Etag": f'"{f.sha256}"',
+                        "X-Linked-Size": str(f.size),
+                    },
+                )
                 return
             data = f.source.read_bytes()
-            self._reply(200, data, common | {"ETag": f'"{f.blob_id}"'},
-                        content_type="application/octet-stream")
+            self._reply(200, data, common | {"ETag": f'"{f.blob_id}"'}, content_type="application/octet-stream")
             return
         self._json(404, {"error": f"no route {path}"})
 
@@ -372,8 +407,7 @@ class _StorageHandler(_Base):
         except (KeyError, ValueError):
             good, gen, exp = False, 0, 0
         if not good:
-            self._reply(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>",
-                        content_type="application/xml")
+            self._reply(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>", content_type="application/xml")
             return
         if gen < hub.generation or time.time() > exp:
             self._expired(f, 0)
@@ -412,8 +446,7 @@ class _StorageHandler(_Base):
         self.end_headers()
         if self.command == "HEAD":
             return
-        record = Served(f.path, start, end, 206 if ranged else 200, 0,
-                        fault.kind if fault else None)
+        record = Served(f.path, start, end, 206 if ranged else 200, 0, fault.kind if fault else None)
         with hub._lock:
             hub.log.append(record)
         try:
@@ -442,8 +475,7 @@ class _StorageHandler(_Base):
         elif ahead < -0.5:  # idle a while (keep-alive): do not bank unused bandwidth
             self._conn_start, self._conn_sent = time.monotonic(), 0
 
-    def _send_body(self, f: HubFile, start: int, length: int, fault: Fault | None,
-                   record: Served) -> None:
+    def _send_body(self, f: HubFile, start: int, length: int, fault: Fault | None, record: Served) -> None:
         hub = self.server.hub
         sock: socket.socket = self.connection
         limit = length

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import two_worker_spec
 
+from helpers import two_worker_spec
 from splitserve.bench import load_run
 from splitserve.cluster import cluster_state_dir, down, load_spec, read_state, up
 
@@ -34,8 +34,20 @@ def test_speed_and_engine_bench_on_a_running_cluster(engine, smollm2, state_home
     up(spec, engine=engine)
     try:
         out = tmp_path / "speed.json"
-        res = run_cli("bench", "speed", "-c", str(path), "--prompt-tokens", "48", "--gen-tokens", "4",
-                      "--repeat", "1", "-o", str(out))
+        res = run_cli(
+            "bench",
+            "speed",
+            "-c",
+            str(path),
+            "--prompt-tokens",
+            "48",
+            "--gen-tokens",
+            "4",
+            "--repeat",
+            "1",
+            "-o",
+            str(out),
+        )
         assert res.returncode == 0, res.stderr
         run = load_run(out)
         assert run.target["cluster"]["name"] == "benchc" and len(run.target["cluster"]["workers"]) == 2
@@ -53,8 +65,11 @@ def test_speed_and_engine_bench_on_a_running_cluster(engine, smollm2, state_home
         # the head was stopped for llama-bench and is back, serving
         state = read_state(cluster_state_dir(spec))
         assert state is not None and state.phase == "ready"
-        chat = httpx.post(f"{state.endpoint}/v1/chat/completions", timeout=120, json={
-            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        chat = httpx.post(
+            f"{state.endpoint}/v1/chat/completions",
+            timeout=120,
+            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+        )
         assert chat.status_code == 200
 
         rep = run_cli("bench", "report", str(out), str(eout), "-o", str(tmp_path / "rep"))
@@ -67,8 +82,23 @@ def test_speed_and_engine_bench_on_a_running_cluster(engine, smollm2, state_home
 def test_sweep_restarts_the_cluster_per_point(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = spec_file(tmp_path, smollm2, engine.root, "benchs")
     out = tmp_path / "sweep.json"
-    res = run_cli("bench", "sweep", "-c", str(path), "--set", "ubatch=32,64", "--prompt-tokens", "48",
-                  "--gen-tokens", "4", "--repeat", "1", "-o", str(out), "--report")
+    res = run_cli(
+        "bench",
+        "sweep",
+        "-c",
+        str(path),
+        "--set",
+        "ubatch=32,64",
+        "--prompt-tokens",
+        "48",
+        "--gen-tokens",
+        "4",
+        "--repeat",
+        "1",
+        "-o",
+        str(out),
+        "--report",
+    )
     assert res.returncode == 0, res.stderr
     run = load_run(out)
     assert [p.values for p in run.points] == [{"ubatch": 32}, {"ubatch": 64}]

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import bare_server
 
+from helpers import bare_server
 from splitserve.bench import load_run
 
 pytestmark = [pytest.mark.engine]
@@ -32,8 +32,25 @@ def server(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 def test_speed_fills_every_field_and_reports(server: str, tmp_path: Path) -> None:
     out = tmp_path / "speed.json"
-    res = run_cli("bench", "speed", "--url", server, "--prompt-tokens", "64", "--gen-tokens", "8",
-                  "--concurrency", "1,2", "--repeat", "1", "-o", str(out), "--report", "--label", "cpu")
+    res = run_cli(
+        "bench",
+        "speed",
+        "--url",
+        server,
+        "--prompt-tokens",
+        "64",
+        "--gen-tokens",
+        "8",
+        "--concurrency",
+        "1,2",
+        "--repeat",
+        "1",
+        "-o",
+        str(out),
+        "--report",
+        "--label",
+        "cpu",
+    )
     assert res.returncode == 0, res.stderr
     run = load_run(out)
     assert run.complete and run.server["total_slots"] == 2 and run.server["n_ctx"] == 1024
@@ -63,8 +80,21 @@ def test_speed_fills_every_field_and_reports(server: str, tmp_path: Path) -> Non
 
 def test_cache_hit_detector_catches_a_repeated_prompt(server: str, tmp_path: Path) -> None:
     out = tmp_path / "reuse.json"
-    res = run_cli("bench", "speed", "--url", server, "--prompt-tokens", "64", "--gen-tokens", "2",
-                  "--repeat", "3", "--reuse-prompt", "-o", str(out))
+    res = run_cli(
+        "bench",
+        "speed",
+        "--url",
+        server,
+        "--prompt-tokens",
+        "64",
+        "--gen-tokens",
+        "2",
+        "--repeat",
+        "3",
+        "--reuse-prompt",
+        "-o",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     speed = [r for r in load_run(out).records if r.kind == "speed"]
     assert [r.cache_hit for r in speed] == [False, True, True]
@@ -78,8 +108,22 @@ def test_needle_found_at_short_length_and_control_is_a_miss(server: str, tmp_pat
     answers = []
     for attempt in range(3):
         out = tmp_path / f"ctx{attempt}.json"
-        res = run_cli("bench", "context", "--url", server, "--lengths", "160", "--depths", "0.5", "--control",
-                      "--max-tokens", "24", "-o", str(out), "--report")
+        res = run_cli(
+            "bench",
+            "context",
+            "--url",
+            server,
+            "--lengths",
+            "160",
+            "--depths",
+            "0.5",
+            "--control",
+            "--max-tokens",
+            "24",
+            "-o",
+            str(out),
+            "--report",
+        )
         assert res.returncode == 0, res.stderr
         cells = {r.cell["depth"]: r for r in load_run(out).records if r.kind == "context"}
         assert cells["control"].extra["verdict"] == "miss"
@@ -105,8 +149,22 @@ def test_length_beyond_the_server_context_is_skipped_not_sent(server: str, tmp_p
 
 def test_completions_api(server: str, tmp_path: Path) -> None:
     out = tmp_path / "cmpl.json"
-    res = run_cli("bench", "speed", "--url", server + "/v1", "--api", "completions", "--prompt-tokens", "32",
-                  "--gen-tokens", "4", "--repeat", "1", "-o", str(out))
+    res = run_cli(
+        "bench",
+        "speed",
+        "--url",
+        server + "/v1",
+        "--api",
+        "completions",
+        "--prompt-tokens",
+        "32",
+        "--gen-tokens",
+        "4",
+        "--repeat",
+        "1",
+        "-o",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     (r,) = [r for r in load_run(out).records if r.kind == "speed"]
     assert r.ok and r.completion_tokens == 4 and r.timings and r.ttf_content_ms is not None
@@ -114,9 +172,26 @@ def test_completions_api(server: str, tmp_path: Path) -> None:
 
 def test_ctrl_c_keeps_what_was_measured(server: str, tmp_path: Path) -> None:
     out = tmp_path / "int.json"
-    proc = subprocess.Popen([*CLI, "bench", "speed", "--url", server, "--prompt-tokens", "32", "--gen-tokens",
-                             "4", "--repeat", "50", "-o", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "bench",
+            "speed",
+            "--url",
+            server,
+            "--prompt-tokens",
+            "32",
+            "--gen-tokens",
+            "4",
+            "--repeat",
+            "50",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

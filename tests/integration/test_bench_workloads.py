@@ -3,14 +3,15 @@ sweep, the demo-shaped cluster with its gateway) with SmolLM2 on the CPU."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import bare_server, two_worker_spec
 
+from helpers import bare_server, two_worker_spec
 from splitserve.bench import load_run
 from splitserve.bench._workloads import load_recording
 from splitserve.cluster import cluster_state_dir, load_spec, read_state
@@ -22,7 +23,7 @@ CLI = [sys.executable, "-m", "splitserve"]
 # A file SmolLM2-135M copies back faithfully: its greedy tokens are confident, so speculation's
 # batched verification cannot tip a near tie (on the shipped 2 kB files the tiny model wanders,
 # and there the CPU's batched numerics can change its greedy output; see docs/benchmarks).
-POINT_PY = '''class Point:
+POINT_PY = """class Point:
     def __init__(self, x, y):
         self.x = x
         self.y = y
@@ -33,7 +34,7 @@ POINT_PY = '''class Point:
 
     def __repr__(self):
         return f"Point({self.x}, {self.y})"
-'''
+"""
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,8 +56,23 @@ def point_py(tmp_path: Path) -> Path:
 
 def test_every_workload_against_llama_server(server: str, point_py: Path, tmp_path: Path) -> None:
     out = tmp_path / "wl.json"
-    res = run_cli("bench", "speed", "--url", server, "--workload", "copy,edit,json,agent", "--workload-file",
-                  str(point_py), "--repeat", "1", "--gen-tokens", "40", "-o", str(out), "--report")
+    res = run_cli(
+        "bench",
+        "speed",
+        "--url",
+        server,
+        "--workload",
+        "copy,edit,json,agent",
+        "--workload-file",
+        str(point_py),
+        "--repeat",
+        "1",
+        "--gen-tokens",
+        "40",
+        "-o",
+        str(out),
+        "--report",
+    )
     assert res.returncode == 0, res.stderr
     run = load_run(out)
     assert run.complete
@@ -76,7 +92,7 @@ def test_every_workload_against_llama_server(server: str, point_py: Path, tmp_pa
     agent = [r for r in recs if r.kind == "agent"]
     assert [r.cell["turn"] for r in agent] == list(range(1, turns + 1))
     assert not agent[0].cache_hit and (agent[0].cached_tokens or 0) < (agent[0].prompt_tokens or 0) / 2
-    for prev, cur in zip(agent, agent[1:]):
+    for prev, cur in itertools.pairwise(agent):
         assert (cur.prompt_tokens or 0) > (prev.prompt_tokens or 0)
         assert (cur.cached_tokens or 0) > (prev.cached_tokens or 0)
         assert (cur.cached_tokens or 0) >= (prev.prompt_tokens or 0) - 2, (prev, cur)
@@ -90,19 +106,57 @@ def test_every_workload_against_llama_server(server: str, point_py: Path, tmp_pa
         assert (out.with_suffix("") / png).stat().st_size > 5000
 
 
-def test_copy_with_ngram_mod_drafts_and_agrees_with_the_reference(engine, smollm2, server: str,  # type: ignore[no-untyped-def]
-                                                                 point_py: Path, tmp_path: Path) -> None:
+def test_copy_with_ngram_mod_drafts_and_agrees_with_the_reference(
+    engine,
+    smollm2,
+    server: str,  # type: ignore[no-untyped-def]
+    point_py: Path,
+    tmp_path: Path,
+) -> None:
     base = tmp_path / "base.json"
-    res = run_cli("bench", "speed", "--url", server, "--workload", "copy", "--workload-file", str(point_py),
-                  "--repeat", "1", "--gen-tokens", "200", "-o", str(base), "--label", "no speculation")
+    res = run_cli(
+        "bench",
+        "speed",
+        "--url",
+        server,
+        "--workload",
+        "copy",
+        "--workload-file",
+        str(point_py),
+        "--repeat",
+        "1",
+        "--gen-tokens",
+        "200",
+        "-o",
+        str(base),
+        "--label",
+        "no speculation",
+    )
     assert res.returncode == 0, res.stderr
     (ref,) = [r for r in load_run(base).records if r.kind == "copy"]
     assert ref.ok and ref.finish_reason == "stop" and ref.draft_n is None
     with bare_server(engine, smollm2, "--parallel", "1", "--spec-type", "ngram-mod", ctx=2048) as url:
         spec = tmp_path / "mod.json"
-        res = run_cli("bench", "speed", "--url", url, "--workload", "copy", "--workload-file", str(point_py),
-                      "--repeat", "1", "--gen-tokens", "200", "-o", str(spec), "--reference", str(base),
-                      "--label", "ngram-mod")
+        res = run_cli(
+            "bench",
+            "speed",
+            "--url",
+            url,
+            "--workload",
+            "copy",
+            "--workload-file",
+            str(point_py),
+            "--repeat",
+            "1",
+            "--gen-tokens",
+            "200",
+            "-o",
+            str(spec),
+            "--reference",
+            str(base),
+            "--label",
+            "ngram-mod",
+        )
         assert res.returncode == 0, res.stderr
     run = load_run(spec)
     (rec,) = [r for r in run.records if r.kind == "copy"]
@@ -117,14 +171,35 @@ def test_copy_with_ngram_mod_drafts_and_agrees_with_the_reference(engine, smollm
     assert (tmp_path / "rep" / "decode-per-workload.png").stat().st_size > 5000
 
 
-def test_sweep_over_speculation_runs_the_baseline_and_compares(engine, smollm2, state_home,  # type: ignore[no-untyped-def]
-                                                              point_py: Path, tmp_path: Path) -> None:
+def test_sweep_over_speculation_runs_the_baseline_and_compares(
+    engine,
+    smollm2,
+    state_home,  # type: ignore[no-untyped-def]
+    point_py: Path,
+    tmp_path: Path,
+) -> None:
     path = two_worker_spec(tmp_path, smollm2, name="benchspec", ctx_size=2048)
     path.write_text(f'engine = "{engine.root}"\n' + path.read_text())
     out = tmp_path / "sweep.json"
-    res = run_cli("bench", "sweep", "-c", str(path), "--set", "speculation=ngram-mod", "--workload", "copy,agent",
-                  "--workload-file", str(point_py), "--gen-tokens", "160", "--repeat", "1", "-o", str(out),
-                  "--report")
+    res = run_cli(
+        "bench",
+        "sweep",
+        "-c",
+        str(path),
+        "--set",
+        "speculation=ngram-mod",
+        "--workload",
+        "copy,agent",
+        "--workload-file",
+        str(point_py),
+        "--gen-tokens",
+        "160",
+        "--repeat",
+        "1",
+        "-o",
+        str(out),
+        "--report",
+    )
     assert res.returncode == 0, res.stderr
     run = load_run(out)
     assert [p.values for p in run.points] == [{"speculation": "none"}, {"speculation": "ngram-mod"}]
@@ -140,7 +215,7 @@ def test_sweep_over_speculation_runs_the_baseline_and_compares(engine, smollm2, 
     # the agent replay through the gateway: tools and history pass, the cache serves earlier turns
     agent = [r for r in mod.records if r.kind == "agent"]
     assert agent and all(r.ok for r in agent) and all(r.agreement is not None for r in agent)
-    for prev, cur in zip(agent, agent[1:]):
+    for prev, cur in itertools.pairwise(agent):
         assert (cur.cached_tokens or 0) > (prev.cached_tokens or 0)
     assert read_state(cluster_state_dir(load_spec(path))) is None
     text = (out.with_suffix("") / "report.md").read_text()

@@ -30,8 +30,11 @@ from splitserve.engine import FakeEngine, FakeOutput, resolve_source
 from splitserve.gateway import GatewayConfig, KeyRing, create_app
 
 NS = "]<]minimax[>["
-TEMPLATES = {"hermes": "Qwen-Qwen2.5-7B-Instruct.jinja", "minimax-m3": "MiniMax-M3.jinja",
-             "qwen3-coder": "Qwen3-Coder.jinja"}
+TEMPLATES = {
+    "hermes": "Qwen-Qwen2.5-7B-Instruct.jinja",
+    "minimax-m3": "MiniMax-M3.jinja",
+    "qwen3-coder": "Qwen3-Coder.jinja",
+}
 KEY = "sk-claude-code-test"
 ANSWER = "Done: the work is finished."
 THINK = {"<mm:think>": "</mm:think>", "<think>": "</think>"}
@@ -67,20 +70,37 @@ def raw_call(fmt: str, name: str, args: dict[str, Any]) -> str:
     return f'{NS}<tool_call>\n{NS}<invoke name="{name}">{params}{NS}</invoke>\n{NS}</tool_call>'
 
 
-def run_claude(url: str, cwd: Path, prompt: str, *extra: str, env: dict[str, str] | None = None,
-               timeout: float = 300) -> tuple[list[dict[str, Any]], str]:
+def run_claude(
+    url: str, cwd: Path, prompt: str, *extra: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> tuple[list[dict[str, Any]], str]:
     """``claude -p`` against the gateway; its stream-json events and its stderr."""
     (dead,) = free_ports(1)  # a closed loopback port: any proxied request fails at once
     home = tempfile.mkdtemp(prefix="claude-home-")
     proxy = f"http://127.0.0.1:{dead}"
     run_env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "ANTHROPIC_BASE_URL": url,
-        "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_MODEL": "served", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
-        "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy, "http_proxy": proxy,
-        "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", **OFFLINE, **(env or {}),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": home,
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": KEY,
+        "ANTHROPIC_MODEL": "served",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
+        "HTTPS_PROXY": proxy,
+        "HTTP_PROXY": proxy,
+        "https_proxy": proxy,
+        "http_proxy": proxy,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        **OFFLINE,
+        **(env or {}),
     }
-    proc = subprocess.run([str(claude_bin()), "-p", prompt, "--output-format", "stream-json", "--verbose", *extra],
-                          cwd=cwd, env=run_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [str(claude_bin()), "-p", prompt, "--output-format", "stream-json", "--verbose", *extra],
+        cwd=cwd,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0, f"claude exited {proc.returncode}: {proc.stderr[-2000:]}\n{proc.stdout[-2000:]}"
     return events, proc.stderr
@@ -94,6 +114,7 @@ def result(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def scripted(fmt: str, tool: str, args: dict[str, Any], marker: str) -> FakeEngine:
     """The call first; once the call is in the history (``marker`` in the prompt), the answer."""
+
     def output(body: dict[str, Any]) -> FakeOutput:
         prompt = body["prompt"].rstrip()
         # a prompt that opens the model's thinking (the template's thinking switch is on)
@@ -101,10 +122,17 @@ def scripted(fmt: str, tool: str, args: dict[str, Any], marker: str) -> FakeEngi
         if marker in body["prompt"]:
             return FakeOutput([think, ANSWER[:6], ANSWER[6:]])
         call = think + raw_call(fmt, tool, args)
-        return FakeOutput([call[i:i + 7] for i in range(0, len(call), 7)])
+        return FakeOutput([call[i : i + 7] for i in range(0, len(call), 7)])
 
-    return FakeEngine(output, props={"chat_template": template(fmt), "model_path": "/m/served.gguf",
-                                     "default_generation_settings": {"n_ctx": 32768}, "total_slots": 2})
+    return FakeEngine(
+        output,
+        props={
+            "chat_template": template(fmt),
+            "model_path": "/m/served.gguf",
+            "default_generation_settings": {"n_ctx": 32768},
+            "total_slots": 2,
+        },
+    )
 
 
 def serve(engine: FakeEngine, fmt: str) -> Any:
@@ -119,14 +147,16 @@ def test_claude_code_writes_a_file_through_the_gateway(fmt: str, tmp_path: Path)
     content = f"hi from splitserve in {fmt}\n"
     engine = scripted(fmt, "Write", {"file_path": str(target), "content": content}, marker=content.strip())
     with serve(engine, fmt) as url:
-        events, _ = run_claude(url, tmp_path, f"Write a greeting to {target}",
-                                    "--allowedTools", "Write", "--max-turns", "4")
+        events, _ = run_claude(
+            url, tmp_path, f"Write a greeting to {target}", "--allowedTools", "Write", "--max-turns", "4"
+        )
     assert target.read_text() == content  # the real tool ran
     done = result(events)
     assert done["subtype"] == "success" and done["result"] == ANSWER, done
     assert not done.get("api_error_status"), done
-    uses = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]
-            if b["type"] == "tool_use"]
+    uses = [
+        b for e in events if e.get("type") == "assistant" for b in e["message"]["content"] if b["type"] == "tool_use"
+    ]
     assert len(uses) == 1 and uses[0]["name"] == "Write" and uses[0]["id"].startswith("toolu_")
     first, second = engine.bodies[0], engine.bodies[1]
     assert "x-anthropic-billing-header" not in first["prompt"]
@@ -141,8 +171,7 @@ def test_claude_code_runs_a_shell_command_through_the_gateway(tmp_path: Path) ->
     command = f"echo shell-ok > {out}"
     engine = scripted("hermes", "Bash", {"command": command, "description": "write a marker"}, marker="shell-ok")
     with serve(engine, "hermes") as url:
-        events, _ = run_claude(url, tmp_path, "Run the marker command", "--allowedTools", "Bash",
-                               "--max-turns", "4")
+        events, _ = run_claude(url, tmp_path, "Run the marker command", "--allowedTools", "Bash", "--max-turns", "4")
     assert out.read_text().strip() == "shell-ok"
     done = result(events)
     assert done["subtype"] == "success" and done["result"] == ANSWER, done
@@ -159,9 +188,17 @@ def smol_url(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
 def test_claude_code_completes_a_turn_on_smollm2(smol_url: str, tmp_path: Path) -> None:
     cfg = GatewayConfig(engine_url=smol_url, keys=KeyRing.build(KEY))
     with serve_app(create_app(cfg)) as url:
-        events, _ = run_claude(url, tmp_path, "Say hello.", "--tools", "", "--max-turns", "1",
-                               env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32", "CLAUDE_CODE_DISABLE_THINKING": "1"},
-                               timeout=900)
+        events, _ = run_claude(
+            url,
+            tmp_path,
+            "Say hello.",
+            "--tools",
+            "",
+            "--max-turns",
+            "1",
+            env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32", "CLAUDE_CODE_DISABLE_THINKING": "1"},
+            timeout=900,
+        )
     done = result(events)
     assert not done.get("api_error_status") and not done.get("is_error"), done
     assert done["subtype"] == "success", done

@@ -43,8 +43,9 @@ def assert_nothing_left(spec, rec: PidRecorder) -> None:  # type: ignore[no-unty
 
 def test_missing_model_cli_one_line_exit_2(smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec_file = two_worker_spec(tmp_path, tmp_path / "missing.gguf", name="nomodel")
-    res = subprocess.run([sys.executable, "-m", "splitserve", "up", "-c", str(spec_file)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "up", "-c", str(spec_file)], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -99,8 +100,9 @@ def test_server_exits_at_start(engine, smollm2, state_home, tmp_path: Path) -> N
 
 def test_server_exits_cli_reports_node_and_cause(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec_file = two_worker_spec(tmp_path, smollm2, name="badctx", extra_args=["--no-such-flag"])
-    res = subprocess.run([sys.executable, "-m", "splitserve", "up", "-c", str(spec_file)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "up", "-c", str(spec_file)], capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 1
     err_lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
     assert len(err_lines) == 1 and err_lines[0].startswith("splitserve: error: head: llama-server exited")
@@ -112,8 +114,12 @@ def test_spec_error_before_anything_starts(tmp_path: Path, state_home) -> None: 
     bad.write_text('model = "x.gguf"\n[[workers]]\nname = "w1"\nbind = "0.0.0.0"\n')
     with pytest.raises(SpecError, match=r"bad\.toml: workers\[w1\]\.bind = '0\.0\.0\.0' is a wildcard"):
         up(load_spec(bad))
-    res = subprocess.run([sys.executable, "-m", "splitserve", "up", "-c", str(bad), "--skip-preflight"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "up", "-c", str(bad), "--skip-preflight"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "is a wildcard address" in res.stderr and "allow_public_rpc = true" in res.stderr
 
@@ -126,8 +132,12 @@ def test_status_after_a_worker_died_says_degraded_and_exits_3(engine, smollm2, s
         pids = {p.node: p.pid for p in state.processes}
         os.kill(pids["w1"], signal.SIGKILL)
         assert wait_dead([pids["w1"]]) == []
-        res = subprocess.run([sys.executable, "-m", "splitserve", "status", "-c", str(spec_file), "--json"],
-                             capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "splitserve", "status", "-c", str(spec_file), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert res.returncode == 3
         data = json.loads(res.stdout)
         alive = {p["node"]: p["alive"] for p in data["processes"]}

@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.engine]
 
 
 def test_up_serves_openai_clients_through_the_gateway(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    spec = load_spec(two_worker_spec(tmp_path, smollm2, name="gwkey",
-                                     gateway={"api_key": "sk-test-cluster", "model_name": "smol"}))
+    spec = load_spec(
+        two_worker_spec(tmp_path, smollm2, name="gwkey", gateway={"api_key": "sk-test-cluster", "model_name": "smol"})
+    )
     state = up(spec, engine=engine)
     try:
         gw = state.gateway
@@ -32,20 +33,30 @@ def test_up_serves_openai_clients_through_the_gateway(engine, smollm2, state_hom
 
         client = openai.OpenAI(base_url=f"{state.endpoint}/v1", api_key="sk-test-cluster", max_retries=0)
         assert [m.id for m in client.models.list().data] == ["smol"]
-        reply = client.chat.completions.create(model="smol", max_tokens=8, temperature=0,
-                                               messages=[{"role": "user", "content": "Say hello."}])
+        reply = client.chat.completions.create(
+            model="smol", max_tokens=8, temperature=0, messages=[{"role": "user", "content": "Say hello."}]
+        )
         assert reply.choices[0].message.content and reply.usage and reply.usage.completion_tokens >= 1
-        pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model="smol", max_tokens=8, temperature=0, stream=True,
-            messages=[{"role": "user", "content": "Say hello."}]) if c.choices]
+        pieces = [
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(
+                model="smol",
+                max_tokens=8,
+                temperature=0,
+                stream=True,
+                messages=[{"role": "user", "content": "Say hello."}],
+            )
+            if c.choices
+        ]
         assert "".join(pieces) == reply.choices[0].message.content  # greedy: the same text streamed
 
         wrong = openai.OpenAI(base_url=f"{state.endpoint}/v1", api_key="sk-wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             wrong.models.list()
         # any model name is served, as llama-server does, and answered with the served id
-        other = client.chat.completions.create(model="gpt-4o", max_tokens=4,
-                                               messages=[{"role": "user", "content": "hi"}])
+        other = client.chat.completions.create(
+            model="gpt-4o", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+        )
         assert other.model == "smol"
         # llama-server's native endpoints stay reachable on its own port.
         assert httpx.get(f"{state.engine_url}/props", timeout=10).status_code == 200
@@ -103,8 +114,11 @@ def test_gateway_death_restarts_the_gateway_alone(engine, smollm2, state_home, t
             now = read_state(root)
             if now is not None and now.gateway is not None and now.gateway.pid != first["gateway"]:
                 try:
-                    r = httpx.post(f"{now.endpoint}/v1/chat/completions", timeout=30, json={
-                        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+                    r = httpx.post(
+                        f"{now.endpoint}/v1/chat/completions",
+                        timeout=30,
+                        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+                    )
                     if r.status_code == 200:
                         break
                 except httpx.HTTPError:

@@ -25,8 +25,13 @@ CLI = [sys.executable, "-m", "splitserve"]
 
 
 def start_supervisor(spec_file: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([*CLI, "up", "-c", str(spec_file), "--foreground", "--skip-preflight"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [*CLI, "up", "-c", str(spec_file), "--foreground", "--skip-preflight"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait_ready(root: Path, proc: subprocess.Popen[str], after: float = 0.0, timeout: float = 180) -> dict[str, int]:
@@ -59,8 +64,12 @@ def test_a_second_up_leaves_it_alone_and_down_stops_the_supervisor(engine, smoll
         pids = wait_ready(root, sup)
         before = (root / "state.json").read_text()
         for extra in ([], ["--foreground"]):
-            res = subprocess.run([*CLI, "up", "-c", str(spec_file), "--skip-preflight", *extra],
-                                 capture_output=True, text=True, timeout=120)
+            res = subprocess.run(
+                [*CLI, "up", "-c", str(spec_file), "--skip-preflight", *extra],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             # healthy: said so, exit 0, nothing restarted (`--restart` would reload it)
             assert res.returncode == 0, res.stderr
             assert "cluster held is already up and healthy" in res.stdout
@@ -68,8 +77,9 @@ def test_a_second_up_leaves_it_alone_and_down_stops_the_supervisor(engine, smoll
             # nothing touched: the same processes, alive, and the same state
             assert all(pid_alive(p) for p in pids.values())
             assert (root / "state.json").read_text() == before
-        res = subprocess.run([*CLI, "status", "-c", str(spec_file), "--json"], capture_output=True, text=True,
-                             timeout=120)
+        res = subprocess.run(
+            [*CLI, "status", "-c", str(spec_file), "--json"], capture_output=True, text=True, timeout=120
+        )
         assert res.returncode == 0 and f'"pid": {sup.pid}' in res.stdout.split('"supervisor"', 1)[1]
         t0 = time.monotonic()
         res = subprocess.run([*CLI, "down", "-c", str(spec_file)], capture_output=True, text=True, timeout=180)
@@ -87,8 +97,14 @@ def test_a_second_up_leaves_it_alone_and_down_stops_the_supervisor(engine, smoll
 
 
 def _generate(endpoint: str, started: threading.Event) -> None:
-    body = {"prompt": "Write a very long story about a lighthouse keeper.", "n_predict": 2000, "stream": True,
-            "temperature": 0.0, "cache_prompt": False, "ignore_eos": True}
+    body = {
+        "prompt": "Write a very long story about a lighthouse keeper.",
+        "n_predict": 2000,
+        "stream": True,
+        "temperature": 0.0,
+        "cache_prompt": False,
+        "ignore_eos": True,
+    }
     try:
         with httpx.stream("POST", f"{endpoint}/completion", json=body, timeout=60) as resp:
             for line in resp.iter_lines():
@@ -100,8 +116,12 @@ def _generate(endpoint: str, started: threading.Event) -> None:
         started.set()
 
 
-def test_head_killed_mid_generation_the_report_names_the_head_first(engine, smollm2, state_home,  # type: ignore[no-untyped-def]
-                                                                    tmp_path: Path) -> None:
+def test_head_killed_mid_generation_the_report_names_the_head_first(
+    engine,
+    smollm2,
+    state_home,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     spec_file = two_worker_spec(tmp_path, smollm2, name="headdies")
     spec = load_spec(spec_file)
     root = cluster_state_dir(spec)

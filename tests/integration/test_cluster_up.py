@@ -43,8 +43,11 @@ def test_up_chat_status_down_via_cli(engine, smollm2, state_home, tmp_path: Path
         assert all(d["model_bytes"] > 0 and d["kv_bytes"] > 0 for d in rpc.values())
         assert status["slots"] and status["slots"][0]["n_ctx"] == 2048
 
-        chat = httpx.post(f"{status['endpoint']}/v1/chat/completions", timeout=120, json={
-            "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0})
+        chat = httpx.post(
+            f"{status['endpoint']}/v1/chat/completions",
+            timeout=120,
+            json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0},
+        )
         assert chat.status_code == 200
         assert chat.json()["choices"][0]["message"]["content"]
         # It was the gateway that answered (it counted the request), and it passes llama.cpp's

@@ -15,8 +15,9 @@ pytestmark = [pytest.mark.engine]
 
 def test_demo_runs_and_leaves_nothing(engine, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "demo.json"
-    res = subprocess.run([sys.executable, "-m", "splitserve", "demo", "-o", str(out)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "demo", "-o", str(out)], capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(out.read_text())
     assert data["reply"].strip() and data["completion_tokens"] >= 1

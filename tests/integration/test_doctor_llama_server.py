@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import bare_server
 from typer.testing import CliRunner
 
+from helpers import bare_server
 from splitserve.cli import _gateway  # noqa: F401  (registers the commands)
 from splitserve.cli._app import app
 from splitserve.engine import resolve_source
@@ -32,23 +32,40 @@ from splitserve.engine import resolve_source
 pytestmark = [pytest.mark.engine]
 
 HYBRID = Path(__file__).parents[2] / "docs/doctor/templates/minimax-m3-hybrid.jinja"
-ALL = {"single", "multi_turn", "parallel", "no_parallel", "required", "none", "reasoning",
-       "streaming"}
+ALL = {"single", "multi_turn", "parallel", "no_parallel", "required", "none", "reasoning", "streaming"}
 
 
 @contextmanager
 def llama_server(engine: Any, model: Path, template: Path) -> Iterator[str]:
     # one thread, one slot: the probes run one at a time on a shared 2-core box
-    with bare_server(engine, model, "--jinja", "--chat-template-file", str(template),
-                     "-np", "1", "-t", "1", ctx=4096) as url:
+    with bare_server(
+        engine, model, "--jinja", "--chat-template-file", str(template), "-np", "1", "-t", "1", ctx=4096
+    ) as url:
         yield url
 
 
 def doctor(url: str, template: Path, out: Path) -> tuple[int, dict[str, Any], str]:
     md, js = out / "report.md", out / "report.json"
-    res = CliRunner().invoke(app, ["doctor", "tools", "--url", url, "--force-prefill", str(template),
-                                   "--raw", "--max-tokens", "16", "--timeout", "600",
-                                   "-o", str(md), "-o", str(js)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "doctor",
+            "tools",
+            "--url",
+            url,
+            "--force-prefill",
+            str(template),
+            "--raw",
+            "--max-tokens",
+            "16",
+            "--timeout",
+            "600",
+            "-o",
+            str(md),
+            "-o",
+            str(js),
+        ],
+    )
     assert "Traceback" not in res.output
     return res.exit_code, json.loads(js.read_text()), md.read_text()
 
@@ -57,8 +74,7 @@ def args(check: dict[str, Any]) -> list[dict[str, Any]]:
     return [json.loads(c["function"]["arguments"]) for c in check["got"]["tool_calls"]]
 
 
-def test_llama_server_reads_the_hybrid_replies_but_not_its_parallel_calls(
-        engine, smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_llama_server_reads_the_hybrid_replies_but_not_its_parallel_calls(engine, smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with llama_server(engine, smollm2, HYBRID) as url:
         code, report, md = doctor(url, HYBRID, tmp_path)
     by = {c["name"]: c for c in report["checks"]}
@@ -77,8 +93,7 @@ def test_llama_server_reads_the_hybrid_replies_but_not_its_parallel_calls(
     assert "- result: 7/8 passed" in md and "### parallel" in md
 
 
-def test_llama_server_reads_every_plain_m3_reply_with_its_dedicated_parser(
-        engine, smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_llama_server_reads_every_plain_m3_reply_with_its_dedicated_parser(engine, smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     template = resolve_source(None).path / "models/templates/MiniMax-M3.jinja"
     with llama_server(engine, smollm2, template) as url:
         code, report, md = doctor(url, template, tmp_path)

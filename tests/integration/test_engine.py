@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import bare_server
 
+from helpers import bare_server
 from splitserve import BuildError
 from splitserve.engine import BuildOptions, build_engine, plan_build
 from splitserve.engine._build import finish_build
@@ -38,8 +38,7 @@ def test_provenance_records_source_flags_protocol_and_binaries(engine) -> None: 
 def test_binaries_run_from_anywhere_without_library_path(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     for binary in (engine.rpc_server, engine.server, engine.bench):
-        res = subprocess.run([str(binary), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=60)
+        res = subprocess.run([str(binary), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert "cannot open shared object file" not in res.stderr
         assert "usage" in (res.stdout + res.stderr).lower(), binary
 
@@ -53,8 +52,11 @@ def test_second_build_with_same_inputs_is_a_no_op(engine) -> None:  # type: igno
 
 
 def test_engine_cli_list_info_build(engine) -> None:  # type: ignore[no-untyped-def]
-    run = lambda *a: subprocess.run([sys.executable, "-m", "splitserve", "engine", *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=300)
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "splitserve", "engine", *a], capture_output=True, text=True, timeout=300
+        )
+
     listed = json.loads(run("list", "--json").stdout)
     assert engine.key in [e["key"] for e in listed]
     info = json.loads(run("info", engine.key, "--json").stdout)
@@ -69,13 +71,16 @@ def test_default_engine_is_portable_and_serves_on_the_local_cpu(engine, smollm2)
     p = engine.provenance
     assert p["cpu_build"] == "portable" and "-DGGML_CPU_ALL_VARIANTS=ON" in p["cmake_args"]
     present = sorted(f.name for f in engine.bin_dir.glob("libggml-cpu-*.so"))
-    assert p["cpu_variants"] == sorted(n[len("libggml-cpu-"):-3] for n in present)
+    assert p["cpu_variants"] == sorted(n[len("libggml-cpu-") : -3] for n in present)
     assert "x64" in p["cpu_variants"] and p["cpu_variant_chosen"] in p["cpu_variants"]
     assert p["smoke"]["ok"] and [c["name"] for c in p["smoke"]["checks"]] == ["server", "rpc", "bench"]
     # llama-server alone on this machine's CPU (no RPC, no devices) answers.
     with bare_server(engine, smollm2, "--device", "none", "-ngl", "0", ctx=512) as url:
-        reply = httpx.post(f"{url}/completion", json={"prompt": "The capital of France is", "n_predict": 4,
-                                                      "temperature": 0.0}, timeout=120).json()
+        reply = httpx.post(
+            f"{url}/completion",
+            json={"prompt": "The capital of France is", "n_predict": 4, "temperature": 0.0},
+            timeout=120,
+        ).json()
     assert reply["tokens_predicted"] == 4 and reply["content"].strip()
 
 
@@ -89,9 +94,11 @@ def test_a_build_whose_server_dies_by_sigill_is_reported_and_not_cached(engine, 
         if f.is_file() and f.name != "llama-server":
             (bin_dir / f.name).symlink_to(f)
     src = tmp_path / "sigill.c"
-    src.write_text('#include <signal.h>\n#include <stdio.h>\n'
-                   'int main(void) { fprintf(stderr, "llama threadpool init, n_threads = 1\\n"); '
-                   'raise(SIGILL); return 0; }\n')
+    src.write_text(
+        "#include <signal.h>\n#include <stdio.h>\n"
+        'int main(void) { fprintf(stderr, "llama threadpool init, n_threads = 1\\n"); '
+        "raise(SIGILL); return 0; }\n"
+    )
     subprocess.run(["gcc", "-o", str(bin_dir / "llama-server"), str(src)], check=True)
     plan.log_path.parent.mkdir(parents=True, exist_ok=True)
     plan.log_path.write_text("")
@@ -105,11 +112,16 @@ def test_a_build_whose_server_dies_by_sigill_is_reported_and_not_cached(engine, 
     assert not (plan.root / "engine.json").exists(), "a failed engine is not cached"
     # The crash is the server's, not a CPU variant's: every variant is still in place.
     assert sorted(p.name for p in bin_dir.glob("libggml-cpu-*.so")) == sorted(
-        p.name for p in engine.bin_dir.glob("libggml-cpu-*.so"))
+        p.name for p in engine.bin_dir.glob("libggml-cpu-*.so")
+    )
 
 
 def test_skip_cpu_variant_must_name_a_variant(engine) -> None:  # type: ignore[no-untyped-def]
-    res = subprocess.run([sys.executable, "-m", "splitserve", "engine", "build", "--skip-cpu-variant", "pentium"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "engine", "build", "--skip-cpu-variant", "pentium"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and res.stderr.count("\n") == 1
     assert "--skip-cpu-variant 'pentium'" in res.stderr and "sapphirerapids" in res.stderr

@@ -68,16 +68,20 @@ def test_null_agent_fails_the_fixtures(tmp_path: Path, fixtures_suite) -> None:
     assert {t["cause"] for t in got} <= {"missing_call", "wrong_answer"}
 
 
-@pytest.mark.parametrize(("policy", "scenario", "cause"), [
-    ("loop", "fx-hard-01-tdd-gated", "loop"),
-    ("no_edit", "fx-hard-01-tdd-gated", "no_follow_through"),
-    ("ignore_error", "fx-medium-01-retry-after-503", "no_retry_after_error"),
-    ("memory", "fx-easy-01-parallel-weather", "missing_call"),
-    ("leak_reasoning", "fx-medium-02-json-report", "format_violation"),
-    ("unknown_tool", "fx-hard-02-injection", "hallucinated_tool"),
-])
-def test_each_flawed_agent_gets_its_cause(tmp_path: Path, fixtures_suite, policy: str, scenario: str,
-                                           cause: str) -> None:
+@pytest.mark.parametrize(
+    ("policy", "scenario", "cause"),
+    [
+        ("loop", "fx-hard-01-tdd-gated", "loop"),
+        ("no_edit", "fx-hard-01-tdd-gated", "no_follow_through"),
+        ("ignore_error", "fx-medium-01-retry-after-503", "no_retry_after_error"),
+        ("memory", "fx-easy-01-parallel-weather", "missing_call"),
+        ("leak_reasoning", "fx-medium-02-json-report", "format_violation"),
+        ("unknown_tool", "fx-hard-02-injection", "hallucinated_tool"),
+    ],
+)
+def test_each_flawed_agent_gets_its_cause(
+    tmp_path: Path, fixtures_suite, policy: str, scenario: str, cause: str
+) -> None:
     chosen = [s for s in fixtures_suite.scenarios if s.id == scenario]
     (got,) = trials(run_agent(tmp_path / "run", "fx", chosen, policy))
     assert (got["verdict"], got["cause"]) == ("fail", cause), got["evidence"]
@@ -96,16 +100,14 @@ def test_builtin_suite_oracle_null_and_flaws(tmp_path: Path, builtin_suite) -> N
     assert "wrong_tool" not in causes  # nothing was called, so nothing was the wrong tool
 
 
-def test_compare_finds_the_flawed_scenarios_and_no_difference_between_equal_runs(tmp_path: Path,
-                                                                                   builtin_suite) -> None:
+def test_compare_finds_the_flawed_scenarios_and_no_difference_between_equal_runs(tmp_path: Path, builtin_suite) -> None:
     from splitserve.eval._report import write_compare
 
     # Three whole runs: the scenarios without a workspace, and the workspace ones of the flawed
     # category (the oracle/null test above plays every workspace scenario; a git repo and a
     # pytest run per trial would make this test several times slower and tell nothing more).
     scenarios = [s for s in builtin_suite.scenarios if not s.sandbox or s.category == "error_recovery"]
-    flawed = {s.id: "memory" for s in scenarios
-              if s.category in ("parallel_fanout", "error_recovery")}
+    flawed = {s.id: "memory" for s in scenarios if s.category in ("parallel_fanout", "error_recovery")}
     assert len(flawed) >= 30
     a = run_agent(tmp_path / "a", "builtin", scenarios, concurrency=8)
     b = run_agent(tmp_path / "b", "builtin", scenarios, flaws=flawed, concurrency=8)

@@ -17,8 +17,7 @@ CLI = [sys.executable, "-c", "from splitserve.cli import main; main()"]
 def _fetch(hub: HubServer, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env |= {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(home / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
-    return subprocess.run([*CLI, "fetch", *args], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run([*CLI, "fetch", *args], env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -34,8 +33,9 @@ def test_token_flag_and_local_dir(tmp_path: Path) -> None:
         out = tmp_path / "models"
         denied = _fetch(hub, tmp_path, REPO, "--quant", "Q8_0", "--local-dir", str(out), "-q")
         _one_line_error(denied, "HF_TOKEN")
-        ok = _fetch(hub, tmp_path, REPO, "--quant", "Q8_0", "--local-dir", str(out), "--token", "hf_sekret",
-                    "-n", "2", "-q")
+        ok = _fetch(
+            hub, tmp_path, REPO, "--quant", "Q8_0", "--local-dir", str(out), "--token", "hf_sekret", "-n", "2", "-q"
+        )
         assert ok.returncode == 0, ok.stderr
         got = out / "Q8_0" / "Tiny-Q8_0.gguf"
         assert sha256_file(got) == f.sha256
@@ -45,10 +45,14 @@ def test_token_flag_and_local_dir(tmp_path: Path) -> None:
 def test_unknown_revision_and_missing_folder_are_named(tmp_path: Path) -> None:
     with HubServer(tmp_path / "srv") as hub:
         hub.add_file(REPO, "config.json", b"{}")
-        _one_line_error(_fetch(hub, tmp_path, REPO, "--revision", "no-such-branch", "--dir", str(tmp_path / "o")),
-                        "no revision 'no-such-branch'")
-        _one_line_error(_fetch(hub, tmp_path, "org/Missing", "--revision", "v1", "--dir", str(tmp_path / "o")),
-                        "repository not found")
+        _one_line_error(
+            _fetch(hub, tmp_path, REPO, "--revision", "no-such-branch", "--dir", str(tmp_path / "o")),
+            "no revision 'no-such-branch'",
+        )
+        _one_line_error(
+            _fetch(hub, tmp_path, "org/Missing", "--revision", "v1", "--dir", str(tmp_path / "o")),
+            "repository not found",
+        )
         _one_line_error(_fetch(hub, tmp_path, "--verify", str(tmp_path / "nowhere")), "no such folder")
 
 
@@ -71,9 +75,9 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
         afile = tmp_path / "afile"
         afile.write_text("x")
         _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(afile)), "that is a file, not a folder")
-        _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(tmp_path / "o"), "--stall-timeout", "0"),
-                        "--stall-timeout 0")
-        _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(tmp_path / "o"), "--retries", "-1"),
-                        "--retries -1")
+        _one_line_error(
+            _fetch(hub, tmp_path, REPO, "--dir", str(tmp_path / "o"), "--stall-timeout", "0"), "--stall-timeout 0"
+        )
+        _one_line_error(_fetch(hub, tmp_path, REPO, "--dir", str(tmp_path / "o"), "--retries", "-1"), "--retries -1")
         _one_line_error(_fetch(hub, tmp_path, "a/b/c", "--dir", str(tmp_path / "o")), "not a repository id")
         _one_line_error(_fetch(hub, tmp_path, "org/Missing", "--dir", str(tmp_path / "o")), "not found")

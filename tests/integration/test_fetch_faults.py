@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hubserver import HubServer, sha256_file
 
+from hubserver import HubServer, sha256_file
 from splitserve.fetch import (
     MANIFEST,
     DiskSpaceError,
@@ -54,11 +54,21 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
 
 
 def _fetch(hub: HubServer, out: Path, events: Events | None = None, **kw: object) -> object:
-    opts = dict(quants=["UD-IQ4_XS"], includes=["README.md"], dir=out, connections=4,
-                stall_timeout=1.0, backoff=0.05, part_size=2 * MiB)
+    opts = dict(
+        quants=["UD-IQ4_XS"],
+        includes=["README.md"],
+        dir=out,
+        connections=4,
+        stall_timeout=1.0,
+        backoff=0.05,
+        part_size=2 * MiB,
+    )
     opts.update(kw)
-    return fetch(FetchOptions(REPO, **opts), hub=HfHub(endpoint=hub.endpoint, token=""),  # type: ignore[arg-type]
-                 events=events)
+    return fetch(
+        FetchOptions(REPO, **opts),
+        hub=HfHub(endpoint=hub.endpoint, token=""),  # type: ignore[arg-type]
+        events=events,
+    )
 
 
 def _assert_intact(hub: HubServer, out: Path, paths: list[str] = SHARDS) -> None:
@@ -89,15 +99,17 @@ def test_second_run_fetches_nothing(hub: HubServer, tmp_path: Path) -> None:
     assert {o.status for o in result.outcomes} == {"skipped"}  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("kind,kw,expect", [
-    ("drop", {"after": 700_000, "times": 3}, "connection lost"),
-    ("stall", {"after": 300_000, "seconds": 4.0}, "stalled"),
-    ("status", {"status": 503, "times": 2}, "HTTP 503"),
-    ("status", {"status": 416}, "416"),
-    ("expire", {}, "expired"),
-])
-def test_transient_faults_are_retried(hub: HubServer, tmp_path: Path, kind: str, kw: dict,
-                                      expect: str) -> None:
+@pytest.mark.parametrize(
+    "kind,kw,expect",
+    [
+        ("drop", {"after": 700_000, "times": 3}, "connection lost"),
+        ("stall", {"after": 300_000, "seconds": 4.0}, "stalled"),
+        ("status", {"status": 503, "times": 2}, "HTTP 503"),
+        ("status", {"status": 416}, "416"),
+        ("expire", {}, "expired"),
+    ],
+)
+def test_transient_faults_are_retried(hub: HubServer, tmp_path: Path, kind: str, kw: dict, expect: str) -> None:
     fault = hub.add_fault(kind, path=SHARDS[1], **kw)  # type: ignore[arg-type]
     rec = Recorder()
     _fetch(hub, tmp_path / "out", rec)
@@ -106,8 +118,7 @@ def test_transient_faults_are_retried(hub: HubServer, tmp_path: Path, kind: str,
     _assert_intact(hub, tmp_path / "out")
 
 
-def test_dropped_connection_refetches_only_the_lost_remainder(hub: HubServer,
-                                                              tmp_path: Path) -> None:
+def test_dropped_connection_refetches_only_the_lost_remainder(hub: HubServer, tmp_path: Path) -> None:
     hub.add_fault("drop", path=SHARDS[0], after=1_000_000)
     _fetch(hub, tmp_path / "out")
     size = hub.repos[REPO].files[SHARDS[0]].size
@@ -138,8 +149,7 @@ def test_wrong_bytes_refetch_only_that_file_and_say_so(hub: HubServer, tmp_path:
     _assert_intact(hub, tmp_path / "out")
 
 
-def test_persistent_failure_fails_that_file_and_resumes_later(hub: HubServer,
-                                                              tmp_path: Path) -> None:
+def test_persistent_failure_fails_that_file_and_resumes_later(hub: HubServer, tmp_path: Path) -> None:
     hub.add_fault("status", path=SHARDS[1], status=500, times=1000, min_start=6 * MiB)
     out = tmp_path / "out"
     with pytest.raises(FetchFailed) as exc:
@@ -155,14 +165,12 @@ def test_persistent_failure_fails_that_file_and_resumes_later(hub: HubServer,
     _assert_intact(hub, out)
 
 
-def test_token_goes_to_the_hub_and_never_to_storage(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_token_goes_to_the_hub_and_never_to_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with HubServer(tmp_path / "srv", token="hf_secret") as server:
         server.add_file(REPO, "m.gguf", os.urandom(3 * MiB))
         server.add_file(REPO, "config.json", b"{}")
         monkeypatch.setenv("HF_TOKEN", "hf_secret")
-        fetch(FetchOptions(REPO, dir=tmp_path / "out", connections=2),
-              hub=HfHub(endpoint=server.endpoint))
+        fetch(FetchOptions(REPO, dir=tmp_path / "out", connections=2), hub=HfHub(endpoint=server.endpoint))
         assert server.auth_leaks == 0
         assert (tmp_path / "out" / "config.json").read_bytes() == b"{}"
         monkeypatch.setenv("HF_TOKEN", "wrong")
@@ -195,9 +203,13 @@ def test_idle_connections_take_over_half_of_a_big_part(tmp_path: Path) -> None:
         remote = listing.files[0]
         final = tmp_path / "out" / "one.gguf"
         final.parent.mkdir()
-        job = FileJob(remote, final, _identity(REPO, listing.commit, remote),
-                      lambda: hub.resolve(REPO, listing.commit, remote.path),
-                      [Segment(0, remote.size)])
+        job = FileJob(
+            remote,
+            final,
+            _identity(REPO, listing.commit, remote),
+            lambda: hub.resolve(REPO, listing.commit, remote.path),
+            [Segment(0, remote.size)],
+        )
         Transfer([job], TransferOptions(connections=4, stall_timeout=5)).run()
         assert job.status == "done", job.error
         assert sha256_file(final) == f.sha256
@@ -232,15 +244,14 @@ def test_one_fetch_per_folder(hub: HubServer, tmp_path: Path) -> None:
         held.write("4242\n")
         held.flush()
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(FetchError, match="another fetch .pid 4242."):
+        with pytest.raises(FetchError, match=r"another fetch .pid 4242."):
             _fetch(hub, out)
     assert hub.log == []
     _fetch(hub, out)  # the lock is free again
     _assert_intact(hub, out)
 
 
-def test_verify_keeps_a_corrupt_shard_marked_until_it_is_fetched_again(hub: HubServer,
-                                                                       tmp_path: Path) -> None:
+def test_verify_keeps_a_corrupt_shard_marked_until_it_is_fetched_again(hub: HubServer, tmp_path: Path) -> None:
     from splitserve.fetch import verify_dir
     from splitserve.fetch._verify import Manifest
 
@@ -274,14 +285,12 @@ def test_verify_keeps_a_corrupt_shard_marked_until_it_is_fetched_again(hub: HubS
     assert Manifest.model_validate_json((out / MANIFEST).read_text()).files[SHARDS[1]].corrupt is None
 
 
-def test_files_already_on_disk_are_adopted_after_a_hash_check(hub: HubServer,
-                                                              tmp_path: Path) -> None:
+def test_files_already_on_disk_are_adopted_after_a_hash_check(hub: HubServer, tmp_path: Path) -> None:
     out = tmp_path / "out"
     for p in SHARDS:  # e.g. downloaded earlier with another tool
         (out / p).parent.mkdir(parents=True, exist_ok=True)
         (out / p).write_bytes(hub.repos[REPO].files[p].source.read_bytes())
-    plan = plan_fetch(FetchOptions(REPO, quants=["UD-IQ4_XS"], dir=out),
-                      hub=HfHub(endpoint=hub.endpoint, token=""))
+    plan = plan_fetch(FetchOptions(REPO, quants=["UD-IQ4_XS"], dir=out), hub=HfHub(endpoint=hub.endpoint, token=""))
     assert [f.action for f in plan.files] == ["skip", "skip"] and plan.todo == 0
     assert not (out / MANIFEST).exists()  # planning writes nothing
     result = _fetch(hub, out, includes=[])
@@ -294,9 +303,11 @@ def test_urls_that_expire_with_time_are_renewed(tmp_path: Path) -> None:
         f = server.add_file(REPO, "slow.gguf", os.urandom(12 * MiB))
         server.cap_bps = 2 * MiB  # about three seconds on two connections
         rec = Recorder()
-        fetch(FetchOptions(REPO, dir=tmp_path / "out", connections=2, part_size=MiB,
-                           backoff=0.05), hub=HfHub(endpoint=server.endpoint, token=""),
-              events=rec)
+        fetch(
+            FetchOptions(REPO, dir=tmp_path / "out", connections=2, part_size=MiB, backoff=0.05),
+            hub=HfHub(endpoint=server.endpoint, token=""),
+            events=rec,
+        )
         assert sha256_file(tmp_path / "out" / "slow.gguf") == f.sha256
         assert server.resolves >= 2 and any(s.status == 403 for s in server.served())
         assert any("fresh URL" in n for n in rec.notes)
@@ -307,9 +318,8 @@ def test_gated_repo_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         server.add_file(REPO, "m.gguf", os.urandom(MiB))
         server.repos[REPO].gated = True
         monkeypatch.delenv("HF_TOKEN", raising=False)
-        with pytest.raises(HubError, match="gated.*HF_TOKEN"):
-            plan_fetch(FetchOptions(REPO, dir=tmp_path / "o"),
-                       hub=HfHub(endpoint=server.endpoint, token=""))
+        with pytest.raises(HubError, match=r"gated.*HF_TOKEN"):
+            plan_fetch(FetchOptions(REPO, dir=tmp_path / "o"), hub=HfHub(endpoint=server.endpoint, token=""))
         monkeypatch.setenv("HF_TOKEN", "hf_ok")
         fetch(FetchOptions(REPO, dir=tmp_path / "o"), hub=HfHub(endpoint=server.endpoint))
         assert (tmp_path / "o" / "m.gguf").stat().st_size == MiB and server.auth_leaks == 0

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hubserver import HubServer, sha256_file, zeros_sha256
 
+from hubserver import HubServer, sha256_file, zeros_sha256
 from splitserve.fetch import MANIFEST, partial_path, state_path
 from splitserve.fetch._state import read_state_segments
 
@@ -24,14 +24,20 @@ CLI = [sys.executable, "-c", "from splitserve.cli import main; main()"]
 
 def _env(hub: HubServer, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env |= {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "0",
-            "HF_HUB_DISABLE_TELEMETRY": "1", "COLUMNS": "120"}
+    env |= {
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "COLUMNS": "120",
+    }
     return env
 
 
 def _cli(hub: HubServer, tmp: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*CLI, "fetch", *args], env=_env(hub, tmp), capture_output=True, check=False,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [*CLI, "fetch", *args], env=_env(hub, tmp), capture_output=True, check=False, text=True, timeout=120
+    )
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -50,10 +56,10 @@ def test_sigkill_mid_download_then_resume(hub: HubServer, tmp_path: Path) -> Non
     hub.cap_bps = 3 * MiB  # per connection: the first run takes ~4 s, long enough to kill it
     out = tmp_path / "out"
     final = out / name
-    args = [REPO, "--quant", "Q4_K_M", "--dir", str(out), "--connections", "4",
-            "--part-size", "2", "--quiet"]
-    proc = subprocess.Popen([*CLI, "fetch", *args], env=_env(hub, tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = [REPO, "--quant", "Q4_K_M", "--dir", str(out), "--connections", "4", "--part-size", "2", "--quiet"]
+    proc = subprocess.Popen(
+        [*CLI, "fetch", *args], env=_env(hub, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -96,8 +102,9 @@ def test_ctrl_c_stops_promptly_and_the_next_run_resumes(hub: HubServer, tmp_path
     hub.cap_bps = 2 * MiB
     out = tmp_path / "out"
     args = [REPO, "--include", name, "--dir", str(out), "--connections", "4", "--part-size", "1"]
-    proc = subprocess.Popen([*CLI, "fetch", *args], env=_env(hub, tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "fetch", *args], env=_env(hub, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         while sum(1 for s, e, d in read_state_segments(out / name) if d == e - s) < 4:
             assert proc.poll() is None
@@ -132,9 +139,12 @@ def test_memory_stays_flat_on_a_multi_gb_file(hub: HubServer, tmp_path: Path) ->
 
     def peak_rss(include: str) -> int:
         out = tmp_path / f"out-{include}"
-        proc = subprocess.Popen([*CLI, "fetch", REPO, "--include", include, "--dir", str(out),
-                                 "--connections", "16", "--quiet"], env=_env(hub, tmp_path),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [*CLI, "fetch", REPO, "--include", include, "--dir", str(out), "--connections", "16", "--quiet"],
+            env=_env(hub, tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
@@ -146,9 +156,13 @@ def test_memory_stays_flat_on_a_multi_gb_file(hub: HubServer, tmp_path: Path) ->
         out_big = tmp_path / "out-big.gguf" / "big.gguf"
         assert out_big.stat().st_size == size
     finally:
-        for p in (big, tmp_path / "out-big.gguf" / "big.gguf", tmp_path / "small.bin",
-                  partial_path(tmp_path / "out-big.gguf" / "big.gguf"),
-                  tmp_path / "out-small.gguf" / "small.gguf"):
+        for p in (
+            big,
+            tmp_path / "out-big.gguf" / "big.gguf",
+            tmp_path / "small.bin",
+            partial_path(tmp_path / "out-big.gguf" / "big.gguf"),
+            tmp_path / "out-small.gguf" / "small.gguf",
+        ):
             p.unlink(missing_ok=True)
     # 8 times the bytes (and 4 times the part size), yet the peak stays where it was;
     # holding parts in memory would add ~100 MiB here, a leak per byte far more
@@ -164,24 +178,24 @@ def small_repo(hub: HubServer) -> HubServer:
 
 
 def test_cli_dry_run_json_lists_the_shard_set(small_repo: HubServer, tmp_path: Path) -> None:
-    proc = _cli(small_repo, tmp_path, REPO, "--quant", "UD-IQ2_XXS", "--dir",
-                str(tmp_path / "o"), "--dry-run", "--json")
+    proc = _cli(
+        small_repo, tmp_path, REPO, "--quant", "UD-IQ2_XXS", "--dir", str(tmp_path / "o"), "--dry-run", "--json"
+    )
     data = json.loads(proc.stdout)
-    assert [f["path"] for f in data["files"]] == [
-        f"Big-UD-IQ2_XXS-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert [f["path"] for f in data["files"]] == [f"Big-UD-IQ2_XXS-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     assert data["todo"] == data["total"] == 6 * MiB + 6
     assert small_repo.log == [] and not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
-def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer,
-                                                       tmp_path: Path) -> None:
+def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer, tmp_path: Path) -> None:
     out = tmp_path / "o"
     proc = _cli(small_repo, tmp_path, REPO, "--quant", "UD-IQ2_XXS", "--dir", str(out), "--json")
     result = json.loads(proc.stdout)
     assert result["models"] == [str(out / "Big-UD-IQ2_XXS-00001-of-00003.gguf")]
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, ".splitserve-fetch.lock"] + [
-        f"Big-UD-IQ2_XXS-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+        f"Big-UD-IQ2_XXS-0000{i}-of-00003.gguf" for i in (1, 2, 3)
+    ]
     ok = _cli(small_repo, tmp_path, "--verify", str(out))
     assert "3 of 3 files verified" in ok.stdout
     victim = out / "Big-UD-IQ2_XXS-00002-of-00003.gguf"
@@ -194,9 +208,11 @@ def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer,
     bad = _cli(small_repo, tmp_path, "--verify", str(out), "--json", check=False)
     assert bad.returncode == 1
     status = {i["path"]: i["status"] for i in json.loads(bad.stdout)["files"]}
-    assert status == {"Big-UD-IQ2_XXS-00001-of-00003.gguf": "ok",
-                      "Big-UD-IQ2_XXS-00002-of-00003.gguf": "hash",
-                      "Big-UD-IQ2_XXS-00003-of-00003.gguf": "missing"}
+    assert status == {
+        "Big-UD-IQ2_XXS-00001-of-00003.gguf": "ok",
+        "Big-UD-IQ2_XXS-00002-of-00003.gguf": "hash",
+        "Big-UD-IQ2_XXS-00003-of-00003.gguf": "missing",
+    }
     # a second --verify still fails: the corrupt shard stays marked until it is fetched again
     again = _cli(small_repo, tmp_path, "--verify", str(out), check=False)
     assert again.returncode == 1, again.stdout
@@ -205,13 +221,14 @@ def test_cli_fetch_then_verify_catches_a_flipped_byte(small_repo: HubServer,
     mark = len(small_repo.log)
     _cli(small_repo, tmp_path, REPO, "--quant", "UD-IQ2_XXS", "--dir", str(out))
     assert {s.path for s in small_repo.served(since=mark)} == {
-        "Big-UD-IQ2_XXS-00002-of-00003.gguf", "Big-UD-IQ2_XXS-00003-of-00003.gguf"}
+        "Big-UD-IQ2_XXS-00002-of-00003.gguf",
+        "Big-UD-IQ2_XXS-00003-of-00003.gguf",
+    }
     _cli(small_repo, tmp_path, "--verify", str(out))
 
 
 def test_cli_user_errors_are_one_line(small_repo: HubServer, tmp_path: Path) -> None:
-    bad = _cli(small_repo, tmp_path, REPO, "--quant", "Q2_K", "--dir", str(tmp_path / "o"),
-               check=False)
+    bad = _cli(small_repo, tmp_path, REPO, "--quant", "Q2_K", "--dir", str(tmp_path / "o"), check=False)
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "UD-IQ2_XXS" in lines[0] and "Traceback" not in bad.stderr

@@ -55,9 +55,10 @@ GEN: dict[str, Any] = {"max_tokens": 200, "temperature": 0}
 
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else litellm fetches its cost map at import
-    "LITELLM_OFFLINE_MODE": "true",          # and no other catalog or tokenizer either
+    "LITELLM_OFFLINE_MODE": "true",  # and no other catalog or tokenizer either
     "LITELLM_TELEMETRY": "False",
-    "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false",
+    "LANGSMITH_TRACING": "false",
+    "LANGCHAIN_TRACING_V2": "false",
     "OPENAI_AGENTS_DISABLE_TRACING": "1",
 }
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", None}
@@ -70,8 +71,7 @@ def offline() -> Iterator[None]:
     real_connect, real_lookup = socket.socket.connect, socket.getaddrinfo
 
     def connect(sock: socket.socket, addr: Any) -> Any:
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and \
-                not str(addr[0]).startswith(("127.", "::1")):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not str(addr[0]).startswith(("127.", "::1")):
             tried.append(addr)
             raise OSError(f"test_gateway_clients: no network off loopback ({addr})")
         return real_connect(sock, addr)
@@ -100,8 +100,9 @@ def offline() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def gw(engine_url: str, offline: None) -> Iterator[str]:  # noqa: F811
     """The gateway in the Hermes format, with an API key required; yields its /v1 base URL."""
-    cfg = GatewayConfig(engine_url=engine_url, chat_template=templates()["hermes"],
-                        model_format="hermes", keys=KeyRing.build(KEY))
+    cfg = GatewayConfig(
+        engine_url=engine_url, chat_template=templates()["hermes"], model_format="hermes", keys=KeyRing.build(KEY)
+    )
     with running_gateway(cfg) as url:
         yield f"{url}/v1"
 
@@ -128,9 +129,16 @@ def one_weather_call(tool_calls: Any) -> Weather:
 
 # -- openai, sync -----------------------------------------------------------------------------
 
+
 def test_openai_parse_required_gives_typed_arguments(gw: str, model: str) -> None:
-    r = sync(gw).chat.completions.parse(model=model, messages=ASK, tools=[TOOL],  # type: ignore[arg-type]
-                                        tool_choice="required", parallel_tool_calls=False, **GEN)
+    r = sync(gw).chat.completions.parse(
+        model=model,
+        messages=ASK,
+        tools=[TOOL],  # type: ignore[arg-type]
+        tool_choice="required",
+        parallel_tool_calls=False,
+        **GEN,
+    )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and not choice.message.content
     (call,) = choice.message.tool_calls or []
@@ -140,9 +148,14 @@ def test_openai_parse_required_gives_typed_arguments(gw: str, model: str) -> Non
 
 
 def test_openai_stream_helper_assembles_the_named_call(gw: str, model: str) -> None:
-    with sync(gw).chat.completions.stream(model=model, messages=ASK, tools=[TOOL],  # type: ignore[arg-type]
-                                          tool_choice=NAMED, parallel_tool_calls=False,  # type: ignore[arg-type]
-                                          **GEN) as stream:
+    with sync(gw).chat.completions.stream(
+        model=model,
+        messages=ASK,
+        tools=[TOOL],  # type: ignore[arg-type]
+        tool_choice=NAMED,
+        parallel_tool_calls=False,  # type: ignore[arg-type]
+        **GEN,
+    ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_completion()
     assert kinds.count("tool_calls.function.arguments.delta") >= 2  # it arrived in pieces
@@ -154,8 +167,13 @@ def test_openai_stream_helper_assembles_the_named_call(gw: str, model: str) -> N
 
 def test_openai_errors_are_the_sdk_classes(gw: str, model: str) -> None:
     with pytest.raises(openai.AuthenticationError) as auth:
-        sync(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK, tools=[TOOL],  # type: ignore[arg-type, list-item]
-                                                     tool_choice="required", **GEN)
+        sync(gw, "sk-wrong").chat.completions.create(
+            model=model,
+            messages=ASK,
+            tools=[TOOL],  # type: ignore[arg-type, list-item]
+            tool_choice="required",
+            **GEN,
+        )
     assert auth.value.status_code == 401
     with pytest.raises(openai.AuthenticationError):
         sync(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK, stream=True)  # type: ignore[arg-type]
@@ -166,15 +184,27 @@ def test_openai_errors_are_the_sdk_classes(gw: str, model: str) -> None:
 
 # -- openai, async ----------------------------------------------------------------------------
 
+
 def test_async_openai_call_stream_and_401(gw: str, model: str) -> None:
     async def main() -> tuple[Any, list[Any]]:
         client = aio(gw)
         whole = await client.chat.completions.create(
-            model=model, messages=ASK, tools=[TOOL], tool_choice="required",  # type: ignore[arg-type, list-item]
-            parallel_tool_calls=False, **GEN)
+            model=model,
+            messages=ASK,
+            tools=[TOOL],
+            tool_choice="required",  # type: ignore[arg-type, list-item]
+            parallel_tool_calls=False,
+            **GEN,
+        )
         stream = await client.chat.completions.create(
-            model=model, messages=ASK, tools=[TOOL], tool_choice=NAMED,  # type: ignore[arg-type, list-item]
-            parallel_tool_calls=False, stream=True, **GEN)
+            model=model,
+            messages=ASK,
+            tools=[TOOL],
+            tool_choice=NAMED,  # type: ignore[arg-type, list-item]
+            parallel_tool_calls=False,
+            stream=True,
+            **GEN,
+        )
         chunks = [chunk async for chunk in stream]
         with pytest.raises(openai.AuthenticationError) as auth:
             await aio(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK)  # type: ignore[arg-type]
@@ -193,18 +223,25 @@ def test_async_openai_call_stream_and_401(gw: str, model: str) -> None:
 
 # -- langchain-openai -------------------------------------------------------------------------
 
+
 def chat_openai(gw: str, model: str, key: str = KEY) -> Any:
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(model=model, base_url=gw, api_key=key, max_retries=0, timeout=300,  # type: ignore[arg-type]
-                      temperature=0, max_tokens=200)  # type: ignore[call-arg]
+    return ChatOpenAI(
+        model=model,
+        base_url=gw,
+        api_key=key,
+        max_retries=0,
+        timeout=300,  # type: ignore[arg-type]
+        temperature=0,
+        max_tokens=200,
+    )  # type: ignore[call-arg]
 
 
 def test_langchain_bind_tools_required(gw: str, model: str) -> None:
     from langchain_core.messages import AIMessage
 
-    bound = chat_openai(gw, model).bind_tools([Weather], tool_choice="required",
-                                             parallel_tool_calls=False)
+    bound = chat_openai(gw, model).bind_tools([Weather], tool_choice="required", parallel_tool_calls=False)
     msg = bound.invoke(PROMPT)
     assert isinstance(msg, AIMessage) and not msg.invalid_tool_calls
     (call,) = msg.tool_calls
@@ -216,8 +253,7 @@ def test_langchain_bind_tools_required(gw: str, model: str) -> None:
 def test_langchain_stream_accumulates_the_named_call(gw: str, model: str) -> None:
     from langchain_core.messages import AIMessageChunk
 
-    bound = chat_openai(gw, model).bind_tools([Weather], tool_choice="Weather",
-                                             parallel_tool_calls=False)
+    bound = chat_openai(gw, model).bind_tools([Weather], tool_choice="Weather", parallel_tool_calls=False)
     chunks = list(bound.stream(PROMPT))
     assert all(isinstance(c, AIMessageChunk) for c in chunks)
     assert sum(1 for c in chunks if c.tool_call_chunks) >= 2  # the call arrived in pieces
@@ -236,11 +272,13 @@ def test_langchain_wrong_key_is_authentication_error(gw: str, model: str) -> Non
 
 # -- litellm ----------------------------------------------------------------------------------
 
+
 def litellm_call(gw: str, model: str, key: str = KEY, **kw: Any) -> Any:
     import litellm
 
-    return litellm.completion(model=f"openai/{model}", api_base=gw, api_key=key, messages=ASK,
-                              max_retries=0, timeout=300, **{**GEN, **kw})
+    return litellm.completion(
+        model=f"openai/{model}", api_base=gw, api_key=key, messages=ASK, max_retries=0, timeout=300, **{**GEN, **kw}
+    )
 
 
 def test_litellm_required_call(gw: str, model: str) -> None:
@@ -255,8 +293,7 @@ def test_litellm_required_call(gw: str, model: str) -> None:
 def test_litellm_stream_chunk_builder_assembles_the_named_call(gw: str, model: str) -> None:
     import litellm
 
-    chunks = list(litellm_call(gw, model, tools=[TOOL], tool_choice=NAMED,
-                               parallel_tool_calls=False, stream=True))
+    chunks = list(litellm_call(gw, model, tools=[TOOL], tool_choice=NAMED, parallel_tool_calls=False, stream=True))
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) >= 2
     built = litellm.stream_chunk_builder(chunks, messages=ASK)
     assert built is not None and built.choices[0].finish_reason == "tool_calls"
@@ -276,8 +313,10 @@ def test_litellm_errors_are_its_exception_classes(gw: str, model: str) -> None:
 
 # -- openai-agents ----------------------------------------------------------------------------
 
-def weather_agent(gw: str, model: str, calls: list[tuple[str, int]], key: str = KEY,
-                  tool_choice: str = "required") -> Any:
+
+def weather_agent(
+    gw: str, model: str, calls: list[tuple[str, int]], key: str = KEY, tool_choice: str = "required"
+) -> Any:
     from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool
 
     @function_tool
@@ -286,11 +325,14 @@ def weather_agent(gw: str, model: str, calls: list[tuple[str, int]], key: str = 
         calls.append((location, days))
         return f"sunny in {location} for {days} days"
 
-    return Agent(name="weather", instructions="Answer with the weather tool.", tools=[get_weather],
-                 model=OpenAIChatCompletionsModel(model=model, openai_client=aio(gw, key)),
-                 model_settings=ModelSettings(tool_choice=tool_choice, parallel_tool_calls=False,
-                                              temperature=0, max_tokens=200),
-                 tool_use_behavior="stop_on_first_tool")
+    return Agent(
+        name="weather",
+        instructions="Answer with the weather tool.",
+        tools=[get_weather],
+        model=OpenAIChatCompletionsModel(model=model, openai_client=aio(gw, key)),
+        model_settings=ModelSettings(tool_choice=tool_choice, parallel_tool_calls=False, temperature=0, max_tokens=200),
+        tool_use_behavior="stop_on_first_tool",
+    )
 
 
 def assert_called_once_typed(calls: list[tuple[str, int]], final_output: Any) -> None:
@@ -313,8 +355,7 @@ def test_agents_run_streamed_calls_the_named_tool(gw: str, model: str) -> None:
     calls: list[tuple[str, int]] = []
 
     async def main() -> tuple[Any, list[str]]:
-        result = Runner.run_streamed(weather_agent(gw, model, calls, tool_choice="get_weather"),
-                                     PROMPT, max_turns=2)
+        result = Runner.run_streamed(weather_agent(gw, model, calls, tool_choice="get_weather"), PROMPT, max_turns=2)
         names = [ev.name async for ev in result.stream_events() if ev.type == "run_item_stream_event"]
         return result, names
 

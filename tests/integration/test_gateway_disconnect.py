@@ -41,8 +41,11 @@ def send_raw(url: str, path: str, body: dict[str, object]) -> socket.socket:
     """A POST written on a raw socket and left unread (closing the socket is the client leaving)."""
     data = json.dumps(body).encode()
     sock = socket.create_connection(_host_port(url), timeout=30)
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
     return sock
 
 
@@ -54,8 +57,7 @@ def wait_slot(engine: str, slot: int, busy: bool, timeout: float) -> float:
     """Seconds until the engine's ``slot`` is (not) processing; fails after ``timeout``."""
     start = time.monotonic()
     while bool(slots(engine)[slot]["is_processing"]) != busy:
-        assert time.monotonic() - start < timeout, (
-            f"slot {slot} still {'idle' if busy else 'busy'} after {timeout} s")
+        assert time.monotonic() - start < timeout, f"slot {slot} still {'idle' if busy else 'busy'} after {timeout} s"
         time.sleep(0.02)
     return time.monotonic() - start
 
@@ -68,8 +70,10 @@ def metric(url: str, name: str) -> float:
 
 
 PATHS = {
-    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a long story."}],
-                                      "max_tokens": LONG}),
+    "chat": (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": LONG},
+    ),
     "completions": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": LONG}),
     "native": ("/completion", {"prompt": "Once upon a time", "n_predict": LONG}),
 }
@@ -79,13 +83,15 @@ FREED: dict[str, float] = {}
 @pytest.mark.engine
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("path", list(PATHS))
-def test_a_client_that_leaves_frees_the_engine_slot(engine_url: str, path: str,  # noqa: F811
-                                                    stream: bool) -> None:
+def test_a_client_that_leaves_frees_the_engine_slot(
+    engine_url: str,  # noqa: F811
+    path: str,
+    stream: bool,
+) -> None:
     route, body = PATHS[path]
     with running_gateway(GatewayConfig(engine_url=engine_url)) as url:
         httpx.get(f"{url}/v1/models", timeout=30)  # the served model read before the clock runs
-        sock = send_raw(url, route, {**body, "stream": stream, "ignore_eos": True, "id_slot": 0,
-                                     "cache_prompt": False})
+        sock = send_raw(url, route, {**body, "stream": stream, "ignore_eos": True, "id_slot": 0, "cache_prompt": False})
         wait_slot(engine_url, 0, busy=True, timeout=60)
         time.sleep(0.3)  # well into decoding
         sock.close()
@@ -106,13 +112,22 @@ def test_a_queued_request_whose_client_left_gives_its_place_back(engine_url: str
     cfg = GatewayConfig(engine_url=engine_url, max_concurrent=1, max_queue=1)
     with running_gateway(cfg) as url:
         httpx.get(f"{url}/v1/models", timeout=30)
-        held = send_raw(url, "/v1/chat/completions", {
-            "messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": LONG,
-            "ignore_eos": True, "stream": True, "id_slot": 0})
+        held = send_raw(
+            url,
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": "Tell a long story."}],
+                "max_tokens": LONG,
+                "ignore_eos": True,
+                "stream": True,
+                "id_slot": 0,
+            },
+        )
         wait_slot(engine_url, 0, busy=True, timeout=60)
         before = slots(engine_url)[1].get("id_task")
-        queued = send_raw(url, "/v1/completions", {"prompt": "queued", "max_tokens": LONG,
-                                                   "ignore_eos": True, "id_slot": 1})
+        queued = send_raw(
+            url, "/v1/completions", {"prompt": "queued", "max_tokens": LONG, "ignore_eos": True, "id_slot": 1}
+        )
         deadline = time.monotonic() + 10
         while metric(url, "splitserve_queue_depth") < 1:
             assert time.monotonic() < deadline, "the second request never queued"
@@ -142,6 +157,7 @@ def test_a_queued_request_whose_client_left_gives_its_place_back(engine_url: str
 
 # -- hostile connections against `splitserve serve` as a process ---------------------------
 
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -153,10 +169,22 @@ def _rss_kib(pid: int) -> int:
 def serve_process(*args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     (port,) = free_ports(1)
     (dead,) = free_ports(1)  # no engine needed: these requests never get that far
-    proc = subprocess.Popen([sys.executable, "-m", "splitserve", "serve", "--engine",
-                             f"http://127.0.0.1:{dead}", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "splitserve",
+            "serve",
+            "--engine",
+            f"http://127.0.0.1:{dead}",
+            "--port",
+            str(port),
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -218,8 +246,10 @@ def test_a_huge_header_is_refused_with_memory_flat(http: str) -> None:
         answers = [_big_header_attack(url) for _ in range(2)]
         time.sleep(0.5)
         rss_after = _rss_kib(proc.pid)
-        print(f"\n{http}: RSS {rss_before / 1024:.1f} MiB before, {rss_after / 1024:.1f} MiB after "
-              f"two {HEADER_MIB} MiB headers; refused in {', '.join(f'{t:.2f} s' for _, t in answers)}")
+        print(
+            f"\n{http}: RSS {rss_before / 1024:.1f} MiB before, {rss_after / 1024:.1f} MiB after "
+            f"two {HEADER_MIB} MiB headers; refused in {', '.join(f'{t:.2f} s' for _, t in answers)}"
+        )
         for answer, seconds in answers:
             assert answer == b"" or answer.split(b" ", 2)[1] in (b"400", b"431"), answer[:200]
             assert seconds < 5
@@ -240,7 +270,7 @@ def test_a_half_sent_head_is_closed_after_the_header_timeout(http: str) -> None:
         answer = _read_until_closed(half, 10)
         took = time.monotonic() - start
         assert b" 408 " in answer.split(b"\r\n", 1)[0] and 1.4 < took < 4, (answer[:100], took)
-        assert _read_until_closed(idle, 10) .startswith(b"HTTP/1.1 408")
+        assert _read_until_closed(idle, 10).startswith(b"HTTP/1.1 408")
         idle.close()
         half.close()
         # a whole request is unaffected, kept alive past the header time-out

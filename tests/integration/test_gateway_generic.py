@@ -19,23 +19,43 @@ pytestmark = [pytest.mark.engine]
 
 # enums keep a 135M model's argument values short
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather.",
-                                      "parameters": {"type": "object", "properties": {
-                                          "location": {"type": "string",
-                                                       "enum": ["Paris", "London", "Tokyo"]}},
-                                          "required": ["location"]}}},
-    {"type": "function", "function": {"name": "get_time", "description": "Local time.",
-                                      "parameters": {"type": "object", "properties": {
-                                          "city": {"type": "string", "enum": ["Oslo", "Lima"]}},
-                                          "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather.",
+            "parameters": {
+                "type": "object",
+                "properties": {"location": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}},
+                "required": ["location"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Local time.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima"]}},
+                "required": ["city"],
+            },
+        },
+    },
 ]
 NAMES = {"get_weather", "get_time"}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def create(url: str, messages: list[dict[str, Any]] = ASK, **kw: Any) -> Any:
-    return client(url).chat.completions.create(model=model_id(url), messages=messages,  # type: ignore[arg-type]
-                                               tools=TOOLS, temperature=0, **kw)  # type: ignore[arg-type]
+    return client(url).chat.completions.create(
+        model=model_id(url),
+        messages=messages,  # type: ignore[arg-type]
+        tools=TOOLS,
+        temperature=0,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_the_template_is_served_as_plain(plain: str) -> None:  # noqa: F811
@@ -52,8 +72,12 @@ def test_required_streamed(plain: str) -> None:  # noqa: F811
 
 
 def test_named_choice_calls_that_function(plain: str) -> None:  # noqa: F811
-    r = create(plain, tool_choice={"type": "function", "function": {"name": "get_time"}},
-               parallel_tool_calls=False, max_tokens=60)
+    r = create(
+        plain,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        parallel_tool_calls=False,
+        max_tokens=60,
+    )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls or []
@@ -63,10 +87,19 @@ def test_named_choice_calls_that_function(plain: str) -> None:  # noqa: F811
 
 def test_multi_turn_with_a_tool_result_is_answered(plain: str) -> None:  # noqa: F811
     history = ASK + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 degrees."}]
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 degrees."},
+    ]
     r = create(plain, history, max_tokens=40)
     choice = r.choices[0]
     assert choice.message.content, choice

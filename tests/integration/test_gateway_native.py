@@ -14,8 +14,7 @@ from splitserve.gateway import GatewayConfig, KeyRing
 
 pytestmark = [pytest.mark.engine]
 
-MESSAGES = [{"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Name three colors."}]
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colors."}]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +27,12 @@ AUTH = {"Authorization": "Bearer sk-native"}
 
 
 def greedy_chat(url: str, headers: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
-    r = httpx.post(f"{url}/v1/chat/completions", headers=headers or {}, timeout=120, json={
-        "messages": MESSAGES, "max_tokens": 16, "temperature": 0, "seed": 1, "cache_prompt": False})
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        headers=headers or {},
+        timeout=120,
+        json={"messages": MESSAGES, "max_tokens": 16, "temperature": 0, "seed": 1, "cache_prompt": False},
+    )
     assert r.status_code == 200, r.text
     return r.json()  # type: ignore[no-any-return]
 
@@ -57,16 +60,28 @@ def test_native_endpoints_pass_through_under_auth(engine_url: str, gateway: str)
     slots = httpx.get(f"{gateway}/slots", headers=AUTH, timeout=30)
     assert slots.status_code == 200 and slots.json()[0]["n_ctx"] == 2048  # 4096 over 2 slots
 
-    done = httpx.post(f"{gateway}/completion", headers=AUTH, timeout=120,
-                      json={"prompt": "The capital of France is", "n_predict": 4, "temperature": 0})
+    done = httpx.post(
+        f"{gateway}/completion",
+        headers=AUTH,
+        timeout=120,
+        json={"prompt": "The capital of France is", "n_predict": 4, "temperature": 0},
+    )
     assert done.status_code == 200
-    ref = httpx.post(f"{engine_url}/completion", timeout=120,
-                     json={"prompt": "The capital of France is", "n_predict": 4, "temperature": 0})
+    ref = httpx.post(
+        f"{engine_url}/completion",
+        timeout=120,
+        json={"prompt": "The capital of France is", "n_predict": 4, "temperature": 0},
+    )
     assert done.json()["content"] == ref.json()["content"]
 
     events = []
-    with httpx.stream("POST", f"{gateway}/completion", headers=AUTH, timeout=120,
-                      json={"prompt": "Hi", "n_predict": 3, "stream": True}) as resp:
+    with httpx.stream(
+        "POST",
+        f"{gateway}/completion",
+        headers=AUTH,
+        timeout=120,
+        json={"prompt": "Hi", "n_predict": 3, "stream": True},
+    ) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
     assert events and events[-1]["stop"] is True

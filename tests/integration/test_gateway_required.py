@@ -25,29 +25,57 @@ pytestmark = [pytest.mark.engine]
 
 # enums keep a 135M model's values short; free strings are covered in test_grammar
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {
-            "location": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["location"]}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima"]}},
-        "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["location"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima"]}},
+                "required": ["city"],
+            },
+        },
+    },
 ]
 # for the acceptance check: every schema shape the grammar handles, a tool without
 # parameters, an object whose properties are all optional
 RICH_TOOLS: list[dict[str, Any]] = TOOLS + [
-    {"type": "function", "function": {"name": "search", "parameters": {
-        "type": "object", "properties": {
-            "query": {"type": "string"}, "limit": {"type": "integer"}, "score": {"type": "number"},
-            "exact": {"type": "boolean"}, "tags": {"type": "array", "items": {"type": "string"},
-                                                   "minItems": 1},
-            "near": {"type": "object", "properties": {"lat": {"type": "number"},
-                                                      "lon": {"type": "number"}}},
-            "any": {}, "maybe": {"type": ["string", "null"]},
-            "either": {"anyOf": [{"type": "integer"}, {"const": "auto"}]},
-            "ref": {"$ref": "#/$defs/x"}},
-        "$defs": {"x": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer"},
+                    "score": {"type": "number"},
+                    "exact": {"type": "boolean"},
+                    "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "near": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}}},
+                    "any": {},
+                    "maybe": {"type": ["string", "null"]},
+                    "either": {"anyOf": [{"type": "integer"}, {"const": "auto"}]},
+                    "ref": {"$ref": "#/$defs/x"},
+                },
+                "$defs": {"x": {"type": "string"}},
+            },
+        },
+    },
     {"type": "function", "function": {"name": "ping"}},
 ]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -79,28 +107,35 @@ def assert_streamed_call(chunks: list[Any], names: set[str]) -> None:
     assert by_index and all(isinstance(json.loads(a), dict) for a in by_index.values())
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert not "".join(d.content or "" for d in deltas)
+
+
 PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def templates() -> dict[str, str]:
     root = resolve_source(None).path / "models/templates"
-    return {"minimax-m3": (root / "MiniMax-M3.jinja").read_text(),
-            "hermes": (root / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text(),
-            "glm-4.5": (root / "GLM-4.6.jinja").read_text(),
-            "kimi-k2": (root / "moonshotai-Kimi-K2.jinja").read_text()}
+    return {
+        "minimax-m3": (root / "MiniMax-M3.jinja").read_text(),
+        "hermes": (root / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text(),
+        "glm-4.5": (root / "GLM-4.6.jinja").read_text(),
+        "kimi-k2": (root / "moonshotai-Kimi-K2.jinja").read_text(),
+    }
 
 
 # M3's and GLM's templates let the model choose to think; a 135M model that takes the
 # optional reasoning branch rambles there, so those runs turn thinking off (the prompt then
 # ends with the closer, or the model is told not to think, and the grammar offers no
 # reasoning)
-KWARGS = {"minimax-m3": {"thinking_mode": "disabled"}, "hermes": {},
-          "glm-4.5": {"enable_thinking": False}, "kimi-k2": {}}
+KWARGS = {
+    "minimax-m3": {"thinking_mode": "disabled"},
+    "hermes": {},
+    "glm-4.5": {"enable_thinking": False},
+    "kimi-k2": {},
+}
 
 
 @pytest.fixture(scope="module", params=["minimax-m3", "hermes", "glm-4.5", "kimi-k2"])
-def gateway(request: pytest.FixtureRequest,
-            engine_url: str) -> Iterator[tuple[str, dict[str, Any]]]:  # noqa: F811
+def gateway(request: pytest.FixtureRequest, engine_url: str) -> Iterator[tuple[str, dict[str, Any]]]:  # noqa: F811
     fmt = request.param
     cfg = GatewayConfig(engine_url=engine_url, chat_template=templates()[fmt], model_format=fmt)
     with running_gateway(cfg) as url:
@@ -117,18 +152,18 @@ _ONE_CALL_URLS: set[str] = set()
 ONE_CALL = ("glm-4.5", "kimi-k2")
 
 
-def create(gw: tuple[str, dict[str, Any]], extra_body: dict[str, Any] | None = None,
-           **kw: Any) -> Any:
+def create(gw: tuple[str, dict[str, Any]], extra_body: dict[str, Any] | None = None, **kw: Any) -> Any:
     url, kwargs = gw
     if any(url == u for u in _ONE_CALL_URLS):
         kw.setdefault("parallel_tool_calls", False)
     extra = {**(extra_body or {}), "chat_template_kwargs": kwargs}
     return client(url).chat.completions.create(
-        model=model_id(url), messages=ASK, tools=TOOLS, max_tokens=200, temperature=0,
-        extra_body=extra, **kw)
+        model=model_id(url), messages=ASK, tools=TOOLS, max_tokens=200, temperature=0, extra_body=extra, **kw
+    )
 
 
 # -- through the gateway, with the official client ------------------------------------------
+
 
 def test_required_gives_a_structured_call(gateway: tuple[str, dict[str, Any]]) -> None:
     assert_structured_call(create(gateway, tool_choice="required"), NAMES)
@@ -139,8 +174,7 @@ def test_required_streamed(gateway: tuple[str, dict[str, Any]]) -> None:
 
 
 def test_named_choice_calls_that_function_once(gateway: tuple[str, dict[str, Any]]) -> None:
-    r = create(gateway, tool_choice={"type": "function", "function": {"name": "get_time"}},
-               parallel_tool_calls=False)
+    r = create(gateway, tool_choice={"type": "function", "function": {"name": "get_time"}}, parallel_tool_calls=False)
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls or []
@@ -165,6 +199,7 @@ def test_client_grammar_with_required_is_a_400(gateway: tuple[str, dict[str, Any
 
 # -- every format: llama.cpp parses the grammar; what it writes parses back -----------------
 
+
 def _variants(fmt_name: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"parallel": True}, {"parallel": False, "name": "get_time"}]
     if get_format(fmt_name).reasoning is not None:
@@ -177,27 +212,35 @@ def test_engine_accepts_every_format_grammar(engine_url: str, fmt_name: str) -> 
     fmt = get_format(fmt_name)
     for options in _variants(fmt_name):
         grammar = tool_call_grammar(fmt, RICH_TOOLS, **options)
-        r = httpx.post(f"{engine_url}/completion", timeout=120,
-                       json={"prompt": PROMPT, "grammar": grammar, "n_predict": 1})
+        r = httpx.post(
+            f"{engine_url}/completion", timeout=120, json={"prompt": PROMPT, "grammar": grammar, "n_predict": 1}
+        )
         assert r.status_code == 200, (options, r.text)
 
 
 def test_engine_rejects_a_broken_grammar(engine_url: str) -> None:  # noqa: F811
     """The acceptance check above can fail: llama-server answers 400 for a bad grammar."""
-    r = httpx.post(f"{engine_url}/completion", timeout=60,
-                   json={"prompt": PROMPT, "grammar": "root ::= undefined-rule", "n_predict": 1})
+    r = httpx.post(
+        f"{engine_url}/completion",
+        timeout=60,
+        json={"prompt": PROMPT, "grammar": "root ::= undefined-rule", "n_predict": 1},
+    )
     assert r.status_code == 400 and "grammar" in r.text
 
 
 @pytest.mark.parametrize("fmt_name", [f.name for f in list_formats()])
-def test_engine_output_under_the_grammar_parses_to_one_call(engine_url: str,  # noqa: F811
-                                                             fmt_name: str) -> None:
+def test_engine_output_under_the_grammar_parses_to_one_call(
+    engine_url: str,  # noqa: F811
+    fmt_name: str,
+) -> None:
     fmt = get_format(fmt_name)
     grammar = tool_call_grammar(fmt, TOOLS, parallel=False, reasoning=False)
-    r = httpx.post(f"{engine_url}/completion", timeout=300,
-                   # Kimi-K3's markup is long in SmolLM2's tokens (about 150 for one call)
-                   json={"prompt": PROMPT, "grammar": grammar, "n_predict": 400,
-                         "temperature": 0})
+    r = httpx.post(
+        f"{engine_url}/completion",
+        timeout=300,
+        # Kimi-K3's markup is long in SmolLM2's tokens (about 150 for one call)
+        json={"prompt": PROMPT, "grammar": grammar, "n_predict": 400, "temperature": 0},
+    )
     body = r.json()
     assert body["stop_type"] == "eos", body["content"]  # the grammar ended, the engine stopped
     msg = parse_complete(fmt, body["content"], TOOLS, prefilled=False)

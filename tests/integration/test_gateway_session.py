@@ -25,44 +25,72 @@ from splitserve.gateway import GatewayConfig
 
 pytestmark = [pytest.mark.engine]
 
-REASONING = ("The user wants the weather in several cities. I will look each one up in turn, "
-             "then compare the forecasts and answer with the warmest city and its temperature.")
+REASONING = (
+    "The user wants the weather in several cities. I will look each one up in turn, "
+    "then compare the forecasts and answer with the warmest city and its temperature."
+)
 
 
 def forced(city: str) -> str:
     """What M3 writes, laid out exactly as its template renders an assistant turn."""
-    return (f"<mm:think>{REASONING} Next: {city}.</mm:think>{NS}<tool_call>\n"
-            f'{NS}<invoke name="get_weather">{NS}<location>{city}{NS}</location>'
-            f"{NS}</invoke>\n{NS}</tool_call>")
+    return (
+        f"<mm:think>{REASONING} Next: {city}.</mm:think>{NS}<tool_call>\n"
+        f'{NS}<invoke name="get_weather">{NS}<location>{city}{NS}</location>'
+        f"{NS}</invoke>\n{NS}</tool_call>"
+    )
 
 
 @contextmanager
 def m3_gateway(engine_url: str, restore: bool, affinity: bool = True) -> Iterator[str]:  # noqa: F811
     template = (resolve_source(None).path / "models/templates/MiniMax-M3.jinja").read_text()
-    cfg = GatewayConfig(engine_url=engine_url, chat_template=template, model_format="minimax-m3",
-                        test_hooks=True, restore_reasoning=restore, slot_affinity=affinity)
+    cfg = GatewayConfig(
+        engine_url=engine_url,
+        chat_template=template,
+        model_format="minimax-m3",
+        test_hooks=True,
+        restore_reasoning=restore,
+        slot_affinity=affinity,
+    )
     with running_gateway(cfg) as url:
         yield url
 
 
-def loop(url: str, session: str, cities: list[str],
-         ask: str = "Which city is warmest?") -> list[dict[str, Any]]:
+def loop(url: str, session: str, cities: list[str], ask: str = "Which city is warmest?") -> list[dict[str, Any]]:
     """Each turn: the model calls get_weather; the client sends back what an SDK would."""
     history: list[dict[str, Any]] = [{"role": "user", "content": ask}]
     turns = []
     for i, city in enumerate(cities):
-        r = httpx.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": session}, timeout=300,
-                       json={"messages": history, "tools": TOOLS, "max_tokens": 400,
-                             "force_output": forced(city), "stream": i % 2 == 1,
-                             "stream_options": {"include_usage": True}})
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            headers={"X-Session-Id": session},
+            timeout=300,
+            json={
+                "messages": history,
+                "tools": TOOLS,
+                "max_tokens": 400,
+                "force_output": forced(city),
+                "stream": i % 2 == 1,
+                "stream_options": {"include_usage": True},
+            },
+        )
         assert r.status_code == 200, r.text
         msg, usage = _read(r)
         assert msg["tool_calls"] and msg["reasoning_content"].startswith("The user wants")
         turns.append(usage)
-        history.append({"role": "assistant", "content": msg.get("content"),  # no reasoning
-                        "tool_calls": msg["tool_calls"]})
-        history.append({"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"],
-                        "content": json.dumps({"city": city, "celsius": 20 + i})})
+        history.append(
+            {
+                "role": "assistant",
+                "content": msg.get("content"),  # no reasoning
+                "tool_calls": msg["tool_calls"],
+            }
+        )
+        history.append(
+            {
+                "role": "tool",
+                "tool_call_id": msg["tool_calls"][0]["id"],
+                "content": json.dumps({"city": city, "celsius": 20 + i}),
+            }
+        )
     return turns
 
 
@@ -83,10 +111,14 @@ def _read(r: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
             msg["reasoning_content"] += d.get("reasoning_content") or ""
             for tc in d.get("tool_calls") or []:
                 if tc.get("id"):
-                    msg["tool_calls"].append({"id": tc["id"], "type": "function", "function": {
-                        "name": tc["function"]["name"], "arguments": ""}})
-                msg["tool_calls"][tc["index"]]["function"]["arguments"] += tc["function"].get(
-                    "arguments") or ""
+                    msg["tool_calls"].append(
+                        {
+                            "id": tc["id"],
+                            "type": "function",
+                            "function": {"name": tc["function"]["name"], "arguments": ""},
+                        }
+                    )
+                msg["tool_calls"][tc["index"]]["function"]["arguments"] += tc["function"].get("arguments") or ""
     return msg, usage
 
 

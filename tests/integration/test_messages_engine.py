@@ -26,12 +26,26 @@ from splitserve.gateway import GatewayConfig, KeyRing
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 KEY = "sk-messages-engine"
-TOOL: Any = {"name": "get_weather", "description": "Get the weather",
-             "input_schema": {"type": "object", "properties": {
-                 "location": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
-                 "days": {"type": "integer", "enum": [1, 2, 3]}}, "required": ["location", "days"]}}
-OTHER: Any = {"name": "get_time", "input_schema": {"type": "object", "properties": {
-    "city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"]}}
+TOOL: Any = {
+    "name": "get_weather",
+    "description": "Get the weather",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "location": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
+            "days": {"type": "integer", "enum": [1, 2, 3]},
+        },
+        "required": ["location", "days"],
+    },
+}
+OTHER: Any = {
+    "name": "get_time",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["city"],
+    },
+}
 ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 # thinking off: the 135M model rambles in the optional reasoning branch (as in the chat tests)
 # (temperature in the body: newer SDKs no longer take it as an argument)
@@ -46,8 +60,9 @@ def all_templates() -> dict[str, str]:
 @pytest.fixture(scope="module", params=["hermes", "minimax-m3", "qwen3-coder"])
 def gw(request: pytest.FixtureRequest, engine_url: str) -> Iterator[str]:  # noqa: F811
     fmt = request.param
-    cfg = GatewayConfig(engine_url=engine_url, chat_template=all_templates()[fmt], model_format=fmt,
-                        keys=KeyRing.build(KEY))
+    cfg = GatewayConfig(
+        engine_url=engine_url, chat_template=all_templates()[fmt], model_format=fmt, keys=KeyRing.build(KEY)
+    )
     with running_gateway(cfg) as url:
         yield url
 
@@ -70,31 +85,63 @@ def the_call(message: Any) -> Any:
 def test_a_forced_call_streamed_and_not_then_the_tool_result_turn(gw: str) -> None:
     c = client(gw)
     meta = {"user_id": "engine-session"}
-    whole = c.messages.create(model="any", messages=ASK, tools=[TOOL, OTHER], metadata=meta,
-                              tool_choice={"type": "tool", "name": "get_weather"}, **GEN)
+    whole = c.messages.create(
+        model="any",
+        messages=ASK,
+        tools=[TOOL, OTHER],
+        metadata=meta,
+        tool_choice={"type": "tool", "name": "get_weather"},
+        **GEN,
+    )
     use = the_call(whole)
-    with c.messages.stream(model="any", messages=ASK, tools=[TOOL, OTHER], metadata=meta,
-                           tool_choice={"type": "tool", "name": "get_weather"}, **GEN) as s:
+    with c.messages.stream(
+        model="any",
+        messages=ASK,
+        tools=[TOOL, OTHER],
+        metadata=meta,
+        tool_choice={"type": "tool", "name": "get_weather"},
+        **GEN,
+    ) as s:
         streamed = s.get_final_message()
     assert the_call(streamed).input == use.input  # greedy, one slot: the same call
-    history: Any = [*ASK, {"role": "assistant", "content": [b.model_dump() for b in whole.content]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                                  "content": "Sunny, 21 C"}]}]
-    answer = c.messages.create(model="any", messages=history, tools=[TOOL, OTHER], metadata=meta,
-                               tool_choice={"type": "none"}, **{**GEN, "max_tokens": 24})
+    history: Any = [
+        *ASK,
+        {"role": "assistant", "content": [b.model_dump() for b in whole.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "Sunny, 21 C"}]},
+    ]
+    answer = c.messages.create(
+        model="any",
+        messages=history,
+        tools=[TOOL, OTHER],
+        metadata=meta,
+        tool_choice={"type": "none"},
+        **{**GEN, "max_tokens": 24},
+    )
     assert answer.stop_reason in ("end_turn", "max_tokens")
     assert [b.type for b in answer.content] == ["text"] and answer.content[0].text.strip()  # type: ignore[union-attr]
     # the history's prefix was served from the engine's prompt cache
     assert (answer.usage.cache_read_input_tokens or 0) > 0
     total = answer.usage.input_tokens + (answer.usage.cache_read_input_tokens or 0)
-    assert c.messages.count_tokens(model="any", messages=history, tools=[TOOL, OTHER],
-                                   tool_choice={"type": "none"},
-                                   thinking={"type": "disabled"}).input_tokens == total
+    assert (
+        c.messages.count_tokens(
+            model="any",
+            messages=history,
+            tools=[TOOL, OTHER],
+            tool_choice={"type": "none"},
+            thinking={"type": "disabled"},
+        ).input_tokens
+        == total
+    )
 
 
 def test_any_forces_some_call(gw: str) -> None:
-    got = client(gw).messages.create(model="any", messages=ASK, tools=[TOOL, OTHER],
-                                     tool_choice={"type": "any", "disable_parallel_tool_use": True}, **GEN)
+    got = client(gw).messages.create(
+        model="any",
+        messages=ASK,
+        tools=[TOOL, OTHER],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        **GEN,
+    )
     uses = [b for b in got.content if b.type == "tool_use"]
     assert len(uses) == 1 and uses[0].name in ("get_weather", "get_time") and got.stop_reason == "tool_use"
 

@@ -11,10 +11,15 @@ from test_gateway_vllm import gateway, model_dir, standin  # noqa: F401 - fixtur
 
 from splitserve.engine._vllm_standin import StandinState
 
-TOOL: Any = {"name": "get_weather", "description": "The weather in a city",
-             "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
-                                                               "days": {"type": "integer"}},
-                              "required": ["city", "days"]}}
+TOOL: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+    },
+}
 ASK: Any = [{"role": "user", "content": "Weather in Paris?"}]
 
 
@@ -30,9 +35,11 @@ def test_messages_tool_loop_on_vllm(gateway: str, standin: tuple[str, StandinSta
     assert use.name == "get_weather" and use.input == {"city": "Paris", "days": 2}
     sent = standin[1].requests[-1]
     assert "get_weather" in sent["prompt"] and sent["max_tokens"] == 200
-    history: Any = [*ASK, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                                  "content": "sunny"}]}]
+    history: Any = [
+        *ASK,
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]},
+    ]
     second = c.messages.create(model="claude-x", max_tokens=200, messages=history, tools=[TOOL])
     assert second.stop_reason == "end_turn"
     assert second.content[0].type == "text" and second.content[0].text == "It is sunny in Paris for the next 2 days."

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gguf_factory import Q, dense_llama, mixed_quant_llama, moe_qwen3
 from helpers import rpc_workers
-
 from splitserve.cluster import parse_load_report
 from splitserve.model import inspect_model
 from splitserve.plan import (
@@ -81,10 +81,40 @@ def run_llama(engine: Any, model: Path, case: Case) -> tuple[str, list[str]]:
     lines: list[str] = []
     ports = [_free_port() for _ in range(case.workers)]
     with rpc_workers(engine, ports):
-        argv = [str(engine.server), "-m", str(model), "--rpc", ",".join(f"127.0.0.1:{p}" for p in ports),
-                "-ngl", "999", "-ts", case.ts, "-c", str(case.ctx), "-ctk", case.cache, "-ctv", case.cache,
-                "-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch)), "-fa", case.fa, "-np", str(case.parallel),
-                "-fit", "off", "--no-warmup", "-lv", "4", "--host", "127.0.0.1", "--port", str(_free_port())]
+        argv = [
+            str(engine.server),
+            "-m",
+            str(model),
+            "--rpc",
+            ",".join(f"127.0.0.1:{p}" for p in ports),
+            "-ngl",
+            "999",
+            "-ts",
+            case.ts,
+            "-c",
+            str(case.ctx),
+            "-ctk",
+            case.cache,
+            "-ctv",
+            case.cache,
+            "-ub",
+            str(case.ubatch),
+            "-b",
+            str(max(2048, case.ubatch)),
+            "-fa",
+            case.fa,
+            "-np",
+            str(case.parallel),
+            "-fit",
+            "off",
+            "--no-warmup",
+            "-lv",
+            "4",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(_free_port()),
+        ]
         if case.unified:
             argv.append("--kv-unified")
         srv = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -114,11 +144,22 @@ def models(tmp_path_factory: pytest.TempPathFactory, smollm2: Path, gemma3: Path
         "smollm2": smollm2,
         "gemma3": gemma3,
         # wider than the calibration models: 1024 wide, GQA 16/4, 12 layers
-        "dense": dense_llama(d / "dense.gguf", n_layer=12, n_embd=1024, n_head=16, n_head_kv=4, n_ff=2816,
-                             n_vocab=8192, qtype=Q.Q8_0)[0],
+        "dense": dense_llama(
+            d / "dense.gguf", n_layer=12, n_embd=1024, n_head=16, n_head_kv=4, n_ff=2816, n_vocab=8192, qtype=Q.Q8_0
+        )[0],
         # many experts: 128 routed, 8 used
-        "moe": moe_qwen3(d / "moe.gguf", n_layer=6, n_embd=512, n_head=8, n_head_kv=2, d=64, n_expert=128,
-                         n_expert_used=8, n_ff_exp=256, n_vocab=4096)[0],
+        "moe": moe_qwen3(
+            d / "moe.gguf",
+            n_layer=6,
+            n_embd=512,
+            n_head=8,
+            n_head_kv=2,
+            d=64,
+            n_expert=128,
+            n_expert_used=8,
+            n_ff_exp=256,
+            n_vocab=4096,
+        )[0],
         "mixed": mixed_quant_llama(d / "mixed.gguf", n_layer=9, n_embd=512)[0],
     }
 
@@ -130,8 +171,14 @@ def _err(planned: int, measured: int) -> float:
     return (planned - measured) / measured if measured else (0.0 if planned == 0 else float("inf"))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.model}-{c.workers}w-{c.ts}-{c.ctx}-{c.cache}-ub{c.ubatch}"
-                         f"-fa{c.fa}-np{c.parallel}{'-kvu' if c.unified else ''}")
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: (
+        f"{c.model}-{c.workers}w-{c.ts}-{c.ctx}-{c.cache}-ub{c.ubatch}"
+        f"-fa{c.fa}-np{c.parallel}{'-kvu' if c.unified else ''}"
+    ),
+)
 def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case) -> None:
     path = models[case.model]
     log, endpoints = run_llama(engine, path, case)
@@ -140,21 +187,37 @@ def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case
     assert all(measured), f"no buffer lines for some worker; log tail:\n{log[-3000:]}"
     m = inspect_model(path)
     split = tuple(float(x) for x in case.ts.split(","))
-    options = PlanOptions(ctx=case.ctx, parallel=case.parallel, unified=case.unified, cache_type_k=case.cache,
-                          cache_type_v=case.cache,
-                          ubatch=case.ubatch, flash_attn=case.fa == "on", tensor_split=split)
+    options = PlanOptions(
+        ctx=case.ctx,
+        parallel=case.parallel,
+        unified=case.unified,
+        cache_type_k=case.cache,
+        cache_type_v=case.cache,
+        ubatch=case.ubatch,
+        flash_attn=case.fa == "on",
+        tensor_split=split,
+    )
     plan = make_plan(m, [Node(f"w{i}", 64 * GIB) for i in range(case.workers)], options)
 
     # the same layer assignment: llama.cpp assigns contiguous ranges in device order, so the layers each
     # device got follow from its KV buffer (the debug log names every RPC device "RPC0", so it cannot say)
-    kv_layers = layer_kv_bytes(m, KVSettings(ctx=case.ctx, parallel=case.parallel, unified=case.unified,
-                                             type_k=case.cache,
-                                             type_v=case.cache, ubatch=case.ubatch, flash_attn=case.fa == "on"))
+    kv_layers = layer_kv_bytes(
+        m,
+        KVSettings(
+            ctx=case.ctx,
+            parallel=case.parallel,
+            unified=case.unified,
+            type_k=case.cache,
+            type_v=case.cache,
+            ubatch=case.ubatch,
+            flash_attn=case.fa == "on",
+        ),
+    )
     got_counts, il = [], 0
     for dm in measured:
         assert dm is not None
         n = 0
-        while il < m.n_layer and sum(kv_layers[il - n:il + 1]) <= dm.kv_bytes + 0.01 * MIB:
+        while il < m.n_layer and sum(kv_layers[il - n : il + 1]) <= dm.kv_bytes + 0.01 * MIB:
             n, il = n + 1, il + 1
         got_counts.append(n)
     assert got_counts == [pn.n_layers for pn in plan.nodes]
@@ -162,11 +225,22 @@ def test_plan_matches_llama_cpp(engine: Any, models: dict[str, Path], case: Case
     assert [want[:-1].count(i) for i in range(case.workers)] == got_counts
     for i, (pn, dm) in enumerate(zip(plan.nodes, measured)):
         assert dm is not None
-        row = {"model": case.model, "workers": case.workers, "ts": case.ts, "ctx": case.ctx, "cache": case.cache,
-               "ubatch": case.ubatch, "fa": case.fa, "parallel": case.parallel, "unified": case.unified, "device": i,
-               "layers": list(pn.layers) if pn.layers else None,
-               "weights": [pn.weights_bytes, dm.model_bytes], "kv": [pn.kv_bytes, dm.kv_bytes],
-               "compute": [pn.compute_bytes, dm.compute_bytes]}
+        row = {
+            "model": case.model,
+            "workers": case.workers,
+            "ts": case.ts,
+            "ctx": case.ctx,
+            "cache": case.cache,
+            "ubatch": case.ubatch,
+            "fa": case.fa,
+            "parallel": case.parallel,
+            "unified": case.unified,
+            "device": i,
+            "layers": list(pn.layers) if pn.layers else None,
+            "weights": [pn.weights_bytes, dm.model_bytes],
+            "kv": [pn.kv_bytes, dm.kv_bytes],
+            "compute": [pn.compute_bytes, dm.compute_bytes],
+        }
         ROWS.append(row)
         # llama.cpp prints MiB with two decimals: allow that rounding on tiny buffers
         assert abs(pn.weights_bytes - dm.model_bytes) <= max(0.02 * dm.model_bytes, 0.01 * MIB), row
@@ -183,18 +257,60 @@ def test_plan_measure_puts_llama_cpp_beside_the_plan(engine: Any, smollm2: Path,
 
     ports = [_free_port(), _free_port()]
     spec = tmp_path / "cluster.toml"
-    spec.write_text(f'name = "measure"\nmodel = "{smollm2}"\nengine = "{engine.root}"\n'
-                    + "".join(f'[[workers]]\nname = "w{i + 1}"\nport = {p}\n' for i, p in enumerate(ports))
-                    + '[server]\nctx_size = 8192\ncache_type_k = "q8_0"\ncache_type_v = "q8_0"\n'
-                      'flash_attn = "on"\n')
+    spec.write_text(
+        f'name = "measure"\nmodel = "{smollm2}"\nengine = "{engine.root}"\n'
+        + "".join(f'[[workers]]\nname = "w{i + 1}"\nport = {p}\n' for i, p in enumerate(ports))
+        + '[server]\nctx_size = 8192\ncache_type_k = "q8_0"\ncache_type_v = "q8_0"\n'
+        'flash_attn = "on"\n'
+    )
     with rpc_workers(engine, ports, tmp_path):
-        res = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
-                              "--node", "w2=8", "--measure", "--json"], check=False, capture_output=True, text=True,
-                             timeout=300)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "splitserve",
+                "plan",
+                "-c",
+                str(spec),
+                "--node",
+                "w1=8",
+                "--node",
+                "w2=8",
+                "--measure",
+                "--json",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         # flags on the command line override the spec for the plan and for llama.cpp alike
-        over = subprocess.run([sys.executable, "-m", "splitserve", "plan", "-c", str(spec), "--node", "w1=8",
-                               "--node", "w2=8", "--measure", "--json", "--ctx-size", "2048", "-ctk", "f16",
-                               "-ctv", "f16"], check=False, capture_output=True, text=True, timeout=300)
+        over = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "splitserve",
+                "plan",
+                "-c",
+                str(spec),
+                "--node",
+                "w1=8",
+                "--node",
+                "w2=8",
+                "--measure",
+                "--json",
+                "--ctx-size",
+                "2048",
+                "-ctk",
+                "f16",
+                "-ctv",
+                "f16",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout)
     rows = out["measured"]

@@ -17,8 +17,12 @@ pytestmark = [pytest.mark.engine]
 
 
 def preflight(spec_file: Path) -> tuple[int, list[dict[str, str]]]:
-    res = subprocess.run([sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file), "--json"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return res.returncode, json.loads(res.stdout)
 
 
@@ -54,12 +58,19 @@ def test_a_taken_port_and_a_wildcard_bind_are_failing_rows(engine, smollm2, stat
     assert "allow_public_rpc = true" in by[("bind", "w2")]["fix"]
 
 
-def test_a_missing_model_fails_preflight_with_one_line_naming_it_and_the_fix(engine, smollm2, state_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_model_fails_preflight_with_one_line_naming_it_and_the_fix(
+    engine, smollm2, state_home, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     spec_file = two_worker_spec(tmp_path, smollm2, name="pfnomodel")
     missing = tmp_path / "models" / "SmolLM2-135M-Instruct-Q4_1.gguf"
     spec_file.write_text(spec_file.read_text().replace(str(smollm2), str(missing)))
-    res = subprocess.run([sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file)],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("fail: model (head)")]
     assert len(lines) == 1, res.stdout

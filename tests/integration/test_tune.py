@@ -11,16 +11,26 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import free_ports
 
+from helpers import free_ports
 from splitserve.bench import load_run
 from splitserve.cluster import cluster_state_dir, down, load_spec, read_state, up
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 CLI = [sys.executable, "-m", "splitserve"]
-GRID = ["--set", "ubatch=128,512,2048", "--set", "threads=1,2", "--set", "speculation=none,ngram-mod",
-        "--prompt-tokens", "48", "--gen-tokens", "16"]
+GRID = [
+    "--set",
+    "ubatch=128,512,2048",
+    "--set",
+    "threads=1,2",
+    "--set",
+    "speculation=none,ngram-mod",
+    "--prompt-tokens",
+    "48",
+    "--gen-tokens",
+    "16",
+]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -82,8 +92,7 @@ def test_tune_against_the_full_grid_on_the_demo_cluster(engine, smollm2, state_h
     g = grid.summary["tune"]
     assert g["mode"] == "grid" and g["runs"] == 8 == len(grid.points) and len(g["excluded"]) == 4
     assert all(p.values["ubatch"] != 2048 for p in grid.points)
-    assert all(p.error is None and len([r for r in p.records if r.kind == "speed" and r.ok]) == 2
-               for p in grid.points)
+    assert all(p.error is None and len([r for r in p.records if r.kind == "speed" and r.ok]) == 2 for p in grid.points)
 
     out = tmp_path / "tune.json"
     res = run_cli("tune", "-c", str(path), *GRID, "-o", str(out), "--compare", str(grid_out))

@@ -27,8 +27,11 @@ from splitserve.cluster import cluster_state_dir, load_spec, read_state
 
 CHROMIUM = Path("/usr/bin/chromium")
 playwright = pytest.importorskip("playwright.sync_api")
-pytestmark = [pytest.mark.engine, pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/setup.sh)")]
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/setup.sh)"),
+]
 
 KEY = "sk-ui-browser-test"
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
@@ -47,11 +50,21 @@ def _wait_ready(root: Path, sup: subprocess.Popen[str], after: float = 0.0, time
 
 
 def _stream(endpoint: str, done: threading.Event) -> None:
-    body = {"model": "smol", "stream": True, "max_tokens": 600, "temperature": 0.0,
-            "messages": [{"role": "user", "content": "Write a very long story about a lighthouse keeper."}]}
+    body = {
+        "model": "smol",
+        "stream": True,
+        "max_tokens": 600,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": "Write a very long story about a lighthouse keeper."}],
+    }
     try:
-        with httpx.stream("POST", f"{endpoint}/v1/chat/completions", json=body, timeout=120,
-                          headers={"Authorization": f"Bearer {KEY}"}) as resp:
+        with httpx.stream(
+            "POST",
+            f"{endpoint}/v1/chat/completions",
+            json=body,
+            timeout=120,
+            headers={"Authorization": f"Bearer {KEY}"},
+        ) as resp:
             for _ in resp.iter_lines():
                 pass
     except httpx.HTTPError:
@@ -62,17 +75,23 @@ def _stream(endpoint: str, done: threading.Event) -> None:
 
 @pytest.fixture()
 def cluster(engine, smollm2, state_home, tmp_path: Path):  # type: ignore[no-untyped-def]
-    spec_file = two_worker_spec(tmp_path, smollm2, name="uidemo", gateway={"api_key": KEY, "model_name": "smol"},
-                                parallel=2)
+    spec_file = two_worker_spec(
+        tmp_path, smollm2, name="uidemo", gateway={"api_key": KEY, "model_name": "smol"}, parallel=2
+    )
     # a slower watch, so that the page (polling once a second) sees the dead worker before the restart
     spec_file.write_text(spec_file.read_text() + "\n[supervise]\npoll_seconds = 3.0\nbackoff_initial = 1.0\n")
     (tmp_path / "bench-runs").mkdir()
     shutil.copy(BENCH / "speed.json", tmp_path / "bench-runs" / "speed.json")
     shutil.copytree(BENCH / "speed", tmp_path / "bench-runs" / "speed")
     root = cluster_state_dir(load_spec(spec_file))
-    sup = subprocess.Popen([sys.executable, "-m", "splitserve", "up", "-c", str(spec_file), "--foreground",
-                            "--skip-preflight"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+    sup = subprocess.Popen(
+        [sys.executable, "-m", "splitserve", "up", "-c", str(spec_file), "--foreground", "--skip-preflight"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     pids: dict[str, int] = {}
     try:
         pids = _wait_ready(root, sup)
@@ -166,10 +185,28 @@ def test_the_page_at_1400_and_1920_px(cluster: dict[str, Any], tmp_path: Path) -
         shutil.rmtree(old) if old.is_dir() else old.unlink()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    bench = subprocess.run([sys.executable, "-m", "splitserve", "bench", "speed", "-c", str(spec_file),
-                            "--prompt-tokens", "64", "--gen-tokens", "8", "--repeat", "1"],
-                           capture_output=True, text=True, timeout=300, cwd=elsewhere,
-                           env={**os.environ, "SPLITSERVE_API_KEY": KEY})
+    bench = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "splitserve",
+            "bench",
+            "speed",
+            "-c",
+            str(spec_file),
+            "--prompt-tokens",
+            "64",
+            "--gen-tokens",
+            "8",
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=elsewhere,
+        env={**os.environ, "SPLITSERVE_API_KEY": KEY},
+    )
     assert bench.returncode == 0, bench.stdout + bench.stderr
     (run,) = (tmp_path / "bench-runs").glob("speed-*.json")  # beside the spec, though bench ran elsewhere
     assert (run.with_suffix("") / "report.md").is_file()

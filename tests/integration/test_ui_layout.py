@@ -30,8 +30,10 @@ from splitserve.gateway._ui_state import History, Snapshot, assemble
 CHROMIUM = Path("/usr/bin/chromium")
 playwright = pytest.importorskip("playwright.sync_api")
 uvicorn = pytest.importorskip("uvicorn")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/setup.sh)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/setup.sh)"),
+]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SHOTS = DOCS / "ui"
@@ -46,20 +48,49 @@ def eval_run(folder: Path) -> Path:
 
     tiers = {"e": "easy", "m": "medium", "h": "hard", "v": "very_hard"}
     plays = {"e1": "ppp", "e2": "ppw", "m1": "pww", "m2": "ppa", "h1": "paa", "h2": "tpx", "v1": "pwp"}
-    lines: list[dict[str, Any]] = [{
-        "type": "run", "suite": "builtin", "url": "http://127.0.0.1:8000", "model": "smol", "trials": 3,
-        "concurrency": 2, "filters": {}, "scenarios": list(plays), "decode_tps": 50.0, "time_scale": 1.0,
-        "started_at": "2026-12-05T00:00:00+00:00", "splitserve": "0.1",
-        "label": "SmolLM2-135M-Instruct Q4_1 on two RPC workers, builtin suite"}]
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "run",
+            "suite": "builtin",
+            "url": "http://127.0.0.1:8000",
+            "model": "smol",
+            "trials": 3,
+            "concurrency": 2,
+            "filters": {},
+            "scenarios": list(plays),
+            "decode_tps": 50.0,
+            "time_scale": 1.0,
+            "started_at": "2026-12-05T00:00:00+00:00",
+            "splitserve": "0.1",
+            "label": "SmolLM2-135M-Instruct Q4_1 on two RPC workers, builtin suite",
+        }
+    ]
     for sid, verdicts in plays.items():
         for k, v in enumerate(verdicts):
-            verdict, cause = {"p": ("pass", None), "w": ("fail", "wrong_tool"), "a": ("fail", "bad_arguments"),
-                              "t": ("timeout", "timeout"), "x": ("error", "http_error")}[v]
-            lines.append({"type": "trial", "scenario": sid, "trial": k, "tier": tiers[sid[0]],
-                          "category": "files" if sid[0] in "eh" else "shell", "verdict": verdict, "cause": cause,
-                          "evidence": None if v == "p" else f"{cause} in trial {k}", "duration_s": 4.0,
-                          "gen_s": 2.0, "completion_tokens": 50, "time_budget_s": 60.0,
-                          "started_at": "2026-12-05T00:00:10+00:00"})
+            verdict, cause = {
+                "p": ("pass", None),
+                "w": ("fail", "wrong_tool"),
+                "a": ("fail", "bad_arguments"),
+                "t": ("timeout", "timeout"),
+                "x": ("error", "http_error"),
+            }[v]
+            lines.append(
+                {
+                    "type": "trial",
+                    "scenario": sid,
+                    "trial": k,
+                    "tier": tiers[sid[0]],
+                    "category": "files" if sid[0] in "eh" else "shell",
+                    "verdict": verdict,
+                    "cause": cause,
+                    "evidence": None if v == "p" else f"{cause} in trial {k}",
+                    "duration_s": 4.0,
+                    "gen_s": 2.0,
+                    "completion_tokens": 50,
+                    "time_budget_s": 60.0,
+                    "started_at": "2026-12-05T00:00:10+00:00",
+                }
+            )
     folder.mkdir(parents=True)
     (folder / "run.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     write_report(folder, folder / "report")
@@ -98,49 +129,131 @@ def check_layout(page: Any, width: int) -> None:
 
 
 def _proc(node: str, role: str, port: int) -> ProcessRecord:
-    return ProcessRecord(node=node, role=role, host="local", pid=4000 + port % 1000, start_ticks=1,
-                         bind="127.0.0.1", port=port, log=f"/state/logs/{node}.log", argv=[])
+    return ProcessRecord(
+        node=node,
+        role=role,
+        host="local",
+        pid=4000 + port % 1000,
+        start_ticks=1,
+        bind="127.0.0.1",
+        port=port,
+        log=f"/state/logs/{node}.log",
+        argv=[],
+    )
 
 
 def demo_view(root: Path, files: dict[str, Path]) -> dict[str, Any]:
     """/ui/state of the demo cluster after five minutes, a request streaming, as the real assemble()
     makes it from readings like the real ones (SmolLM2-135M Q4_1 on two local RPC workers)."""
-    state = ClusterState(name="uidemo", spec_file=str(root / "uidemo.toml"), model="/m/SmolLM2-135M-Instruct.Q4_1.gguf",
-                         endpoint="http://127.0.0.1:8000", engine="cpu", phase="ready", started_at=1000.0,
-                         ready_at=1003.0, processes=[_proc("gateway", "gateway", 8000), _proc("w1", "rpc", 50052),
-                                                     _proc("w2", "rpc", 50053), _proc("head", "server", 8080)])
+    state = ClusterState(
+        name="uidemo",
+        spec_file=str(root / "uidemo.toml"),
+        model="/m/SmolLM2-135M-Instruct.Q4_1.gguf",
+        endpoint="http://127.0.0.1:8000",
+        engine="cpu",
+        phase="ready",
+        started_at=1000.0,
+        ready_at=1003.0,
+        processes=[
+            _proc("gateway", "gateway", 8000),
+            _proc("w1", "rpc", 50052),
+            _proc("w2", "rpc", 50053),
+            _proc("head", "server", 8080),
+        ],
+    )
     node = {"n_layers": 15, "memory_bytes": int(23.54 * GIB), "output_layer": False}
-    plan = {"nodes": [
-        node | {"name": "w1", "layers": [0, 15], "weights_bytes": int(33.8 * MIB), "kv_bytes": 24 * MIB,
-                "compute_bytes": int(30.6 * MIB), "total_bytes": int(88.4 * MIB),
-                "headroom_bytes": int(23.41 * GIB)},
-        node | {"name": "w2", "layers": [16, 29], "weights_bytes": int(58.3 * MIB), "kv_bytes": 21 * MIB,
-                "compute_bytes": int(20.5 * MIB), "total_bytes": int(99.8 * MIB), "output_layer": True,
-                "headroom_bytes": int(23.44 * GIB)}],
+    plan = {
+        "nodes": [
+            node
+            | {
+                "name": "w1",
+                "layers": [0, 15],
+                "weights_bytes": int(33.8 * MIB),
+                "kv_bytes": 24 * MIB,
+                "compute_bytes": int(30.6 * MIB),
+                "total_bytes": int(88.4 * MIB),
+                "headroom_bytes": int(23.41 * GIB),
+            },
+            node
+            | {
+                "name": "w2",
+                "layers": [16, 29],
+                "weights_bytes": int(58.3 * MIB),
+                "kv_bytes": 21 * MIB,
+                "compute_bytes": int(20.5 * MIB),
+                "total_bytes": int(99.8 * MIB),
+                "output_layer": True,
+                "headroom_bytes": int(23.44 * GIB),
+            },
+        ],
         "host": {"weights_bytes": int(28.7 * MIB), "compute_bytes": int(15.6 * MIB)},
-        "decode_tps_upper_bound": 95.0, "tensor_split": [0.52, 0.48],
-        "settings": {"ctx": 2048, "parallel": 2, "cache_type_k": "f16", "cache_type_v": "f16"}, "warnings": []}
+        "decode_tps_upper_bound": 95.0,
+        "tensor_split": [0.52, 0.48],
+        "settings": {"ctx": 2048, "parallel": 2, "cache_type_k": "f16", "cache_type_v": "f16"},
+        "warnings": [],
+    }
     memory = [
-        {"device": "RPC0[127.0.0.1:50052]", "endpoint": "127.0.0.1:50052", "model_bytes": int(33.8 * MIB),
-         "kv_bytes": 24 * MIB, "compute_bytes": int(31.1 * MIB), "output_bytes": 0, "other_bytes": 0,
-         "total_bytes": int(88.9 * MIB)},
-        {"device": "RPC1[127.0.0.1:50053]", "endpoint": "127.0.0.1:50053", "model_bytes": int(58.3 * MIB),
-         "kv_bytes": 21 * MIB, "compute_bytes": int(20.9 * MIB), "output_bytes": 0, "other_bytes": 0,
-         "total_bytes": int(100.2 * MIB)},
-        {"device": "CPU", "endpoint": None, "model_bytes": int(28.7 * MIB), "kv_bytes": 0,
-         "compute_bytes": int(15.7 * MIB), "output_bytes": MIB, "other_bytes": 0, "total_bytes": int(45.4 * MIB)}]
+        {
+            "device": "RPC0[127.0.0.1:50052]",
+            "endpoint": "127.0.0.1:50052",
+            "model_bytes": int(33.8 * MIB),
+            "kv_bytes": 24 * MIB,
+            "compute_bytes": int(31.1 * MIB),
+            "output_bytes": 0,
+            "other_bytes": 0,
+            "total_bytes": int(88.9 * MIB),
+        },
+        {
+            "device": "RPC1[127.0.0.1:50053]",
+            "endpoint": "127.0.0.1:50053",
+            "model_bytes": int(58.3 * MIB),
+            "kv_bytes": 21 * MIB,
+            "compute_bytes": int(20.9 * MIB),
+            "output_bytes": 0,
+            "other_bytes": 0,
+            "total_bytes": int(100.2 * MIB),
+        },
+        {
+            "device": "CPU",
+            "endpoint": None,
+            "model_bytes": int(28.7 * MIB),
+            "kv_bytes": 0,
+            "compute_bytes": int(15.7 * MIB),
+            "output_bytes": MIB,
+            "other_bytes": 0,
+            "total_bytes": int(45.4 * MIB),
+        },
+    ]
     runs = find_runs([root], files)
     history, snap = History(), Snapshot(now=0.0)
     for i, t in enumerate(range(1010, 1310, 2)):
         # one request after another, each ~50 s at ~15 t/s
-        slots = [{"id": 0, "n_ctx": 1024, "is_processing": True, "id_task": i // 25, "n_prompt_tokens": 40,
-                  "n_prompt_tokens_processed": 40, "n_prompt_tokens_cache": 0,
-                  "next_token": [{"n_decoded": 30 * (i % 25)}]},
-                 {"id": 1, "n_ctx": 1024, "is_processing": False}]
-        snap = Snapshot(now=float(t), state=state, alive={"gateway": True, "w1": True, "w2": True, "head": True},
-                        memory=memory, plan=plan, slots=slots, runs=runs,
-                        links={"127.0.0.1:50052": {"rtt_ms": 0.011, "bytes_sent": 36e6},
-                               "127.0.0.1:50053": {"rtt_ms": 0.009, "bytes_sent": 61e6}})
+        slots = [
+            {
+                "id": 0,
+                "n_ctx": 1024,
+                "is_processing": True,
+                "id_task": i // 25,
+                "n_prompt_tokens": 40,
+                "n_prompt_tokens_processed": 40,
+                "n_prompt_tokens_cache": 0,
+                "next_token": [{"n_decoded": 30 * (i % 25)}],
+            },
+            {"id": 1, "n_ctx": 1024, "is_processing": False},
+        ]
+        snap = Snapshot(
+            now=float(t),
+            state=state,
+            alive={"gateway": True, "w1": True, "w2": True, "head": True},
+            memory=memory,
+            plan=plan,
+            slots=slots,
+            runs=runs,
+            links={
+                "127.0.0.1:50052": {"rtt_ms": 0.011, "bytes_sent": 36e6},
+                "127.0.0.1:50053": {"rtt_ms": 0.009, "bytes_sent": 61e6},
+            },
+        )
         history.update(snap)
     return assemble(snap, history)
 
@@ -149,8 +262,9 @@ class FixedDashboard(Dashboard):
     """The gateway's dashboard handlers over a fixed view (no engine, no key)."""
 
     def __init__(self, view: dict[str, Any], files: dict[str, Path]) -> None:
-        gw = SimpleNamespace(config=SimpleNamespace(port=1, engine_url="http://127.0.0.1:1"),
-                             authenticate=lambda request: None)
+        gw = SimpleNamespace(
+            config=SimpleNamespace(port=1, engine_url="http://127.0.0.1:1"), authenticate=lambda request: None
+        )
         super().__init__(gw)  # type: ignore[arg-type]
         self.view = view
         self.reader.files = files
@@ -167,8 +281,14 @@ def served(tmp_path: Path) -> Any:
     eval_run(tmp_path / "eval-runs" / "smol-builtin")
     files: dict[str, Path] = {}
     ui = FixedDashboard(demo_view(tmp_path, files), files)
-    app = Starlette(routes=[Route("/ui", ui.page), Route("/ui/state", ui.state),
-                            Route("/ui/static/{name}", ui.static), Route("/ui/file/{id}", ui.file)])
+    app = Starlette(
+        routes=[
+            Route("/ui", ui.page),
+            Route("/ui/state", ui.state),
+            Route("/ui/static/{name}", ui.static),
+            Route("/ui/file/{id}", ui.file),
+        ]
+    )
     (port,) = free_ports(1)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -165,16 +165,40 @@ def test_the_gateway_in_front_serves_openai_bench_and_eval(tmp_path: Path) -> No
         assert streamed == whole.choices[0].message.content
 
         out = tmp_path / "speed.json"
-        bench = run_cli("bench", "speed", "--url", state.endpoint, "--prompt-tokens", "32", "--gen-tokens", "4",
-                        "--repeat", "1", "-o", str(out))
+        bench = run_cli(
+            "bench",
+            "speed",
+            "--url",
+            state.endpoint,
+            "--prompt-tokens",
+            "32",
+            "--gen-tokens",
+            "4",
+            "--repeat",
+            "1",
+            "-o",
+            str(out),
+        )
         assert bench.returncode == 0, bench.stderr[-2000:]
         cells = [r for r in load_run(out).records if r.kind == "speed"]
         assert cells and all(r.ok for r in cells), [r.error for r in cells]
 
         run = tmp_path / "eval"
         fixtures = Path(__file__).parent.parent / "fixtures" / "eval" / "toolery"
-        ev = run_cli("eval", "run", str(fixtures), "--url", state.endpoint, "--limit", "2", "--max-tokens", "16",
-                     "-o", str(run), "--no-report")
+        ev = run_cli(
+            "eval",
+            "run",
+            str(fixtures),
+            "--url",
+            state.endpoint,
+            "--limit",
+            "2",
+            "--max-tokens",
+            "16",
+            "-o",
+            str(run),
+            "--no-report",
+        )
         assert ev.returncode == 0, ev.stderr[-2000:]
         trials = [json.loads(ln) for ln in (run / "run.jsonl").read_text().splitlines() if ln.strip()]
         assert len([t for t in trials if t.get("type") == "trial"]) == 2

@@ -19,5 +19,3 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
     if why:
         pytest.skip(f"multi-host tests: {why}")
     yield from make_hosts(tmp_path_factory.mktemp("hosts"), 2)
-
-

@@ -35,8 +35,9 @@ class Box:
 
     def exec(self, *argv: str, **kw: object) -> subprocess.CompletedProcess[str]:
         """Run a command inside the box's namespace (not over ssh)."""
-        return subprocess.run(["ip", "netns", "exec", self.netns, *argv], capture_output=True, text=True,
-                              timeout=60, **kw)  # type: ignore[call-overload]
+        return subprocess.run(
+            ["ip", "netns", "exec", self.netns, *argv], capture_output=True, text=True, timeout=60, **kw
+        )  # type: ignore[call-overload]
 
     def pids(self) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
@@ -132,11 +133,26 @@ def make_hosts(base: Path, count: int) -> Iterator[Hosts]:
             _sh("ip", "-n", ns, "link", "set", there, "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
             cfg = base / f"sshd{i}.conf"
-            cfg.write_text("\n".join([
-                f"ListenAddress {box_addr}", "Port 22", f"HostKey {hostkey}", f"AuthorizedKeysFile {key}.pub",
-                "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-                "UsePAM no", "StrictModes no", f"PidFile {base}/sshd{i}.pid", "MaxSessions 64", "MaxStartups 64",
-                "LogLevel ERROR", ""]))
+            cfg.write_text(
+                "\n".join(
+                    [
+                        f"ListenAddress {box_addr}",
+                        "Port 22",
+                        f"HostKey {hostkey}",
+                        f"AuthorizedKeysFile {key}.pub",
+                        "PermitRootLogin prohibit-password",
+                        "PasswordAuthentication no",
+                        "KbdInteractiveAuthentication no",
+                        "UsePAM no",
+                        "StrictModes no",
+                        f"PidFile {base}/sshd{i}.pid",
+                        "MaxSessions 64",
+                        "MaxStartups 64",
+                        "LogLevel ERROR",
+                        "",
+                    ]
+                )
+            )
             # A mount namespace of the box's own hides the user's ~/.bashrc from its sessions (bash
             # reads it for every ssh command; a slow one, e.g. `pyenv init`, would slow every call).
             sshd = f"exec /usr/sbin/sshd -f {cfg} -E {base / f'sshd{i}.log'}"
@@ -152,30 +168,74 @@ def make_hosts(base: Path, count: int) -> Iterator[Hosts]:
             while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
                 time.sleep(0.05)
             sshd_pids.append(int(pidfile.read_text().strip()))
-            config_lines += [f"Host {box.name}", f"  HostName {box_addr}", "  User root", f"  IdentityFile {key}",
-                             "  IdentitiesOnly yes", "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
-                             ""]
+            config_lines += [
+                f"Host {box.name}",
+                f"  HostName {box_addr}",
+                "  User root",
+                f"  IdentityFile {key}",
+                "  IdentitiesOnly yes",
+                "  StrictHostKeyChecking no",
+                "  UserKnownHostsFile /dev/null",
+                "",
+            ]
         ssh_config = base / "ssh_config"
         ssh_config.write_text("\n".join(config_lines))
         yield Hosts(boxes, ssh_config, key, sshd_pids)
     finally:
         # Close shared ssh connections of this config, then empty and delete every namespace.
         for box in boxes:
-            subprocess.run(["ssh", "-F", str(base / "ssh_config"), "-o", f"ControlPath=/tmp/splitserve-ssh-{os.getuid()}/%C",
-                            "-O", "exit", box.name], capture_output=True, timeout=10)
+            subprocess.run(
+                [
+                    "ssh",
+                    "-F",
+                    str(base / "ssh_config"),
+                    "-o",
+                    f"ControlPath=/tmp/splitserve-ssh-{os.getuid()}/%C",
+                    "-O",
+                    "exit",
+                    box.name,
+                ],
+                capture_output=True,
+                timeout=10,
+            )
         for box in boxes:
             _kill_netns(box.netns)
 
 
-def remote_spec(path: Path, model: Path, hosts: Hosts, name: str, *, ports: tuple[int, int] = (50052, 50053),
-                head_port: int, extra: str = "", workers: str | None = None, server: str = "") -> Path:
+def remote_spec(
+    path: Path,
+    model: Path,
+    hosts: Hosts,
+    name: str,
+    *,
+    ports: tuple[int, int] = (50052, 50053),
+    head_port: int,
+    extra: str = "",
+    workers: str | None = None,
+    server: str = "",
+) -> Path:
     """A spec with one RPC worker in each box, over SSH."""
-    lines = [f'name = "{name}"', f'model = "{model}"', extra, "", "[ssh]", f'config = "{hosts.ssh_config}"',
-             "connect_timeout = 5", ""]
+    lines = [
+        f'name = "{name}"',
+        f'model = "{model}"',
+        extra,
+        "",
+        "[ssh]",
+        f'config = "{hosts.ssh_config}"',
+        "connect_timeout = 5",
+        "",
+    ]
     if workers is None:
         for box, port in zip(hosts.boxes, ports):
-            lines += ["[[workers]]", f'name = "w{box.name[-1]}"', f'host = "{box.name}"', f'bind = "{box.address}"',
-                      f"port = {port}", f'workdir = "{box.workdir}"', ""]
+            lines += [
+                "[[workers]]",
+                f'name = "w{box.name[-1]}"',
+                f'host = "{box.name}"',
+                f'bind = "{box.address}"',
+                f"port = {port}",
+                f'workdir = "{box.workdir}"',
+                "",
+            ]
     else:
         lines.append(workers)
     lines += ["[server]", f"port = {head_port}", "ctx_size = 2048", server, ""]

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_ports
 from netns_hosts import Hosts, remote_spec
 
+from helpers import free_ports
 from splitserve import NodeError
 from splitserve.cluster import Event, load_spec, preflight, up
 
@@ -21,8 +21,12 @@ pytestmark = [pytest.mark.engine, pytest.mark.multihost]
 
 
 def cli_preflight(spec_file: Path) -> tuple[int, list[dict[str, str]], str]:
-    res = subprocess.run([sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file), "--json"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "preflight", "-c", str(spec_file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rows = json.loads(res.stdout) if res.stdout.strip().startswith("[") else []
     return res.returncode, rows, res.stderr
 
@@ -45,7 +49,9 @@ def test_all_pass_across_hosts(engine, smollm2, state_home, hosts: Hosts, tmp_pa
         assert row(rows, "bind", node)["status"] == "pass"
         # Empty work folders: preflight copies the head's engine, as up would, and tests it there.
         eng = row(rows, "engine", node)
-        assert eng["status"] == "pass" and "no copy in" in eng["message"] and "copied the head's build" in eng["message"]
+        assert (
+            eng["status"] == "pass" and "no copy in" in eng["message"] and "copied the head's build" in eng["message"]
+        )
         smoke = row(rows, "smoke", node)
         assert smoke["status"] == "pass" and "computed the head's token" in smoke["message"], smoke
     assert row(rows, "smoke", "head")["status"] == "pass"
@@ -55,7 +61,9 @@ def test_all_pass_across_hosts(engine, smollm2, state_home, hosts: Hosts, tmp_pa
     assert rc == 0 and "same build as the head" in row(rows, "engine", "w1")["message"]
 
 
-def test_fake_earlyoom_fails_with_the_command_to_stop_it(engine, smollm2, state_home, hosts: Hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_fake_earlyoom_fails_with_the_command_to_stop_it(
+    engine, smollm2, state_home, hosts: Hosts, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     fake = tmp_path / "earlyoom"
     shutil.copy("/bin/sleep", fake)
     # Started inside box2; the boxes share one process table, so every node sees it.
@@ -79,10 +87,20 @@ def test_port_held_open_on_a_box(engine, smollm2, state_home, hosts: Hosts, tmp_
     box = hosts.boxes[1]
     (hp,) = free_ports(1)
     spec_file = remote_spec(tmp_path / "port.toml", smollm2, hosts, "port", head_port=hp, ports=(50062, 50063))
-    holder = subprocess.Popen(["ip", "netns", "exec", box.netns, sys.executable, "-c",
-                               "import socket,time; s=socket.socket(); "
-                               f"s.bind(('{box.address}', 50063)); s.listen(8); print('ok', flush=True); time.sleep(120)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            box.netns,
+            sys.executable,
+            "-c",
+            "import socket,time; s=socket.socket(); "
+            f"s.bind(('{box.address}', 50063)); s.listen(8); print('ok', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
         rc, rows, _ = cli_preflight(spec_file)
@@ -105,10 +123,13 @@ def test_bind_address_checks(engine, smollm2, state_home, hosts: Hosts, tmp_path
     b1, b2 = hosts.boxes
     (hp,) = free_ports(1)
     # w1 asks to listen on box2's address: not an address of box1.
-    workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b2.address}"\nport = 50072\nworkdir = "{b1.workdir}"\n'
-               f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50073\nworkdir = "{b2.workdir}"\n')
-    rc, rows, _ = cli_preflight(remote_spec(tmp_path / "bind.toml", smollm2, hosts, "bind", head_port=hp,
-                                            workers=workers))
+    workers = (
+        f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b2.address}"\nport = 50072\nworkdir = "{b1.workdir}"\n'
+        f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50073\nworkdir = "{b2.workdir}"\n'
+    )
+    rc, rows, _ = cli_preflight(
+        remote_spec(tmp_path / "bind.toml", smollm2, hosts, "bind", head_port=hp, workers=workers)
+    )
     assert rc == 1
     r = row(rows, "bind", "w1")
     assert r["status"] == "fail" and f"{b2.address} is not an address of box1" in r["message"]
@@ -117,13 +138,14 @@ def test_bind_address_checks(engine, smollm2, state_home, hosts: Hosts, tmp_path
     # A wildcard bind: a failing row with its fix unless allowed, then a warning row.
     wild = workers.replace(f'bind = "{b2.address}"\nport = 50072', 'bind = "0.0.0.0"\nport = 50072')
     spec_file = remote_spec(tmp_path / "wild.toml", smollm2, hosts, "wild", head_port=hp, workers=wild)
-    rc, rows, err = cli_preflight(spec_file)
+    rc, rows, _err = cli_preflight(spec_file)
     assert rc == 1
     r = row(rows, "bind", "w1")
     assert r["status"] == "fail" and "0.0.0.0 is a wildcard address" in r["message"]
     assert "allow_public_rpc = true" in r["fix"]
-    spec_file = remote_spec(tmp_path / "wild2.toml", smollm2, hosts, "wild2", head_port=hp, workers=wild,
-                            extra="allow_public_rpc = true")
+    spec_file = remote_spec(
+        tmp_path / "wild2.toml", smollm2, hosts, "wild2", head_port=hp, workers=wild, extra="allow_public_rpc = true"
+    )
     rc, rows, _ = cli_preflight(spec_file)
     r = row(rows, "bind", "w1")
     assert r["status"] == "warn" and "no authentication" in r["message"]
@@ -139,9 +161,11 @@ def test_node_with_a_different_engine_build(engine, smollm2, state_home, hosts: 
     fake.chmod(0o755)
     # box2 has a copy of the head's build with one library altered.
     (hp,) = free_ports(1)
-    workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50082\n'
-               f'engine = "{own}"\nworkdir = "{b1.workdir}"\n'
-               f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50083\nworkdir = "{b2.workdir}"\n')
+    workers = (
+        f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50082\n'
+        f'engine = "{own}"\nworkdir = "{b1.workdir}"\n'
+        f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50083\nworkdir = "{b2.workdir}"\n'
+    )
     spec = load_spec(remote_spec(tmp_path / "eng.toml", smollm2, hosts, "eng", head_port=hp, workers=workers))
     copy = b2.workdir / "engines" / engine.key
     copy.mkdir(parents=True, exist_ok=True)
@@ -180,17 +204,22 @@ def test_ssh_unreachable_memory_and_disk(engine, smollm2, state_home, hosts: Hos
     b1 = hosts.boxes[0]
     cfg = tmp_path / "ssh_config"
     # "dead" points at box1's address on a port where no sshd listens.
-    cfg.write_text(hosts.ssh_config.read_text() + f"\nHost dead\n  HostName {b1.address}\n  Port 2222\n"
-                   f"  User root\n  IdentityFile {hosts.key}\n  StrictHostKeyChecking no\n")
+    cfg.write_text(
+        hosts.ssh_config.read_text() + f"\nHost dead\n  HostName {b1.address}\n  Port 2222\n"
+        f"  User root\n  IdentityFile {hosts.key}\n  StrictHostKeyChecking no\n"
+    )
     # A 1 TiB sparse "model": more than any box has memory or disk for.
     big = tmp_path / "huge.gguf"
     with open(big, "wb") as fh:
         fh.truncate(1 << 40)
     (hp,) = free_ports(1)
-    workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50092\nworkdir = "{b1.workdir}"\n'
-               f'[[workers]]\nname = "w2"\nhost = "dead"\nbind = "{b1.address}"\nport = 50093\n')
-    spec_file = remote_spec(tmp_path / "mix.toml", big, hosts, "mix", head_port=hp, workers=workers,
-                            extra="drop_caches = true")
+    workers = (
+        f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50092\nworkdir = "{b1.workdir}"\n'
+        f'[[workers]]\nname = "w2"\nhost = "dead"\nbind = "{b1.address}"\nport = 50093\n'
+    )
+    spec_file = remote_spec(
+        tmp_path / "mix.toml", big, hosts, "mix", head_port=hp, workers=workers, extra="drop_caches = true"
+    )
     text = spec_file.read_text().replace(f'config = "{hosts.ssh_config}"', f'config = "{cfg}"')
     spec_file.write_text(text)
     rc, rows, _ = cli_preflight(spec_file)
@@ -206,21 +235,29 @@ def test_ssh_unreachable_memory_and_disk(engine, smollm2, state_home, hosts: Hos
     assert os.geteuid() == 0
 
 
-def test_a_node_whose_rpc_server_dies_by_sigill_is_a_failing_smoke_row(engine, smollm2, state_home, hosts: Hosts,  # type: ignore[no-untyped-def]
-                                                                        tmp_path: Path) -> None:
+def test_a_node_whose_rpc_server_dies_by_sigill_is_a_failing_smoke_row(
+    engine,
+    smollm2,
+    state_home,
+    hosts: Hosts,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     b1, b2 = hosts.boxes
     # box1's own build: an RPC server that prints its version, then dies of an illegal
     # instruction, as a native build from another CPU does on its first kernel.
     own = b1.workdir / "sigill-build" / "bin"
     own.mkdir(parents=True)
     fake = own / "ggml-rpc-server"
-    fake.write_text("#!/bin/sh\necho 'Starting RPC server v7.0.0'\necho 'llama threadpool init'\n"
-                    "sleep 0.2\nkill -ILL $$\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'Starting RPC server v7.0.0'\necho 'llama threadpool init'\nsleep 0.2\nkill -ILL $$\n"
+    )
     fake.chmod(0o755)
     (hp,) = free_ports(1)
-    workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50102\n'
-               f'engine = "{own}"\nworkdir = "{b1.workdir}"\n'
-               f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50103\nworkdir = "{b2.workdir}"\n')
+    workers = (
+        f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50102\n'
+        f'engine = "{own}"\nworkdir = "{b1.workdir}"\n'
+        f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50103\nworkdir = "{b2.workdir}"\n'
+    )
     spec_file = remote_spec(tmp_path / "ill.toml", smollm2, hosts, "ill", head_port=hp, workers=workers)
     rc, rows, _ = cli_preflight(spec_file)
     assert rc == 1

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import two_worker_spec, wait_dead
 from netns_hosts import Hosts
 
+from helpers import two_worker_spec, wait_dead
 from splitserve.cluster import cluster_state_dir, down, load_spec, up
 
 pytestmark = [pytest.mark.engine, pytest.mark.multihost]
@@ -31,15 +31,23 @@ def test_head_beyond_loopback_needs_a_key(engine, smollm2, state_home, hosts: Ho
     box = hosts.boxes[0]
     addr = box.head_address  # an address of this machine on the link to box1, not loopback
     open_file = two_worker_spec(tmp_path, smollm2, name="headopen", host=addr)
-    res = subprocess.run([sys.executable, "-m", "splitserve", "up", "-c", str(open_file), "--skip-preflight"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "splitserve", "up", "-c", str(open_file), "--skip-preflight"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and f"server.host = '{addr}' is beyond loopback" in lines[0]
     assert "server.api_key" in lines[0] and "Traceback" not in res.stderr
     assert not (cluster_state_dir(load_spec(open_file)) / "state.json").exists()  # nothing started
-    pf = subprocess.run([sys.executable, "-m", "splitserve", "preflight", "-c", str(open_file), "--json"],
-                        capture_output=True, text=True, timeout=300)
+    pf = subprocess.run(
+        [sys.executable, "-m", "splitserve", "preflight", "-c", str(open_file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert pf.returncode == 1
     head = next(r for r in json.loads(pf.stdout) if (r["check"], r["node"]) == ("bind", "head"))
     assert head["status"] == "fail" and "server.api_key" in head["fix"]

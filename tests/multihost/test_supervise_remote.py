@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import free_ports, wait_dead
 from netns_hosts import Hosts, remote_spec
 
+from helpers import free_ports, wait_dead
 from splitserve.cluster import cluster_state_dir, load_spec, read_state, read_supervisor_log
 
 pytestmark = [pytest.mark.engine, pytest.mark.multihost]
@@ -34,8 +34,14 @@ def wait_ready(root: Path, proc: subprocess.Popen[str], timeout: float = 180) ->
 
 
 def stream_until_error(endpoint: str, started: threading.Event, result: dict) -> None:  # type: ignore[type-arg]
-    body = {"prompt": "Write a very long story about a lighthouse keeper.", "n_predict": 2000, "stream": True,
-            "temperature": 0.0, "cache_prompt": False, "ignore_eos": True}
+    body = {
+        "prompt": "Write a very long story about a lighthouse keeper.",
+        "n_predict": 2000,
+        "stream": True,
+        "temperature": 0.0,
+        "cache_prompt": False,
+        "ignore_eos": True,
+    }
     chunks = 0
     try:
         with httpx.stream("POST", f"{endpoint}/completion", json=body, timeout=60) as resp:
@@ -53,15 +59,31 @@ def stream_until_error(endpoint: str, started: threading.Event, result: dict) ->
         started.set()
 
 
-def test_sigkill_worker_mid_generation_cluster_comes_back(engine, smollm2, state_home, hosts: Hosts,  # type: ignore[no-untyped-def]
-                                                          tmp_path: Path) -> None:
+def test_sigkill_worker_mid_generation_cluster_comes_back(
+    engine,
+    smollm2,
+    state_home,
+    hosts: Hosts,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     (head_port,) = free_ports(1)
-    spec_file = remote_spec(tmp_path / "sup.toml", smollm2, hosts, "sup", head_port=head_port,
-                            extra="[supervise]\nbackoff_initial = 0.5\nbackoff_max = 4\npoll_seconds = 0.2")
+    spec_file = remote_spec(
+        tmp_path / "sup.toml",
+        smollm2,
+        hosts,
+        "sup",
+        head_port=head_port,
+        extra="[supervise]\nbackoff_initial = 0.5\nbackoff_max = 4\npoll_seconds = 0.2",
+    )
     spec = load_spec(spec_file)
     root = cluster_state_dir(spec)
-    run = subprocess.Popen([sys.executable, "-m", "splitserve", "run", "-c", str(spec_file)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "splitserve", "run", "-c", str(spec_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         first = wait_ready(root, run)
         endpoint = str(first["_endpoint"])
@@ -80,8 +102,11 @@ def test_sigkill_worker_mid_generation_cluster_comes_back(engine, smollm2, state
         while True:
             assert run.poll() is None and time.monotonic() < deadline
             try:
-                r = httpx.post(f"{endpoint}/completion", timeout=30,
-                               json={"prompt": "Hello", "n_predict": 4, "cache_prompt": False})
+                r = httpx.post(
+                    f"{endpoint}/completion",
+                    timeout=30,
+                    json={"prompt": "Hello", "n_predict": 4, "cache_prompt": False},
+                )
                 if r.status_code == 200 and r.json().get("content") is not None:
                     break
             except httpx.HTTPError:

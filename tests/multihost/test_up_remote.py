@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import free_ports, wait_dead
 from netns_hosts import Hosts, remote_spec
 
+from helpers import free_ports, wait_dead
 from splitserve.cluster import Event, cluster_state_dir, cluster_status, down, load_spec, up
 
 pytestmark = [pytest.mark.engine, pytest.mark.multihost]
@@ -26,8 +26,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_up_chat_status_logs_down_across_hosts(engine, smollm2, state_home, hosts: Hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (head_port,) = free_ports(1)
-    spec_file = remote_spec(tmp_path / "mh.toml", smollm2, hosts, "mh", head_port=head_port,
-                            server="tensor_split = [1, 1]")
+    spec_file = remote_spec(
+        tmp_path / "mh.toml", smollm2, hosts, "mh", head_port=head_port, server="tensor_split = [1, 1]"
+    )
     spec = load_spec(spec_file)
     events: list[Event] = []
     state = up(spec, engine=engine, on_event=events.append)
@@ -47,8 +48,11 @@ def test_up_chat_status_logs_down_across_hosts(engine, smollm2, state_home, host
         assert recs["w1"].pid in user["box1"] and recs["w2"].pid in user["box2"]
         assert recs["w1"].host == "box1" and recs["w1"].bind == hosts.boxes[0].address
 
-        chat = httpx.post(f"{state.endpoint}/v1/chat/completions", timeout=120, json={
-            "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0})
+        chat = httpx.post(
+            f"{state.endpoint}/v1/chat/completions",
+            timeout=120,
+            json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0},
+        )
         assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"]
 
         status = json.loads(run_cli("status", "-c", str(spec_file), "--json").stdout)
@@ -103,9 +107,11 @@ def test_worker_with_its_own_build_is_used_in_place(engine, smollm2, state_home,
     b1, b2 = hosts.boxes
     (head_port,) = free_ports(1)
     # box1 "built its own": a folder of binaries on that node (here the head's build folder itself).
-    workers = (f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50102\n'
-               f'engine = "{engine.bin_dir}"\nworkdir = "{tmp_path / "box1-own"}"\n'
-               f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50103\nworkdir = "{b2.workdir}"\n')
+    workers = (
+        f'[[workers]]\nname = "w1"\nhost = "box1"\nbind = "{b1.address}"\nport = 50102\n'
+        f'engine = "{engine.bin_dir}"\nworkdir = "{tmp_path / "box1-own"}"\n'
+        f'[[workers]]\nname = "w2"\nhost = "box2"\nbind = "{b2.address}"\nport = 50103\nworkdir = "{b2.workdir}"\n'
+    )
     spec = load_spec(remote_spec(tmp_path / "own.toml", smollm2, hosts, "own", head_port=head_port, workers=workers))
     events: list[Event] = []
     state = up(spec, engine=engine, on_event=events.append)

@@ -92,7 +92,7 @@ def test_model_imports_only_gguf_the_stdlib_and_root_modules(graph: ImportGraph)
         if len(parts) > 1 and parts[1] == "model":
             return True
         # a root module such as splitserve._errors (not a package, not the root package itself)
-        return len(parts) == 2 and target in graph.modules and not graph.modules[target].name == "__init__.py"
+        return len(parts) == 2 and target in graph.modules and graph.modules[target].name != "__init__.py"
 
     bad = [i for i in checked(graph) if layer_of(i.source) == "model" and not allowed(i.target)]
     assert not bad, report("model imports something other than gguf, the stdlib and splitserve's root modules", bad)
@@ -108,11 +108,7 @@ def test_only_cli_imports_cli(graph: ImportGraph) -> None:
 
 
 def test_no_private_module_of_another_package_is_imported(graph: ImportGraph) -> None:
-    bad = [
-        i
-        for i in checked(graph)
-        if is_private_import(graph, i)
-    ]
+    bad = [i for i in checked(graph) if is_private_import(graph, i)]
     assert not bad, report("imports another package's private module (import it through the package)", bad)
 
 

@@ -28,8 +28,10 @@ class FakeServer:
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "fake-model"}]})
         if request.url.path == "/props":
-            return httpx.Response(200, json={"total_slots": self.slots, "build_info": "fake",
-                                             "default_generation_settings": {"n_ctx": 4096}})
+            return httpx.Response(
+                200,
+                json={"total_slots": self.slots, "build_info": "fake", "default_generation_settings": {"n_ctx": 4096}},
+            )
         body = json.loads(request.content)
         self.bodies.append(body)
         text = body["messages"][0]["content"] if "messages" in body else body["prompt"]
@@ -46,10 +48,23 @@ class FakeServer:
         finish = "length" if self.reasoning or len(words) >= n else "stop"
         events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         n_out = n if self.reasoning else len(words)
-        events.append({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
-                                                "prompt_tokens_details": {"cached_tokens": cached}},
-                       "timings": {"cache_n": cached, "prompt_n": n_prompt - cached, "prompt_ms": 10.0,
-                                   "predicted_n": n_out, "predicted_ms": 20.0}})
+        events.append(
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": n_prompt,
+                    "completion_tokens": n_out,
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                },
+                "timings": {
+                    "cache_n": cached,
+                    "prompt_n": n_prompt - cached,
+                    "prompt_ms": 10.0,
+                    "predicted_n": n_out,
+                    "predicted_ms": 20.0,
+                },
+            }
+        )
         sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
         return httpx.Response(200, content=sse.encode(), headers={"content-type": "text/event-stream"})
 
@@ -81,8 +96,9 @@ class WorkloadFake:
     from that word on (a speculative server that did not reproduce greedy output).
     """
 
-    def __init__(self, draft: tuple[int, int] | None = None, diverge_after: int | None = None,
-                 calls: bool = False) -> None:
+    def __init__(
+        self, draft: tuple[int, int] | None = None, diverge_after: int | None = None, calls: bool = False
+    ) -> None:
         self.prompts: list[list[str]] = []
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -102,8 +118,9 @@ class WorkloadFake:
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "fake-model"}]})
         if request.url.path == "/props":
-            return httpx.Response(200, json={"total_slots": 1, "build_info": "fake",
-                                             "default_generation_settings": {"n_ctx": 8192}})
+            return httpx.Response(
+                200, json={"total_slots": 1, "build_info": "fake", "default_generation_settings": {"n_ctx": 8192}}
+            )
         body = json.loads(request.content)
         self.bodies.append(body)
         self.headers.append(dict(request.headers))
@@ -131,23 +148,55 @@ class WorkloadFake:
         events: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
         agent = bool(body.get("tools")) and self.calls
         if agent:
-            events.append({"choices": [{"index": 0, "delta": {"tool_calls": [
-                {"index": 0, "id": "c1", "type": "function", "function": {"name": "read_file", "arguments": ""}}]}}]})
-            events += [{"choices": [{"index": 0, "delta": {"tool_calls": [
-                {"index": 0, "function": {"arguments": part}}]}}]} for part in ('{"path": ', '"a.py"}')]
+            events.append(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {
+                                        "index": 0,
+                                        "id": "c1",
+                                        "type": "function",
+                                        "function": {"name": "read_file", "arguments": ""},
+                                    }
+                                ]
+                            },
+                        }
+                    ]
+                }
+            )
+            events += [
+                {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}}]}
+                for part in ('{"path": ', '"a.py"}')
+            ]
             n_out = 3
         else:
             events += [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in out]
             n_out = len(out)
         finish = "tool_calls" if agent else ("length" if n_out >= n else "stop")
         events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-        timings: dict[str, Any] = {"cache_n": cached, "prompt_n": n_prompt - cached, "prompt_ms": 10.0,
-                                   "predicted_n": n_out, "predicted_ms": 20.0 if self.draft is None else 8.0}
+        timings: dict[str, Any] = {
+            "cache_n": cached,
+            "prompt_n": n_prompt - cached,
+            "prompt_ms": 10.0,
+            "predicted_n": n_out,
+            "predicted_ms": 20.0 if self.draft is None else 8.0,
+        }
         if self.draft is not None:
             timings |= {"draft_n": self.draft[0], "draft_n_accepted": self.draft[1]}
-        events.append({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
-                                                "prompt_tokens_details": {"cached_tokens": cached}},
-                       "timings": timings})
+        events.append(
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": n_prompt,
+                    "completion_tokens": n_out,
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                },
+                "timings": timings,
+            }
+        )
         sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
         return httpx.Response(200, content=sse.encode(), headers={"content-type": "text/event-stream"})
 

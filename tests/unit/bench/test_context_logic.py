@@ -35,12 +35,16 @@ def test_found_by_digits(text: str) -> None:
 
 def test_miss_reasons() -> None:
     assert grade("4827193", rec("I do not know")) == ("miss", "not found (answered 'I do not know')")
-    assert grade("4827193", rec("It is 4827192")) [0] == "miss"
+    assert grade("4827193", rec("It is 4827192"))[0] == "miss"
     assert grade("4827193", rec("The secret number of", finish="length"))[1].startswith("answer cut by max tokens")
     assert grade("4827193", rec("", finish="length", reasoning_chars=500)) == (
-        "miss", "reasoning never ended (cut by max tokens)")
+        "miss",
+        "reasoning never ended (cut by max tokens)",
+    )
     assert grade("4827193", rec(error="HTTP 400: the request exceeds the available context size")) == (
-        "miss", "request failed: HTTP 400: the request exceeds the available context size")
+        "miss",
+        "request failed: HTTP 400: the request exceeds the available context size",
+    )
     assert grade("1", rec(error="skipped: too long"))[0] == "skipped"
     assert grade(None, rec("anything")) == ("n/a", "no needle")
 
@@ -76,7 +80,10 @@ def test_haystack_holds_the_needle_at_its_depth_and_control_does_not() -> None:
     late = build_haystack(session, "t2", 400, 0.9, rng)
     for hay in (early, late):
         assert hay.text.count(hay.expected) == 1
-    pos = lambda h: h.text.index(h.expected) / len(h.text)
+
+    def pos(h):
+        return h.text.index(h.expected) / len(h.text)
+
     assert pos(early) < 0.3 < 0.7 < pos(late)
     control = build_haystack(session, "t3", 400, CONTROL, rng)
     assert control.expected not in control.text and "secret number of the" in control.text
@@ -84,8 +91,9 @@ def test_haystack_holds_the_needle_at_its_depth_and_control_does_not() -> None:
 
 def test_fake_reasoning_model_and_wrong_answers_are_misses(tmp_path: Path) -> None:
     opts = ContextOptions(lengths=[100], depths=[0.5], max_tokens=4)
-    run, _ = run_context(Target(url="http://fake:1"), opts, tmp_path / "a.json",
-                         transport=FakeServer(reasoning=True).transport())
+    run, _ = run_context(
+        Target(url="http://fake:1"), opts, tmp_path / "a.json", transport=FakeServer(reasoning=True).transport()
+    )
     cells = [r for r in run.records if r.kind == "context"]
     assert [c.extra["reason"] for c in cells] == ["reasoning never ended (cut by max tokens)"]
     fake = FakeServer(answer="no idea")
@@ -94,6 +102,5 @@ def test_fake_reasoning_model_and_wrong_answers_are_misses(tmp_path: Path) -> No
     assert run.records[-1].extra["verdict"] == "miss"
     assert run.records[-1].extra["reason"].startswith("not found")
     opts = ContextOptions(lengths=[5000], depths=[0.5])
-    run, _ = run_context(Target(url="http://fake:1"), opts, tmp_path / "c.json",
-                         transport=FakeServer().transport())
+    run, _ = run_context(Target(url="http://fake:1"), opts, tmp_path / "c.json", transport=FakeServer().transport())
     assert run.records[-1].extra["verdict"] == "skipped" and "n_ctx 4096" in run.records[-1].error

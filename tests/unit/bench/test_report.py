@@ -26,8 +26,13 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def speed_run(tmp_path: Path, name: str, label: str) -> BenchRun:
     opts = SpeedOptions(prompt_tokens=[20, 40], gen_tokens=3, concurrency=[1, 2], repeat=1)
-    run, _ = run_speed(Target(url="http://fake:1"), opts, tmp_path / f"{name}.json", label=label,
-                       transport=FakeServer(slots=2).transport())
+    run, _ = run_speed(
+        Target(url="http://fake:1"),
+        opts,
+        tmp_path / f"{name}.json",
+        label=label,
+        transport=FakeServer(slots=2).transport(),
+    )
     return run
 
 
@@ -56,8 +61,9 @@ def test_two_runs_side_by_side_with_ratios(tmp_path: Path) -> None:
 
 def test_context_report_shows_grid_and_reasons(tmp_path: Path) -> None:
     opts = ContextOptions(lengths=[100, 200], depths=[0.5], control=True, max_tokens=4)
-    run, _ = run_context(Target(url="http://fake:1"), opts, tmp_path / "c.json",
-                         transport=FakeServer(answer="no idea").transport())
+    run, _ = run_context(
+        Target(url="http://fake:1"), opts, tmp_path / "c.json", transport=FakeServer(answer="no idea").transport()
+    )
     md, plots = write_report([run], tmp_path / "rep")
     text = md.read_text()
     assert "Grid (rows: length, columns: depth)" in text and "| 100 | MISS | MISS |" in text
@@ -66,15 +72,25 @@ def test_context_report_shows_grid_and_reasons(tmp_path: Path) -> None:
 
 
 def test_engine_and_sweep_runs_render(tmp_path: Path) -> None:
-    eng = BenchRun(kind="engine", id="e1", engine_rows=[
-        {"test": "pp512", "n_prompt": 512, "n_gen": 0, "avg_ts": 1000.0, "stddev_ts": 5.0, "n_ubatch": 512},
-        {"test": "tg128", "n_prompt": 0, "n_gen": 128, "avg_ts": 50.0, "stddev_ts": 1.0, "n_ubatch": 512}])
+    eng = BenchRun(
+        kind="engine",
+        id="e1",
+        engine_rows=[
+            {"test": "pp512", "n_prompt": 512, "n_gen": 0, "avg_ts": 1000.0, "stddev_ts": 5.0, "n_ubatch": 512},
+            {"test": "tg128", "n_prompt": 0, "n_gen": 128, "avg_ts": 50.0, "stddev_ts": 1.0, "n_ubatch": 512},
+        ],
+    )
     speed = speed_run(tmp_path, "s", "http")
     text = render_markdown([speed, eng])
     assert "| pp512 | 512 |" in text and "## Serving path cost" in text and "vs llama-bench tg 50.0 t/s" in text
-    sweep = BenchRun(kind="sweep", id="sw", points=[
-        SweepPoint(values={"ubatch": 512}, records=[r for r in speed.records if r.kind == "speed"]),
-        SweepPoint(values={"ubatch": 1024}, error="port in use")])
+    sweep = BenchRun(
+        kind="sweep",
+        id="sw",
+        points=[
+            SweepPoint(values={"ubatch": 512}, records=[r for r in speed.records if r.kind == "speed"]),
+            SweepPoint(values={"ubatch": 1024}, error="port in use"),
+        ],
+    )
     md, plots = write_report([sweep], tmp_path / "sw")
     out = md.read_text()
     assert "| 512 | 20 | 1 | – | – | – | – | 1,500.0 |" in out, out

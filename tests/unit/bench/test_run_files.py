@@ -19,8 +19,9 @@ def test_the_run_id_is_the_file_name_the_cli_chose(tmp_path: Path) -> None:
     assert written == path and run.id == path.stem
     assert load_run(path).id == path.stem
     # a name of the user's own keeps a fresh id of the run's kind
-    run, written = run_speed(Target(url="http://fake:1/v1"), opts, tmp_path / "mine.json",
-                             transport=FakeServer().transport())
+    run, written = run_speed(
+        Target(url="http://fake:1/v1"), opts, tmp_path / "mine.json", transport=FakeServer().transport()
+    )
     assert written.name == "mine.json" and run.id.startswith("speed-") and load_run(written).id == run.id
 
 
@@ -33,15 +34,25 @@ def test_set_values_take_k_like_lengths() -> None:
 
 def test_the_run_file_carries_the_figures_per_cell(tmp_path: Path) -> None:
     opts = SpeedOptions(prompt_tokens=[20, 40], gen_tokens=3, concurrency=[1, 2], repeat=1)
-    _run, path = run_speed(Target(url="http://fake:1/v1"), opts, tmp_path / "r.json",
-                           transport=FakeServer(slots=2).transport())
+    _run, path = run_speed(
+        Target(url="http://fake:1/v1"), opts, tmp_path / "r.json", transport=FakeServer(slots=2).transport()
+    )
     summary = load_run(path).summary
     cells = {(c["prompt_target"], c["concurrency"]): c for c in summary["cells"]}
     assert set(cells) == {(20, 1), (20, 2), (40, 1), (40, 2)}
     for c in cells.values():
         assert c["errors"] == 0 and c["cache_hits"] == 0 and c["completion_tokens"] == 3
-        for key in ("prefill_tps_server", "decode_tps_server", "ttf_chunk_ms_p50", "ttf_content_ms_p50",
-                    "itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "e2e_ms_p50", "throughput_tps"):
+        for key in (
+            "prefill_tps_server",
+            "decode_tps_server",
+            "ttf_chunk_ms_p50",
+            "ttf_content_ms_p50",
+            "itl_ms_p50",
+            "itl_ms_p90",
+            "itl_ms_p99",
+            "e2e_ms_p50",
+            "throughput_tps",
+        ):
             assert c[key] is not None and c[key] > 0, key
     assert cells[(20, 2)]["n"] == 2
     assert summary["headline"]["decode_tps_server"] > 0

@@ -23,7 +23,7 @@ def test_unique_prompts_no_cache_hits_and_every_field(tmp_path: Path) -> None:
     speed = [r for r in result.records if r.kind == "speed"]
     assert len(speed) == 2 * (1 + 3)
     prompts = [b["messages"][0]["content"] for b in fake.bodies]
-    assert len(set(prompts)) == len(prompts)                    # no two requests share a prompt
+    assert len(set(prompts)) == len(prompts)  # no two requests share a prompt
     assert len({p.split()[0] for p in prompts}) == len(prompts)  # ... nor their first word
     assert not any(r.cache_hit for r in speed)
     assert all(b["ignore_eos"] and b["stream_options"] == {"include_usage": True} for b in fake.bodies)
@@ -70,8 +70,9 @@ def test_unreachable_endpoint_is_one_line_error(tmp_path: Path) -> None:
         raise httpx.ConnectError("connection refused")
 
     with pytest.raises(NotRunningError, match="cannot reach http://fake:1/v1"):
-        run_speed(Target(url="http://fake:1"), SpeedOptions(), tmp_path / "r.json",
-                  transport=httpx.MockTransport(refuse))
+        run_speed(
+            Target(url="http://fake:1"), SpeedOptions(), tmp_path / "r.json", transport=httpx.MockTransport(refuse)
+        )
     assert not (tmp_path / "r.json").exists()  # nothing measured, no run file left behind
 
 
@@ -86,7 +87,10 @@ def test_a_server_that_rejects_every_probe_is_one_error(tmp_path: Path) -> None:
             return httpx.Response(200, json={"data": []})
         return httpx.Response(400, json={"error": {"message": "Unrecognized request argument: ignore_eos"}})
 
-    with pytest.raises(EngineError, match="every probe request failed: HTTP 400: Unrecognized request "
-                                          "argument: ignore_eos; pass --no-ignore-eos"):
-        run_speed(Target(url="http://fake:1"), SpeedOptions(), tmp_path / "r.json",
-                  transport=httpx.MockTransport(reject))
+    with pytest.raises(
+        EngineError,
+        match="every probe request failed: HTTP 400: Unrecognized request argument: ignore_eos; pass --no-ignore-eos",
+    ):
+        run_speed(
+            Target(url="http://fake:1"), SpeedOptions(), tmp_path / "r.json", transport=httpx.MockTransport(reject)
+        )

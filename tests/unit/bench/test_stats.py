@@ -22,14 +22,19 @@ def rec(**kw: object) -> RequestRecord:
 
 
 def test_request_metrics_server_and_client() -> None:
-    r = rec(prompt_tokens=110, cached_tokens=10, completion_tokens=5, ttf_token_ms=200.0,
-            token_times_ms=[200.0, 300.0, 400.0, 500.0, 600.0],
-            timings={"prompt_n": 100, "prompt_ms": 50.0, "predicted_n": 5, "predicted_ms": 250.0})
+    r = rec(
+        prompt_tokens=110,
+        cached_tokens=10,
+        completion_tokens=5,
+        ttf_token_ms=200.0,
+        token_times_ms=[200.0, 300.0, 400.0, 500.0, 600.0],
+        timings={"prompt_n": 100, "prompt_ms": 50.0, "predicted_n": 5, "predicted_ms": 250.0},
+    )
     m = request_metrics(r)
     assert m["prefill_tps_server"] == pytest.approx(2000.0)
     assert m["decode_tps_server"] == pytest.approx(20.0)
-    assert m["prefill_tps_client"] == pytest.approx(500.0)   # 100 uncached tokens in 0.2 s
-    assert m["decode_tps_client"] == pytest.approx(10.0)     # 4 tokens after the first in 0.4 s
+    assert m["prefill_tps_client"] == pytest.approx(500.0)  # 100 uncached tokens in 0.2 s
+    assert m["decode_tps_client"] == pytest.approx(10.0)  # 4 tokens after the first in 0.4 s
     assert inter_token_ms(r) == [100.0] * 4
 
 
@@ -51,8 +56,9 @@ def test_tpot_is_time_after_the_first_token_per_further_token() -> None:
     from splitserve.bench._stats import summarize, tpot_ms
 
     def rec(ttft: float, e2e: float, n: int) -> RequestRecord:
-        return RequestRecord(id=f"r{ttft}", kind="speed", cell={}, ttf_token_ms=ttft, e2e_ms=e2e,
-                             completion_tokens=n, status=200)
+        return RequestRecord(
+            id=f"r{ttft}", kind="speed", cell={}, ttf_token_ms=ttft, e2e_ms=e2e, completion_tokens=n, status=200
+        )
 
     assert tpot_ms(rec(100.0, 1100.0, 11)) == 100.0
     assert tpot_ms(rec(100.0, 100.0, 1)) is None  # one token: no time per further token

@@ -32,15 +32,20 @@ def chunk(**delta: object) -> dict[str, object]:
 
 def test_timer_separates_first_chunk_reasoning_content() -> None:
     t = StreamTimer()
-    t.feed(chunk(role="assistant"), 0.10)           # role-only: a chunk, not a token
+    t.feed(chunk(role="assistant"), 0.10)  # role-only: a chunk, not a token
     t.feed(chunk(reasoning_content="hmm"), 0.20)
     t.feed(chunk(reasoning_content=" ok"), 0.25)
     t.feed(chunk(content="Hi"), 0.40)
     t.feed(chunk(content=" there"), 0.45)
     t.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}, 0.46)
-    t.feed({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 4,
-                                     "prompt_tokens_details": {"cached_tokens": 3}},
-            "timings": {"prompt_n": 7, "cache_n": 3, "predicted_n": 4}}, 0.47)
+    t.feed(
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 3}},
+            "timings": {"prompt_n": 7, "cache_n": 3, "predicted_n": 4},
+        },
+        0.47,
+    )
     tr = t.finish(0.5)
     assert (tr.first_chunk, tr.first_reasoning, tr.first_content, tr.first_token) == (0.10, 0.20, 0.40, 0.20)
     assert tr.token_times == [0.20, 0.25, 0.40, 0.45]

@@ -55,8 +55,13 @@ KV_F = {"f16": 1.0, "q8_0": 1.06}
 UB_F = {128: 0.85, 256: 0.95, 512: 1.0, 1024: 1.08, 2048: 0.97}
 B_F = {512: 0.9, 1024: 1.0, 2048: 1.05, 4096: 1.02}
 
-AXES = [Axis("speculation", tuple(SPEC_F)), Axis("threads", tuple(THREADS_F)), Axis(KV, tuple(KV_F)),
-        Axis("ubatch", tuple(UB_F)), Axis("batch", tuple(B_F))]
+AXES = [
+    Axis("speculation", tuple(SPEC_F)),
+    Axis("threads", tuple(THREADS_F)),
+    Axis(KV, tuple(KV_F)),
+    Axis("ubatch", tuple(UB_F)),
+    Axis("batch", tuple(B_F)),
+]
 START = {"speculation": "none", "threads": 2, KV: "f16", "ubatch": 512, "batch": 2048}
 
 
@@ -76,8 +81,9 @@ def planner(p: dict[str, Any]) -> str | None:
 
 
 class Counter:
-    def __init__(self, noise: float = 0.0, seed: int = 1,
-                 score: Callable[[dict[str, Any]], float] = true_score) -> None:
+    def __init__(
+        self, noise: float = 0.0, seed: int = 1, score: Callable[[dict[str, Any]], float] = true_score
+    ) -> None:
         self.calls: list[dict[str, Any]] = []
         self.rng = random.Random(seed)
         self.noise = noise
@@ -128,8 +134,9 @@ def test_ruled_out_points_are_never_measured_and_are_listed() -> None:
 def test_the_walk_looks_past_a_ruled_out_value() -> None:
     measure = Counter(score=lambda p: float(p["ubatch"]))
     axes = [Axis("ubatch", (128, 256, 512, 1024, 2048, 4096))]
-    res = coordinate_search(axes, {"ubatch": 512}, measure, DECODE,
-                            lambda p: "no" if p["ubatch"] == 2048 else None, confirm=False)
+    res = coordinate_search(
+        axes, {"ubatch": 512}, measure, DECODE, lambda p: "no" if p["ubatch"] == 2048 else None, confirm=False
+    )
     assert [c["ubatch"] for c in measure.calls] == [512, 1024, 4096]
     assert res.best == {"ubatch": 4096} and res.excluded == [({"ubatch": 2048}, "no")]
 
@@ -229,6 +236,7 @@ def test_the_grid_measures_every_allowed_point() -> None:
     axes = [Axis("speculation", ("none", "ngram-mod")), Axis("threads", (1, 2, 4)), Axis("ubatch", (512, 2048))]
     start = {"speculation": "none", "threads": 2, "ubatch": 512}
     feasible = lambda p: "no" if p["ubatch"] == 2048 and p["threads"] == 4 else None  # noqa: E731
+
     def score(p: dict[str, Any]) -> float:
         return {1: 1.0, 2: 2.0, 4: 3.0}[p["threads"]] * (2 if p["speculation"] == "ngram-mod" else 1)
 
@@ -242,14 +250,18 @@ def test_the_grid_measures_every_allowed_point() -> None:
 
 
 def test_axes_from_set_take_the_bench_names() -> None:
-    axes = parse_axes(["ub=128,512", "speculation=none,ngram-mod,ngram-simple+ngram-mod", "kv=f16,q8_0",
-                       "threads=auto,2"])
+    axes = parse_axes(
+        ["ub=128,512", "speculation=none,ngram-mod,ngram-simple+ngram-mod", "kv=f16,q8_0", "threads=auto,2"]
+    )
     assert [(a.name, a.values) for a in axes] == [
-        ("ubatch", (128, 512)), ("speculation", ("none", "ngram-mod", "ngram-simple+ngram-mod")),
-        (KV, ("f16", "q8_0")), ("threads", (None, 2))]
+        ("ubatch", (128, 512)),
+        ("speculation", ("none", "ngram-mod", "ngram-simple+ngram-mod")),
+        (KV, ("f16", "q8_0")),
+        ("threads", (None, 2)),
+    ]
     assert axes[0].ordered and not axes[1].ordered and not axes[3].ordered
     assert [a.name for a in order_axes(axes, DECODE)] == ["speculation", "threads", KV, "ubatch"]
-    assert [a.name for a in order_axes(axes, METRICS["prefill"])][0] == "ubatch"
+    assert next(a.name for a in order_axes(axes, METRICS["prefill"])) == "ubatch"
     with pytest.raises(UsageError, match="given twice"):
         parse_axes(["ubatch=128", "ub=256"])
     with pytest.raises(UsageError, match="unknown server option"):
@@ -259,8 +271,13 @@ def test_axes_from_set_take_the_bench_names() -> None:
 
 
 def test_default_axes_start_from_the_spec() -> None:
-    spec = parse_spec({"model": "/m.gguf", "workers": [{"name": "w1"}],
-                       "server": {"ubatch": 384, "cache_type_k": "q8_0", "cache_type_v": "q8_0"}})
+    spec = parse_spec(
+        {
+            "model": "/m.gguf",
+            "workers": [{"name": "w1"}],
+            "server": {"ubatch": 384, "cache_type_k": "q8_0", "cache_type_v": "q8_0"},
+        }
+    )
     axes = default_axes(spec.server, supported=["ngram-mod", "draft-mtp"], cores=(8, 16))
     by = {a.name: a.values for a in axes}
     assert by["speculation"] == ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-mtp")
@@ -276,8 +293,13 @@ def test_the_planner_rules_out_what_does_not_fit(tmp_path: Path) -> None:
     from gguf_factory import dense_llama
 
     model = dense_llama(tmp_path / "m.gguf", n_layer=4, n_embd=256, n_vocab=2048)[0]
-    spec = parse_spec({"model": str(model), "workers": [{"name": "w1", "memory_gib": 0.05}],
-                       "server": {"ctx_size": 2048, "flash_attn": "off"}})
+    spec = parse_spec(
+        {
+            "model": str(model),
+            "workers": [{"name": "w1", "memory_gib": 0.05}],
+            "server": {"ctx_size": 2048, "flash_attn": "off"},
+        }
+    )
     check = PlannerCheck(spec)
     assert check({"ubatch": 128}) is None
     assert "will not fit" in (check({"ubatch": 4096, "batch": 4096}) or "")
@@ -321,16 +343,28 @@ def test_the_written_spec_keeps_the_users_keys_and_comments(tmp_path: Path) -> N
     spec = load_spec(src)
     best = {"speculation": "ngram-mod", "threads": None, KV: "q8_0", "ubatch": 256, "batch": 2048}
     changes = spec_changes(spec.server, best)
-    assert changes == {"speculation": "ngram-mod", "threads": None, "cache_type_k": "q8_0",
-                       "cache_type_v": "q8_0", "ubatch": 256}  # batch 2048 is llama.cpp's default already
+    assert changes == {
+        "speculation": "ngram-mod",
+        "threads": None,
+        "cache_type_k": "q8_0",
+        "cache_type_v": "q8_0",
+        "ubatch": 256,
+    }  # batch 2048 is llama.cpp's default already
     out = tmp_path / "out" / "best.toml"
     text = tuned_spec_text(src.read_text(), changes, ["tuned"], src.parent, out.parent)
     assert text.startswith("# tuned\n# my cluster: keep this comment\n")
     assert "ctx_size = 4096   # enough for agents" in text and "# the gateway" in text
     assert "ubatch = 256  # the default" in text and "# threads = 4" in text
     data = tomllib.loads(text)
-    assert data["server"] == {"port": 8080, "ctx_size": 4096, "ubatch": 256, "speculation": "ngram-mod",
-                              "extra_args": ["--jinja"], "cache_type_k": "q8_0", "cache_type_v": "q8_0"}
+    assert data["server"] == {
+        "port": 8080,
+        "ctx_size": 4096,
+        "ubatch": 256,
+        "speculation": "ngram-mod",
+        "extra_args": ["--jinja"],
+        "cache_type_k": "q8_0",
+        "cache_type_v": "q8_0",
+    }
     assert data["model"] == str((src.parent / "models/m.gguf").resolve())  # moved: made absolute
     assert data["gateway"] == {"port": 8000} and data["workers"] == [{"name": "w1", "port": 50052}]
     out.parent.mkdir()
@@ -344,8 +378,11 @@ def test_the_written_spec_keeps_the_users_keys_and_comments(tmp_path: Path) -> N
 def test_specs_the_text_editor_cannot_handle_are_written_anew() -> None:
     inline = 'model = "/m.gguf"\nworkers = [{name = "w1"}]\nserver = {port = 9000}\n'
     text = tuned_spec_text(inline, {"ubatch": 128})
-    assert tomllib.loads(text) == {"model": "/m.gguf", "workers": [{"name": "w1"}],
-                                   "server": {"port": 9000, "ubatch": 128}}
+    assert tomllib.loads(text) == {
+        "model": "/m.gguf",
+        "workers": [{"name": "w1"}],
+        "server": {"port": 9000, "ubatch": 128},
+    }
     bare = 'model = "/m.gguf"\n\n[[workers]]\nname = "w1"\n'
     text = tuned_spec_text(bare, {"speculation": ["ngram-simple", "ngram-mod"]})
     assert text.startswith('model = "/m.gguf"\n') and "[server]" in text
@@ -373,8 +410,13 @@ class LandscapeServer(FakeServer):
 
 
 class FakeRestarter:
-    def __init__(self, server: LandscapeServer, score: Callable[[dict[str, Any]], float],
-                 fail_on: dict[str, Any] | None = None, interrupt_at: int | None = None) -> None:
+    def __init__(
+        self,
+        server: LandscapeServer,
+        score: Callable[[dict[str, Any]], float],
+        fail_on: dict[str, Any] | None = None,
+        interrupt_at: int | None = None,
+    ) -> None:
         self.server = server
         self.score = score
         self.started: list[dict[str, Any]] = []
@@ -420,14 +462,22 @@ def tune(tmp_path: Path, name: str, grid: bool = False, **kw: Any) -> tuple[Any,
     server = LandscapeServer()
     restarter = FakeRestarter(server, small_score, **kw)
     opts = SpeedOptions(prompt_tokens=[20], gen_tokens=4, concurrency=[1], repeat=2)
-    run, path, res = run_tune(restarter, spec_file(tmp_path), SMALL, SMALL_START, opts,
-                              TuneOptions(grid=grid, min_gain=0.02), small_planner, tmp_path / f"{name}.json",
-                              transport=server.transport())
+    run, path, res = run_tune(
+        restarter,
+        spec_file(tmp_path),
+        SMALL,
+        SMALL_START,
+        opts,
+        TuneOptions(grid=grid, min_gain=0.02),
+        small_planner,
+        tmp_path / f"{name}.json",
+        transport=server.transport(),
+    )
     return run, path, res, restarter
 
 
 def test_tune_writes_the_run_the_best_spec_and_a_report_of_every_point(tmp_path: Path) -> None:
-    run, path, res, restarter = tune(tmp_path, "tune")
+    _run, path, res, restarter = tune(tmp_path, "tune")
     assert restarter.finished == 1
     assert res.best == {"speculation": "ngram-mod", "threads": 4, "ubatch": 512}
     assert res.best_measurement.score == pytest.approx(15.0)
@@ -443,7 +493,7 @@ def test_tune_writes_the_run_the_best_spec_and_a_report_of_every_point(tmp_path:
     again = load_spec(best)
     assert again.server.speculation == ["ngram-mod"] and again.server.threads == 4 and again.server.port == 8080
 
-    grun, gpath, gres, grest = tune(tmp_path, "grid", grid=True)
+    _grun, gpath, gres, _grest = tune(tmp_path, "grid", grid=True)
     assert gres.runs == 16 and len(gres.excluded) == 2 and gres.best == res.best
     assert res.runs < gres.runs
     c = compare(saved, load_run(gpath))
@@ -453,14 +503,16 @@ def test_tune_writes_the_run_the_best_spec_and_a_report_of_every_point(tmp_path:
     md, pngs = write_tune_report(saved, path.with_suffix(""), load_run(gpath), best)
     text = md.read_text()
     for step in res.steps:  # every point measured is in the report
-        assert f"| {step.run} | {step.axis or '–'} | {step.point['speculation']} | {step.point['threads']} | " \
-               f"{step.point['ubatch']} |" in text
+        assert (
+            f"| {step.run} | {step.axis or '–'} | {step.point['speculation']} | {step.point['threads']} | "
+            f"{step.point['ubatch']} |" in text
+        )
     assert "## Against the full grid" in text and "ranks #1 of 16" in text and str(best) in text
     assert pngs and pngs[0].read_bytes().startswith(PNG)
 
 
 def test_a_point_that_does_not_start_loses_and_the_search_goes_on(tmp_path: Path) -> None:
-    run, path, res, restarter = tune(tmp_path, "fail", fail_on={"speculation": "ngram-mod"})
+    _run, path, res, _restarter = tune(tmp_path, "fail", fail_on={"speculation": "ngram-mod"})
     failed = [s for s in res.steps if s.verdict == "failed"]
     assert failed and all(s.point["speculation"] == "ngram-mod" for s in failed)
     assert res.best is not None and res.best["speculation"] == "none"
@@ -468,7 +520,7 @@ def test_a_point_that_does_not_start_loses_and_the_search_goes_on(tmp_path: Path
 
 
 def test_an_interrupted_tune_keeps_what_it_measured_and_brings_the_cluster_back(tmp_path: Path) -> None:
-    run, path, res, restarter = tune(tmp_path, "stop", interrupt_at=3)
+    _run, path, res, restarter = tune(tmp_path, "stop", interrupt_at=3)
     assert res.stopped == "interrupted" and restarter.finished == 1
     saved = load_run(path)
     assert saved.interrupted and len([p for p in saved.points if p.records]) == 2
@@ -480,24 +532,27 @@ def test_an_interrupted_tune_keeps_what_it_measured_and_brings_the_cluster_back(
 def cli_spec(tmp_path: Path, model: str = "/no/such/m.gguf", memory: float | None = None) -> Path:
     path = tmp_path / "c.toml"
     mem = f"memory_gib = {memory}\n" if memory else ""
-    path.write_text(f'name = "c"\nmodel = "{model}"\n\n[[workers]]\nname = "w1"\n{mem}\n'
-                    '[server]\nctx_size = 2048\n')
+    path.write_text(f'name = "c"\nmodel = "{model}"\n\n[[workers]]\nname = "w1"\n{mem}\n[server]\nctx_size = 2048\n')
     return path
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--metric", "speed"], "--metric 'speed'"),
-    (["--workload", "copy,edit"], "tune optimizes for one workload"),
-    (["--workload", "bogus"], "--workload 'bogus'"),
-    (["--set", "colour=red"], "--set colour: unknown server option"),
-    (["--set", "ubatch=12x"], "--set ubatch"),
-    (["--set", "speculation=none,bogus"], "unknown speculation type 'bogus'"),
-    (["--set", "ubatch=128", "--set", "ub=256"], "given twice"),
-    (["--set", "ubatch"], "expected NAME=V1,V2"),
-    (["--compare", "no-such-run.json"], "no-such-run.json: no such run file"),
-])
-def test_bad_input_is_one_line_and_starts_nothing(args: list[str], needle: str, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--metric", "speed"], "--metric 'speed'"),
+        (["--workload", "copy,edit"], "tune optimizes for one workload"),
+        (["--workload", "bogus"], "--workload 'bogus'"),
+        (["--set", "colour=red"], "--set colour: unknown server option"),
+        (["--set", "ubatch=12x"], "--set ubatch"),
+        (["--set", "speculation=none,bogus"], "unknown speculation type 'bogus'"),
+        (["--set", "ubatch=128", "--set", "ub=256"], "given twice"),
+        (["--set", "ubatch"], "expected NAME=V1,V2"),
+        (["--compare", "no-such-run.json"], "no-such-run.json: no such run file"),
+    ],
+)
+def test_bad_input_is_one_line_and_starts_nothing(
+    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import splitserve.cli._tune  # noqa: F401  (registers tune)
     from splitserve.cli._app import app
 
@@ -518,16 +573,30 @@ def test_a_missing_spec_is_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "no such cluster spec file" in r.stderr
 
 
-def test_dry_run_lists_the_points_and_what_the_planner_rules_out(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_lists_the_points_and_what_the_planner_rules_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import splitserve.cli._tune  # noqa: F401
     from gguf_factory import dense_llama
     from splitserve.cli._app import app
 
     model = dense_llama(tmp_path / "m.gguf", n_layer=4, n_embd=256, n_vocab=2048)[0]
     monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(app, ["tune", "-c", str(cli_spec(tmp_path, str(model), 0.05)), "--dry-run",
-                                 "--set", "ubatch=128,4096", "--set", "batch=4096", "--set", "threads=1,2"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "tune",
+            "-c",
+            str(cli_spec(tmp_path, str(model), 0.05)),
+            "--dry-run",
+            "--set",
+            "ubatch=128,4096",
+            "--set",
+            "batch=4096",
+            "--set",
+            "threads=1,2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "grid: 4 points, 2 allowed by the planner, 2 ruled out" in r.stdout
     assert "try        threads=" in r.stdout and "ruled out  " in r.stdout and "will not fit" in r.stdout

@@ -3,6 +3,7 @@ speculation sweep's baseline, and the report and plots of all that (against fake
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -87,13 +88,12 @@ def test_edit_items_make_one_small_change_each() -> None:
 
 def test_user_file_gets_an_automatic_rename_and_number_change(tmp_path: Path) -> None:
     f = tmp_path / "thing.py"
-    f.write_text("def area(width, height):\n    scale = 25\n    return width * height * scale\n\n"
-                 "print(area(3, 4))\n")
+    f.write_text("def area(width, height):\n    scale = 25\n    return width * height * scale\n\nprint(area(3, 4))\n")
     src = read_source(f)
     assert src.lang == "python"
     edits = edits_for(src)
     assert [e[0] for e in edits] == ["rename", "number"]
-    kind, old, new, instruction = edits[0]
+    _kind, old, new, instruction = edits[0]
     assert old in ("area", "height", "scale", "width") and new == old + "_v2"
     assert f"`{old}`" in instruction
     changed = apply_edit(src.text, *edits[1][:3])
@@ -128,9 +128,9 @@ def test_agent_recording_replays_the_recorded_history_turn_by_turn() -> None:
     turns = item.turns()
     assert 5 <= len(turns) <= 8
     assert [m["role"] for m in turns[0]] == ["system", "user"]
-    for a, b in zip(turns, turns[1:]):
-        assert b[: len(a)] == a                      # each turn extends the previous one...
-        assert b[len(a)]["role"] == "assistant"      # ...with the recorded assistant turn
+    for a, b in itertools.pairwise(turns):
+        assert b[: len(a)] == a  # each turn extends the previous one...
+        assert b[len(a)]["role"] == "assistant"  # ...with the recorded assistant turn
         assert b[-1]["role"] == "tool" and b[-1]["tool_call_id"] == b[len(a)]["tool_calls"][0]["id"]
     assert any("reasoning_content" in m for m in turns[-1])
     dropped = item.turns(drop_reasoning=True)
@@ -154,7 +154,7 @@ def test_bad_recordings_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no assistant turn"):
         load_recording(f)
     f.write_text(json.dumps([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]))
-    assert len(load_recording(f).turns()) == 1   # a bare message list is a recording too
+    assert len(load_recording(f).turns()) == 1  # a bare message list is a recording too
 
 
 # -- agreement -----------------------------------------------------------------------------
@@ -163,24 +163,33 @@ def test_bad_recordings_are_one_line_errors(tmp_path: Path) -> None:
 def test_agreement_is_the_common_prefix_over_the_reference() -> None:
     assert agreement("abcdef", "abcdef") == (1.0, True)
     assert agreement("abcXef", "abcdef") == (0.5, False)
-    assert agreement("abcdefgh", "abcdef") == (1.0, False)   # all of the reference, then more
+    assert agreement("abcdefgh", "abcdef") == (1.0, False)  # all of the reference, then more
     assert agreement("abc", "abcdef") == (0.5, False)
     assert agreement("", "") == (1.0, True)
     assert agreement("x", "") == (0.0, False)
 
 
 def test_comparable_text_holds_reasoning_content_and_tool_calls() -> None:
-    rec = RequestRecord(id="a", kind="agent", reasoning="think", text="hi",
-                        tool_calls=[{"id": "1", "name": "read_file", "arguments": '{"path": "a"}'}])
+    rec = RequestRecord(
+        id="a",
+        kind="agent",
+        reasoning="think",
+        text="hi",
+        tool_calls=[{"id": "1", "name": "read_file", "arguments": '{"path": "a"}'}],
+    )
     assert comparable(rec) == 'thinkhi\nread_file({"path": "a"})'
 
 
 def test_apply_reference_matches_by_id() -> None:
-    ref = [RequestRecord(id="copy-1", kind="copy", text="hello world"),
-           RequestRecord(id="cal", kind="calibration", text="x")]
-    recs = [RequestRecord(id="copy-1", kind="copy", text="hello there"),
-            RequestRecord(id="copy-2", kind="copy", text="nothing to compare"),
-            RequestRecord(id="cal", kind="calibration", text="x")]
+    ref = [
+        RequestRecord(id="copy-1", kind="copy", text="hello world"),
+        RequestRecord(id="cal", kind="calibration", text="x"),
+    ]
+    recs = [
+        RequestRecord(id="copy-1", kind="copy", text="hello there"),
+        RequestRecord(id="copy-2", kind="copy", text="nothing to compare"),
+        RequestRecord(id="cal", kind="calibration", text="x"),
+    ]
     assert apply_reference(recs, ref, "base") == 1
     assert recs[0].agreement == pytest.approx(6 / 11) and recs[0].exact_match is False and recs[0].reference == "base"
     assert recs[1].agreement is None and recs[2].agreement is None
@@ -190,10 +199,12 @@ def test_apply_reference_matches_by_id() -> None:
 
 
 def workload_run(tmp_path: Path, name: str, fake: WorkloadFake, **kw: Any) -> Any:
-    opts = SpeedOptions(**{"concurrency": [1], "repeat": 1, "workloads": ["copy", "edit", "json", "agent"],
-                           "max_tokens": 600, **kw})
-    run, _ = run_speed(Target(url="http://fake:1"), opts, tmp_path / f"{name}.json", label=name,
-                       transport=fake.transport())
+    opts = SpeedOptions(
+        **{"concurrency": [1], "repeat": 1, "workloads": ["copy", "edit", "json", "agent"], "max_tokens": 600, **kw}
+    )
+    run, _ = run_speed(
+        Target(url="http://fake:1"), opts, tmp_path / f"{name}.json", label=name, transport=fake.transport()
+    )
     return run
 
 
@@ -223,12 +234,12 @@ def test_each_workload_sends_fixed_greedy_prompts_and_records_everything(tmp_pat
     # per turn: the prompt grows and, from turn 2 on, all but the new messages come from the cache
     assert [r.prompt_tokens for r in agent] == sorted(r.prompt_tokens or 0 for r in agent)
     assert agent[0].cached_tokens == PREFIX and not agent[0].cache_hit
-    for prev, cur in zip(agent, agent[1:]):
+    for prev, cur in itertools.pairwise(agent):
         assert (cur.cached_tokens or 0) >= (prev.prompt_tokens or 0) - 1 and not cur.cache_hit
     rows = agent_turn_rows(run.records)
     assert [r["turn"] for r in rows] == list(range(1, turns + 1))
     assert rows[0]["cached_fraction"] < 0.2
-    assert all(b["cached_tokens"] > a["cached_tokens"] for a, b in zip(rows, rows[1:]))
+    assert all(b["cached_tokens"] > a["cached_tokens"] for a, b in itertools.pairwise(rows))
     summary = load_run(tmp_path / "base.json").summary
     assert [w["workload"] for w in summary["workloads"]] == ["copy", "edit", "json", "agent"]
     assert len(summary["agent_turns"]) == turns
@@ -248,8 +259,9 @@ def test_repeats_and_concurrency_pick_different_items_and_ids(tmp_path: Path) ->
 def test_reference_run_gives_agreement_and_acceptance(tmp_path: Path) -> None:
     workload_run(tmp_path, "base", WorkloadFake())
     same = workload_run(tmp_path, "spec", WorkloadFake(draft=(40, 30)), reference=str(tmp_path / "base.json"))
-    off = workload_run(tmp_path, "bad", WorkloadFake(draft=(40, 10), diverge_after=3),
-                       reference=str(tmp_path / "base.json"))
+    off = workload_run(
+        tmp_path, "bad", WorkloadFake(draft=(40, 10), diverge_after=3), reference=str(tmp_path / "base.json")
+    )
     for r in same.records:
         if r.kind != "calibration":
             assert r.agreement == 1.0 and r.exact_match is True and r.reference == "base"
@@ -260,25 +272,40 @@ def test_reference_run_gives_agreement_and_acceptance(tmp_path: Path) -> None:
     rows = {r["workload"]: r for r in workload_rows(off.records)}
     assert rows["copy"]["acceptance"] == pytest.approx(0.25) and rows["copy"]["exact_matches"] == 0
     # a reference of other prompts matches nothing and says so
-    other = workload_run(tmp_path, "other", WorkloadFake(), workloads=["json"], concurrency=[2],
-                         reference=str(tmp_path / "base.json"))
+    other = workload_run(
+        tmp_path, "other", WorkloadFake(), workloads=["json"], concurrency=[2], reference=str(tmp_path / "base.json")
+    )
     assert all(r.agreement is None for r in other.records)
     assert any("no request matches" in n for n in other.notes)
 
 
 def test_workloads_need_the_chat_api(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--workload copy sends chat messages"):
-        run_speed(Target(url="http://fake:1", api="completions"), SpeedOptions(workloads=["chat", "copy"]),
-                  tmp_path / "x.json", transport=WorkloadFake().transport())
+        run_speed(
+            Target(url="http://fake:1", api="completions"),
+            SpeedOptions(workloads=["chat", "copy"]),
+            tmp_path / "x.json",
+            transport=WorkloadFake().transport(),
+        )
 
 
 def test_plan_reads_user_files_and_recording(tmp_path: Path) -> None:
     f = tmp_path / "mine.py"
     f.write_text("value = 10\nvalue = value * 20\n")
     rec = tmp_path / "loop.json"
-    rec.write_text(json.dumps({"name": "loop", "messages": [
-        {"role": "user", "content": "go"}, {"role": "assistant", "content": "a"},
-        {"role": "user", "content": "again"}, {"role": "assistant", "content": "b"}]}))
+    rec.write_text(
+        json.dumps(
+            {
+                "name": "loop",
+                "messages": [
+                    {"role": "user", "content": "go"},
+                    {"role": "assistant", "content": "a"},
+                    {"role": "user", "content": "again"},
+                    {"role": "assistant", "content": "b"},
+                ],
+            }
+        )
+    )
     plan = build_plan(["copy", "edit", "agent"], [f], rec)
     assert [i.name for i in plan.items["copy"]] == ["mine.py"]
     assert [i.name for i in plan.items["edit"]] == ["mine.py#rename0", "mine.py#number1"]
@@ -293,9 +320,14 @@ def test_plan_reads_user_files_and_recording(tmp_path: Path) -> None:
 def test_with_baseline_puts_a_none_point_first_per_combination() -> None:
     assert with_baseline([{"ubatch": 32}]) == [{"ubatch": 32}]
     assert with_baseline([{"speculation": "ngram-simple"}, {"speculation": "ngram-mod"}]) == [
-        {"speculation": "none"}, {"speculation": "ngram-simple"}, {"speculation": "ngram-mod"}]
+        {"speculation": "none"},
+        {"speculation": "ngram-simple"},
+        {"speculation": "ngram-mod"},
+    ]
     assert with_baseline([{"speculation": "ngram-mod"}, {"speculation": "none"}]) == [
-        {"speculation": "none"}, {"speculation": "ngram-mod"}]
+        {"speculation": "none"},
+        {"speculation": "ngram-mod"},
+    ]
     grid = [{"spec": s, "ub": u} for s in ("none", "ngram-mod") for u in (32, 64)]
     assert with_baseline(grid) == grid
 
@@ -322,10 +354,17 @@ class FakeRestarter:
 def speculation_sweep(tmp_path: Path) -> Any:
     fake = WorkloadFake(calls=True)
     restarter = FakeRestarter(fake)
-    opts = SpeedOptions(prompt_tokens=[20], gen_tokens=4, concurrency=[1], repeat=1,
-                        workloads=["chat", "copy", "agent"], max_tokens=400)
-    run, _ = run_sweep(restarter, [{"speculation": "ngram-simple"}, {"speculation": "ngram-mod"}], opts,
-                       tmp_path / "sweep.json", label="spec", transport=fake.transport())
+    opts = SpeedOptions(
+        prompt_tokens=[20], gen_tokens=4, concurrency=[1], repeat=1, workloads=["chat", "copy", "agent"], max_tokens=400
+    )
+    run, _ = run_sweep(
+        restarter,
+        [{"speculation": "ngram-simple"}, {"speculation": "ngram-mod"}],
+        opts,
+        tmp_path / "sweep.json",
+        label="spec",
+        transport=fake.transport(),
+    )
     return run, restarter
 
 
@@ -366,8 +405,9 @@ def test_sweep_report_has_the_speculation_table_and_plots(tmp_path: Path) -> Non
 
 def test_speed_report_has_workload_and_agent_turn_tables_and_plots(tmp_path: Path) -> None:
     workload_run(tmp_path, "base", WorkloadFake(calls=True))
-    spec = workload_run(tmp_path, "ngram-mod", WorkloadFake(draft=(40, 30), calls=True),
-                        reference=str(tmp_path / "base.json"))
+    spec = workload_run(
+        tmp_path, "ngram-mod", WorkloadFake(draft=(40, 30), calls=True), reference=str(tmp_path / "base.json")
+    )
     md, plots = write_report([spec], tmp_path / "rep")
     text = md.read_text()
     assert "### Workloads" in text and "### Agent turns" in text and "_no speed records_" not in text
@@ -378,7 +418,7 @@ def test_speed_report_has_workload_and_agent_turn_tables_and_plots(tmp_path: Pat
         assert p.read_bytes()[:8] == PNG and p.stat().st_size > 5000
     both = render_markdown([load_run(tmp_path / "base.json"), spec])
     assert "### workloads (workload, concurrency)" in both and "### agent turns (concurrency, turn)" in both
-    md2, plots2 = write_report([load_run(tmp_path / "base.json"), spec], tmp_path / "rep2")
+    _md2, plots2 = write_report([load_run(tmp_path / "base.json"), spec], tmp_path / "rep2")
     assert {p.name for p in plots2} == {"decode-per-workload.png", "agent-cached-per-turn.png"}
 
 
@@ -389,29 +429,43 @@ def _spec_file(tmp_path: Path) -> Path:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     path = tmp_path / "c.toml"
-    path.write_text(f'name = "c"\nmodel = "{model}"\n\n[[workers]]\nname = "w1"\nport = 50052\n\n[server]\nport = 8081\n')
+    path.write_text(
+        f'name = "c"\nmodel = "{model}"\n\n[[workers]]\nname = "w1"\nport = 50052\n\n[server]\nport = 8081\n'
+    )
     return path
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["speed", "--url", "http://127.0.0.1:1", "--workload", "poem"], "--workload 'poem': unknown workload"),
-    (["speed", "--url", "http://127.0.0.1:1", "--workload-file", "x.py"], "--workload-file is for the copy"),
-    (["speed", "--url", "http://127.0.0.1:1", "--workload", "copy", "--workload-file", "nope.py"],
-     "--workload-file nope.py: no such file"),
-    (["speed", "--url", "http://127.0.0.1:1", "--recording", "r.json"], "--recording is for the agent"),
-    (["speed", "--url", "http://127.0.0.1:1", "--workload", "agent", "--recording", "nope.json"],
-     "--recording nope.json: no such file"),
-    (["speed", "--url", "http://127.0.0.1:1", "--workload", "copy", "--reference", "nope.json"],
-     "--reference nope.json: no such run file"),
-    (["speed", "--url", "http://127.0.0.1:1", "--workload", "copy", "--api", "completions"],
-     "--workload copy sends chat messages"),
-    (["sweep", "-c", "SPEC", "--set", "speculation=ngram-mod,bogus"], "unknown speculation type 'bogus'"),
-    (["sweep", "-c", "SPEC", "--set", "speculation=draft-simple"], "draft_model"),
-    (["sweep", "-c", "SPEC", "--set", "spec_ngram_mod_n_max=big"], "--set spec_ngram_mod_n_max"),
-    (["sweep", "-c", "SPEC", "--set", "port=1,2"], "--set port: unknown server option"),
-])
-def test_bad_workload_input_is_one_line(args: list[str], needle: str, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["speed", "--url", "http://127.0.0.1:1", "--workload", "poem"], "--workload 'poem': unknown workload"),
+        (["speed", "--url", "http://127.0.0.1:1", "--workload-file", "x.py"], "--workload-file is for the copy"),
+        (
+            ["speed", "--url", "http://127.0.0.1:1", "--workload", "copy", "--workload-file", "nope.py"],
+            "--workload-file nope.py: no such file",
+        ),
+        (["speed", "--url", "http://127.0.0.1:1", "--recording", "r.json"], "--recording is for the agent"),
+        (
+            ["speed", "--url", "http://127.0.0.1:1", "--workload", "agent", "--recording", "nope.json"],
+            "--recording nope.json: no such file",
+        ),
+        (
+            ["speed", "--url", "http://127.0.0.1:1", "--workload", "copy", "--reference", "nope.json"],
+            "--reference nope.json: no such run file",
+        ),
+        (
+            ["speed", "--url", "http://127.0.0.1:1", "--workload", "copy", "--api", "completions"],
+            "--workload copy sends chat messages",
+        ),
+        (["sweep", "-c", "SPEC", "--set", "speculation=ngram-mod,bogus"], "unknown speculation type 'bogus'"),
+        (["sweep", "-c", "SPEC", "--set", "speculation=draft-simple"], "draft_model"),
+        (["sweep", "-c", "SPEC", "--set", "spec_ngram_mod_n_max=big"], "--set spec_ngram_mod_n_max"),
+        (["sweep", "-c", "SPEC", "--set", "port=1,2"], "--set port: unknown server option"),
+    ],
+)
+def test_bad_workload_input_is_one_line(
+    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     import splitserve.cli._bench  # noqa: F401  (registers bench)
@@ -445,24 +499,59 @@ def test_stream_timer_builds_tool_calls_from_deltas() -> None:
     from splitserve.bench import StreamTimer
 
     t = StreamTimer()
-    t.feed({"choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": 0, "id": "a", "type": "function", "function": {"name": "read_", "arguments": ""}}]}}]}, 0.1)
-    t.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "file",
-                                                                                      "arguments": '{"p'}}]}}]}, 0.2)
-    t.feed({"choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": 0, "function": {"arguments": 'ath": 1}'}},
-        {"index": 1, "id": "b", "function": {"name": "run_tests", "arguments": "{}"}}]}}]}, 0.3)
+    t.feed(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "id": "a", "type": "function", "function": {"name": "read_", "arguments": ""}}
+                        ]
+                    },
+                }
+            ]
+        },
+        0.1,
+    )
+    t.feed(
+        {
+            "choices": [
+                {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "file", "arguments": '{"p'}}]}}
+            ]
+        },
+        0.2,
+    )
+    t.feed(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "function": {"arguments": 'ath": 1}'}},
+                            {"index": 1, "id": "b", "function": {"name": "run_tests", "arguments": "{}"}},
+                        ]
+                    },
+                }
+            ]
+        },
+        0.3,
+    )
     tr = t.finish(0.4)
-    assert tr.tool_calls == [{"id": "a", "name": "read_file", "arguments": '{"path": 1}'},
-                             {"id": "b", "name": "run_tests", "arguments": "{}"}]
+    assert tr.tool_calls == [
+        {"id": "a", "name": "read_file", "arguments": '{"path": 1}'},
+        {"id": "b", "name": "run_tests", "arguments": "{}"},
+    ]
     assert tr.tool_call_chunks == 3 and tr.first_token == 0.1
 
 
 def test_one_generated_token_has_no_decode_speed() -> None:
     from splitserve.bench import request_metrics
 
-    rec = RequestRecord(id="a", kind="agent", timings={"predicted_n": 1, "predicted_ms": 0.001,
-                                                       "prompt_n": 10, "prompt_ms": 5.0})
+    rec = RequestRecord(
+        id="a", kind="agent", timings={"predicted_n": 1, "predicted_ms": 0.001, "prompt_n": 10, "prompt_ms": 5.0}
+    )
     assert request_metrics(rec)["decode_tps_server"] is None
     rec.timings = {"predicted_n": 3, "predicted_ms": 30.0}
     assert request_metrics(rec)["decode_tps_server"] == pytest.approx(100.0)

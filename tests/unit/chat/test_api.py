@@ -16,11 +16,25 @@ from splitserve.chat import (
     parse_complete,
 )
 
-FORMATS = ["minimax-m3", "minimax-m3-hybrid", "minimax-m2", "hermes", "qwen3-coder",
-           "llama3-json", "deepseek-v3",
-           "glm-4.5", "glm-4.7", "seed-oss",
-           "deepseek-v3.2", "deepseek-v4", "minimax-m1",
-           "kimi-k2", "kimi-k3", "gpt-oss", "mistral"]
+FORMATS = [
+    "minimax-m3",
+    "minimax-m3-hybrid",
+    "minimax-m2",
+    "hermes",
+    "qwen3-coder",
+    "llama3-json",
+    "deepseek-v3",
+    "glm-4.5",
+    "glm-4.7",
+    "seed-oss",
+    "deepseek-v3.2",
+    "deepseek-v4",
+    "minimax-m1",
+    "kimi-k2",
+    "kimi-k3",
+    "gpt-oss",
+    "mistral",
+]
 
 
 def test_exported_members() -> None:
@@ -53,22 +67,31 @@ def test_prefilled_by_prompt() -> None:
 
 
 def test_parse_complete_shape() -> None:
-    msg = parse_complete("hermes", 'Hi<tool_call>{"name": "f", "arguments": {"a": 1}}'
-                         "</tool_call>", id_factory=lambda i: f"id{i}")
+    msg = parse_complete(
+        "hermes", 'Hi<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', id_factory=lambda i: f"id{i}"
+    )
     assert isinstance(msg, ParsedMessage)
-    assert msg.to_openai() == {"content": "Hi", "reasoning_content": None, "tool_calls": [
-        {"id": "id0", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+    assert msg.to_openai() == {
+        "content": "Hi",
+        "reasoning_content": None,
+        "tool_calls": [{"id": "id0", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+    }
     assert json.loads(msg.tool_calls[0]["function"]["arguments"]) == {"a": 1}
 
 
 def test_assembler_drops_unended_and_invalid_calls() -> None:
     a = MessageAssembler()
-    a.add([chat.ToolCallStart(0, "a", "f"), chat.ToolCallArgsDelta(0, "{}"),
-           chat.ToolCallEnd(0), chat.ToolCallStart(1, "b", "g"),
-           chat.ToolCallArgsDelta(1, '{"x": ')])
+    a.add(
+        [
+            chat.ToolCallStart(0, "a", "f"),
+            chat.ToolCallArgsDelta(0, "{}"),
+            chat.ToolCallEnd(0),
+            chat.ToolCallStart(1, "b", "g"),
+            chat.ToolCallArgsDelta(1, '{"x": '),
+        ]
+    )
     msg = a.result()
     assert [c["id"] for c in msg.tool_calls] == ["a"] and msg.dropped_calls == 1
     b = MessageAssembler()
-    b.add([chat.ToolCallStart(0, "a", "f"), chat.ToolCallArgsDelta(0, "{oops"),
-           chat.ToolCallEnd(0)])
+    b.add([chat.ToolCallStart(0, "a", "f"), chat.ToolCallArgsDelta(0, "{oops"), chat.ToolCallEnd(0)])
     assert b.result().tool_calls == [] and b.result().warnings

@@ -35,10 +35,11 @@ sys.setrecursionlimit(20000)  # the reader recurses once per character of a sent
 
 # -- a reader for the GBNF subset the builder writes ------------------------------------------
 
+
 @dataclass(frozen=True)
 class Node:
-    kind: str                    # lit | cls | ref | seq | alt | rep
-    value: Any = None            # lit: str; cls: (negate, ranges); ref: name
+    kind: str  # lit | cls | ref | seq | alt | rep
+    value: Any = None  # lit: str; cls: (negate, ranges); ref: name
     items: tuple[Node, ...] = ()
     lo: int = 0
     hi: int | None = None
@@ -50,7 +51,7 @@ def _char(s: str, i: int) -> tuple[str, int]:
     c = s[i + 1]
     width = {"x": 2, "u": 4, "U": 8}.get(c)
     if width:
-        return chr(int(s[i + 2:i + 2 + width], 16)), i + 2 + width
+        return chr(int(s[i + 2 : i + 2 + width], 16)), i + 2 + width
     return {"n": "\n", "t": "\t", "r": "\r"}.get(c, c), i + 2
 
 
@@ -129,16 +130,16 @@ class Grammar:
             self._i += 1
         else:
             m = re.compile(r"[A-Za-z0-9-]+").match(s, self._i)
-            assert m, f"unexpected {s[self._i:]!r}"
+            assert m, f"unexpected {s[self._i :]!r}"
             self._i = m.end()
             atom = Node("ref", m.group())
         while self._i < len(s) and s[self._i] in "?*+{":
             q = s[self._i]
             if q == "{":
                 end = s.index("}", self._i)
-                lo_s, _, hi_s = s[self._i + 1:end].partition(",")
+                lo_s, _, hi_s = s[self._i + 1 : end].partition(",")
                 lo = int(lo_s)
-                hi = (None if hi_s == "" else int(hi_s)) if "," in s[self._i:end] else lo
+                hi = (None if hi_s == "" else int(hi_s)) if "," in s[self._i : end] else lo
                 self._i = end + 1
             else:
                 lo, hi = {"?": (0, 1), "*": (0, None), "+": (1, None)}[q]
@@ -192,7 +193,7 @@ class Grammar:
         return len(s) in self._ends(self.rules[rule], s, 0)
 
     # -- sampling --------------------------------------------------------------------------
-    PALETTE = list("abcxyz019 \n\t<>/]]][[\"\\{}:,.-_=") + ["é"]
+    PALETTE = list('abcxyz019 \n\t<>/]]][["\\{}:,.-_=') + ["é"]
 
     def sample(self, rng: random.Random, rule: str = "root", budget: int = 400) -> str:
         out: list[str] = []
@@ -264,18 +265,33 @@ def _node_len(x: Node, table: dict[str, int]) -> int:
 # -- fixtures ---------------------------------------------------------------------------------
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object",
-        "properties": {"location": {"type": "string"}, "days": {"type": "integer"},
-                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                       "detail": {"type": "boolean"}, "ratio": {"type": "number"},
-                       "tags": {"type": "array", "items": {"type": "string"}},
-                       "where": {"type": "object", "properties": {
-                           "lat": {"type": "number"}, "lon": {"type": "number"}},
-                           "required": ["lat"]}},
-        "required": ["location", "unit"]}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "detail": {"type": "boolean"},
+                    "ratio": {"type": "number"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "where": {
+                        "type": "object",
+                        "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                        "required": ["lat"],
+                    },
+                },
+                "required": ["location", "unit"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    },
     {"type": "function", "function": {"name": "ping"}},
 ]
 FORMATS = [f.name for f in list_formats()]
@@ -308,12 +324,15 @@ def check_args(name: str, args: dict[str, Any]) -> None:
 
 # -- every sampled sentence parses to the allowed calls ---------------------------------------
 
+
 @pytest.mark.parametrize("fmt_name", FORMATS)
-@pytest.mark.parametrize("named,parallel,prefilled", [
-    (None, True, False), (None, False, False), ("get_time", True, False),
-    ("get_weather", False, True)])
-def test_sampled_sentences_parse_to_allowed_calls(fmt_name: str, named: str | None,
-                                                  parallel: bool, prefilled: bool) -> None:
+@pytest.mark.parametrize(
+    "named,parallel,prefilled",
+    [(None, True, False), (None, False, False), ("get_time", True, False), ("get_weather", False, True)],
+)
+def test_sampled_sentences_parse_to_allowed_calls(
+    fmt_name: str, named: str | None, parallel: bool, prefilled: bool
+) -> None:
     fmt = get_format(fmt_name)
     text = tool_call_grammar(fmt, TOOLS, name=named, parallel=parallel, prefilled=prefilled)
     g = Grammar(text)
@@ -345,21 +364,29 @@ def test_sampled_sentences_parse_to_allowed_calls(fmt_name: str, named: str | No
 def test_the_format_example_is_a_sentence(fmt_name: str) -> None:
     """The call the template itself writes (the format's example) is in the grammar."""
     fmt = get_format(fmt_name)
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"location": {"type": "string"},
-                                         "days": {"type": "integer"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"location": {"type": "string"}, "days": {"type": "integer"}},
+                },
+            },
+        }
+    ]
     g = Grammar(tool_call_grammar(fmt, tools, reasoning=False))
     assert g.accepts(fmt.example), fmt.example
     assert not g.accepts("Sure. " + fmt.example)  # no content before the call
-    assert not g.accepts(fmt.example + " done")    # nor after it
+    assert not g.accepts(fmt.example + " done")  # nor after it
     assert not g.accepts(fmt.example.replace("get_weather", "get_wether"))
 
 
 def test_named_choice_allows_only_that_function() -> None:
     fmt = get_format("minimax-m3")
     g = Grammar(tool_call_grammar(fmt, TOOLS, name="get_time", reasoning=False))
-    ok = f'{NS}<tool_call>\n{NS}<invoke name="get_time">{NS}<city>Oslo{NS}</city>{NS}</invoke>\n' \
-         f"{NS}</tool_call>"
+    ok = f'{NS}<tool_call>\n{NS}<invoke name="get_time">{NS}<city>Oslo{NS}</city>{NS}</invoke>\n{NS}</tool_call>'
     assert g.accepts(ok)
     assert not g.accepts(ok.replace("get_time", "get_weather"))
 
@@ -368,19 +395,16 @@ def test_single_call_when_not_parallel() -> None:
     fmt = get_format("hermes")
     one = '<tool_call>\n{"name": "get_time", "arguments": {"city": "Oslo"}}\n</tool_call>'
     assert Grammar(tool_call_grammar(fmt, TOOLS, reasoning=False)).accepts(one + one)
-    assert not Grammar(tool_call_grammar(fmt, TOOLS, parallel=False,
-                                         reasoning=False)).accepts(one + one)
+    assert not Grammar(tool_call_grammar(fmt, TOOLS, parallel=False, reasoning=False)).accepts(one + one)
 
 
 def test_required_properties_must_be_present_and_in_order() -> None:
-    g = Grammar(tool_call_grammar(get_format("hermes"), TOOLS, name="get_weather",
-                                  reasoning=False))
+    g = Grammar(tool_call_grammar(get_format("hermes"), TOOLS, name="get_weather", reasoning=False))
     call = '<tool_call>\n{{"name": "get_weather", "arguments": {}}}\n</tool_call>'
     assert g.accepts(call.format('{"location": "P", "unit": "celsius"}'))
-    assert g.accepts(call.format('{"location": "P", "days": 3, "unit": "fahrenheit", '
-                                 '"where": {"lat": 1.5}}'))
-    assert not g.accepts(call.format('{"location": "P"}'))                     # unit missing
-    assert not g.accepts(call.format('{"location": "P", "unit": "kelvin"}'))   # not in enum
+    assert g.accepts(call.format('{"location": "P", "days": 3, "unit": "fahrenheit", "where": {"lat": 1.5}}'))
+    assert not g.accepts(call.format('{"location": "P"}'))  # unit missing
+    assert not g.accepts(call.format('{"location": "P", "unit": "kelvin"}'))  # not in enum
     assert not g.accepts(call.format('{"location": "P", "days": 2.5, "unit": "celsius"}'))
     assert not g.accepts(call.format('{"location": "P", "unit": "celsius", "x": 1}'))
 
@@ -400,23 +424,29 @@ def test_reasoning_optional_prefilled_or_off() -> None:
 
 
 def test_xml_string_values_cannot_hold_the_closer() -> None:
-    m2 = Grammar(tool_call_grammar(get_format("minimax-m2"), TOOLS, name="get_time",
-                                   reasoning=False))
-    call = ('<minimax:tool_call>\n<invoke name="get_time">\n<parameter name="city">{}'
-            '</parameter>\n</invoke>\n</minimax:tool_call>')
+    m2 = Grammar(tool_call_grammar(get_format("minimax-m2"), TOOLS, name="get_time", reasoning=False))
+    call = (
+        '<minimax:tool_call>\n<invoke name="get_time">\n<parameter name="city">{}'
+        "</parameter>\n</invoke>\n</minimax:tool_call>"
+    )
     assert m2.accepts(call.format("a <b> </param"))
-    assert not m2.accepts(call.format("a</parameter>\n<parameter name=\"city\">b"))
-    m3 = Grammar(tool_call_grammar(get_format("minimax-m3"), TOOLS, name="get_time",
-                                   reasoning=False))
-    call3 = f'{NS}<tool_call>\n{NS}<invoke name="get_time">{NS}<city>{{}}{NS}</city>' \
-            f"{NS}</invoke>\n{NS}</tool_call>"
+    assert not m2.accepts(call.format('a</parameter>\n<parameter name="city">b'))
+    m3 = Grammar(tool_call_grammar(get_format("minimax-m3"), TOOLS, name="get_time", reasoning=False))
+    call3 = f'{NS}<tool_call>\n{NS}<invoke name="get_time">{NS}<city>{{}}{NS}</city>{NS}</invoke>\n{NS}</tool_call>'
     assert m3.accepts(call3.format("x ]<]minimax[> y"))
     assert not m3.accepts(call3.format(f"x {NS}<b>y{NS}</b>"))
 
 
 def test_json_strings_in_xml_values_cannot_hold_the_marker() -> None:
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"o": {"type": "object"}}, "required": ["o"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"o": {"type": "object"}}, "required": ["o"]},
+            },
+        }
+    ]
     g = Grammar(tool_call_grammar(get_format("qwen3-coder"), tools, reasoning=False))
     call = "<tool_call>\n<function=f>\n<parameter=o>\n{}\n</parameter>\n</function>\n</tool_call>"
     assert g.accepts(call.format('{"k": "v </param \\" x", "n": [1, true, null]}'))
@@ -438,6 +468,7 @@ def test_errors() -> None:
 
 
 # -- the text automata, against their definition ------------------------------------------------
+
 
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet="<>/pam\n]x", max_size=24))
@@ -471,8 +502,15 @@ def test_rendered_grammar_is_plain_gbnf() -> None:
 
 
 def test_deepseek_tool_named_function_uses_the_v3_form() -> None:
-    tools = [{"type": "function", "function": {"name": "function", "parameters": {
-        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "function",
+                "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            },
+        }
+    ]
     g = Grammar(tool_call_grammar(get_format("deepseek-v3"), tools, reasoning=False))
     rng = random.Random(7)
     for _ in range(10):
@@ -483,13 +521,39 @@ def test_deepseek_tool_named_function_uses_the_v3_form() -> None:
 
 
 def test_xml_parameter_names_the_format_cannot_write_are_left_out() -> None:
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {'a"b': {"type": "string"}, "ok": {"type": "string"}},
-        "required": ['a"b', "ok"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "properties": {'a"b': {"type": "string"}, "ok": {"type": "string"}},
+                    "required": ['a"b', "ok"],
+                },
+            },
+        }
+    ]
     text = tool_call_grammar(get_format("minimax-m2"), tools, reasoning=False)
-    assert 'name=\\"ok\\"' in text and "a\\\"b" not in text
-    m3 = tool_call_grammar(get_format("minimax-m3"), [{"type": "function", "function": {
-        "name": "f", "parameters": {"type": "object", "properties": {
-            "a b": {"type": "string"}, "invoke": {"type": "string"}, "k": {"type": "string"}}}}}],
-        reasoning=False)
+    assert 'name=\\"ok\\"' in text and 'a\\"b' not in text
+    m3 = tool_call_grammar(
+        get_format("minimax-m3"),
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "a b": {"type": "string"},
+                            "invoke": {"type": "string"},
+                            "k": {"type": "string"},
+                        },
+                    },
+                },
+            }
+        ],
+        reasoning=False,
+    )
     assert "<k>" in m3 and "<a b>" not in m3 and "<invoke>" not in m3

@@ -43,30 +43,57 @@ TEMPLATES = sorted(p.stem for p in TDIR.glob("*.jinja"))
 # -- the conversation ----------------------------------------------------------------------
 
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": "write_note", "description": "File a note.",
-        "parameters": {"type": "object", "required": ["text"], "properties": {
-            "text": {"type": "string"},
-            "ref": {"type": "string"},
-            "pad": {"type": "string"},
-            "count": {"type": "integer"},
-            "ratio": {"type": "number"},
-            "urgent": {"type": "boolean"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "meta": {"type": "object", "properties": {
-                "owner": {"type": "string"}, "level": {"type": "integer"},
-                "flags": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}}}}},
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a place.",
-        "parameters": {"type": "object", "required": ["location"], "properties": {
-            "location": {"type": "string"}, "days": {"type": "integer"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "write_note",
+            "description": "File a note.",
+            "parameters": {
+                "type": "object",
+                "required": ["text"],
+                "properties": {
+                    "text": {"type": "string"},
+                    "ref": {"type": "string"},
+                    "pad": {"type": "string"},
+                    "count": {"type": "integer"},
+                    "ratio": {"type": "number"},
+                    "urgent": {"type": "boolean"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "meta": {
+                        "type": "object",
+                        "properties": {
+                            "owner": {"type": "string"},
+                            "level": {"type": "integer"},
+                            "flags": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+                        },
+                    },
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a place.",
+            "parameters": {
+                "type": "object",
+                "required": ["location"],
+                "properties": {"location": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    },
 ]
 NOTE_ARGS: dict[str, Any] = {
-    "text": 'He said "hi there" \u2014 na\u00efve caf\u00e9 \u2615 \U0001d11e\n'
-            "second line,  two  spaces",
-    "ref": "007", "pad": "  padded  ",  # a number-like string; edge spaces
-    "count": 42, "ratio": 2.5, "urgent": True, "tags": ["alpha beta", "\u03b3"],
-    "meta": {"owner": "Zo\u00eb O'Neil", "level": 3, "flags": {"ok": False}}}
+    "text": 'He said "hi there" \u2014 na\u00efve caf\u00e9 \u2615 \U0001d11e\nsecond line,  two  spaces',
+    "ref": "007",
+    "pad": "  padded  ",  # a number-like string; edge spaces
+    "count": 42,
+    "ratio": 2.5,
+    "urgent": True,
+    "tags": ["alpha beta", "\u03b3"],
+    "meta": {"owner": "Zo\u00eb O'Neil", "level": 3, "flags": {"ok": False}},
+}
 WEATHER_ARGS: dict[str, Any] = {"location": "S\u00e3o Paulo, BR", "days": 3}
 # Ids of 9 alphanumeric characters: the Mistral templates refuse any other; none cares else.
 CALLS = [("callnote1", "write_note", NOTE_ARGS), ("callwthr2", "get_weather", WEATHER_ARGS)]
@@ -78,8 +105,11 @@ REASONING = "The user wants a note filed first; then the weather in S\u00e3o Pau
 # case: (number of calls, with reasoning); the reasoning cases render with the thinking
 # switches on, the others with them off (the template check's THINKING switches).
 CASES: dict[str, tuple[int, bool]] = {
-    "1 call": (1, False), "2 calls": (2, False),
-    "1 call + reasoning": (1, True), "2 calls + reasoning": (2, True)}
+    "1 call": (1, False),
+    "2 calls": (2, False),
+    "1 call + reasoning": (1, True),
+    "2 calls + reasoning": (2, True),
+}
 
 
 @dataclass(frozen=True)
@@ -101,12 +131,16 @@ class Adjust:
     tools: bool = True  # False: its tool renderer cannot type our schemas; render without
 
 
-_LLAMA3 = Adjust(single_call="raises",  # raise_exception("... only supports single tool-calls")
-                 content_dropped=True)  # writes the call's JSON only
+_LLAMA3 = Adjust(
+    single_call="raises",  # raise_exception("... only supports single tool-calls")
+    content_dropped=True,
+)  # writes the call's JSON only
 
 ADJUST: dict[str, Adjust] = {
-    **dict.fromkeys(["meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
-                     "meta-llama-Llama-3.3-70B-Instruct"], _LLAMA3),
+    **dict.fromkeys(
+        ["meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct", "meta-llama-Llama-3.3-70B-Instruct"],
+        _LLAMA3,
+    ),
     # Hermes 2 Pro / 3 write the <tool_call> blocks and no content beside them
     "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": Adjust(content_dropped=True),
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": Adjust(content_dropped=True),
@@ -129,15 +163,15 @@ ADJUST: dict[str, Adjust] = {
     # harmony reads reasoning from `thinking`, writes only `message.tool_calls[0]` (no raise),
     # and writes a turn's content, beside calls, as the analysis (reasoning); content and
     # thinking together it refuses
-    "openai-gpt-oss-120b": Adjust(reasoning_key="thinking", single_call="drops",
-                                  content_as_reasoning=True),
+    "openai-gpt-oss-120b": Adjust(reasoning_key="thinking", single_call="drops", content_as_reasoning=True),
     # -- out of scope, driven only to check the reason -------------------------------------
     "google-gemma-2-2b-it": Adjust(system=False),  # raise_exception('System role not supported')
     # its json_to_python_type reads .additionalProperties of every object schema
     "CohereForAI-c4ai-command-r-plus-tool_use": Adjust(tools=False),
     # renders `functions` (a JSON string) and `datetime` into its system prompt
-    "fireworks-ai-llama-3-firefunction-v2": Adjust(kwargs=(
-        ("functions", json.dumps([t["function"] for t in TOOLS])), ("datetime", "2025-01-01"))),
+    "fireworks-ai-llama-3-firefunction-v2": Adjust(
+        kwargs=(("functions", json.dumps([t["function"] for t in TOOLS])), ("datetime", "2025-01-01"))
+    ),
 }
 
 # -- the groups --------------------------------------------------------------------------
@@ -212,34 +246,30 @@ OUT_OF_SCOPE: dict[str, tuple[str, str | None]] = {
     "Apriel-1.6-15b-Thinker-fixed": ("Apriel <tool_calls>[JSON list]", "<tool_calls>["),
     "unsloth-Apriel-1.5": ("Apriel <tool_calls>[JSON list]", "<tool_calls>["),
     "Cohere2MoE": ("Command R7B <|START_ACTION|>[...]", "<|START_ACTION|>["),
-    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ("Command R7B <|START_ACTION|>[...]",
-                                                      "<|START_ACTION|>["),
-    "CohereForAI-c4ai-command-r-plus-tool_use": ("Command R+ Action: ```json [...]```",
-                                                 "Action:\n```json\n["),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ("Command R7B <|START_ACTION|>[...]", "<|START_ACTION|>["),
+    "CohereForAI-c4ai-command-r-plus-tool_use": ("Command R+ Action: ```json [...]```", "Action:\n```json\n["),
     "GigaChat3-10B-A1.8B": ("GigaChat 3 'function call' turn", "function call<|role_sep|>"),
     "GigaChat3.1-10B-A1.8B": ("GigaChat 3.1 <|function_call|>{JSON}", "<|function_call|>{"),
-    "LFM2.5-8B-A1B": ("LFM2 <|tool_call_start|>[pythonic calls]",
-                      "<|tool_call_start|>[write_note("),
+    "LFM2.5-8B-A1B": ("LFM2 <|tool_call_start|>[pythonic calls]", "<|tool_call_start|>[write_note("),
     "NVIDIA-Nemotron-Nano-v2": ("Nemotron Nano 2 <TOOLCALL>[JSON list]", "<TOOLCALL>["),
-    "fireworks-ai-llama-3-firefunction-v2": ("FireFunction v2 functools[JSON list]",
-                                             " functools["),
-    "google-gemma-4-31B-it": ("Gemma 4 <|tool_call>call:name{...}",
-                              "<|tool_call>call:write_note{"),
-    "google-gemma-4-31B-it-interleaved": ("Gemma 4 <|tool_call>call:name{...}",
-                                          "<|tool_call>call:write_note{"),
-    "meetkai-functionary-medium-v3.1": ("Functionary 3.1 <function=name>{JSON}</function>",
-                                        "<function=write_note>{"),
+    "fireworks-ai-llama-3-firefunction-v2": ("FireFunction v2 functools[JSON list]", " functools["),
+    "google-gemma-4-31B-it": ("Gemma 4 <|tool_call>call:name{...}", "<|tool_call>call:write_note{"),
+    "google-gemma-4-31B-it-interleaved": ("Gemma 4 <|tool_call>call:name{...}", "<|tool_call>call:write_note{"),
+    "meetkai-functionary-medium-v3.1": ("Functionary 3.1 <function=name>{JSON}</function>", "<function=write_note>{"),
     # it joins the arguments as a string ('...' + arguments): the mapping it gets joins as JSON
     "meetkai-functionary-medium-v3.2": ("Functionary 3.2 >>>name\\n{JSON}", ">>>write_note\n{"),
     # gpt-oss's detect leaves it out on purpose (its tokenizer writes a space after every token)
-    "llm-jp-llm-jp-4.1-8b-thinking": ("LLM-jp harmony dialect, commentary <|constrain|> json",
-                                      "<|channel|>commentary <|constrain|> json"),
+    "llm-jp-llm-jp-4.1-8b-thinking": (
+        "LLM-jp harmony dialect, commentary <|constrain|> json",
+        "<|channel|>commentary <|constrain|> json",
+    ),
     "muse-glimmer": ("Muse <atem:function_calls>", "<atem:function_calls>"),
-    "openbmb-MiniCPM5-1B": ('MiniCPM 5 <function name="..."><param name="...">',
-                            '<function name="write_note"><param name='),
+    "openbmb-MiniCPM5-1B": (
+        'MiniCPM 5 <function name="..."><param name="...">',
+        '<function name="write_note"><param name=',
+    ),
     "tencent-Hy3": ("Hunyuan 3 <tool_calls:opensource>", "<tool_calls:opensource>"),
-    "upstage-Solar-Open-100B": ("Solar Open <|tool_call:begin|>id<|tool_call:name|>...",
-                                "<|tool_call:begin|>"),
+    "upstage-Solar-Open-100B": ("Solar Open <|tool_call:begin|>id<|tool_call:name|>...", "<|tool_call:begin|>"),
 }
 
 
@@ -250,11 +280,14 @@ HISTORY_LIMITS: dict[str, tuple[str, str]] = {
     # gives a null content as "" (as llama.cpp's engine does; other templates print "None"
     # or fail). llama.cpp ships the fixed variant as DeepSeek-R1-Distill-Qwen-32B.
     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": (
-        "writes calls only when content is None", "message['content'] is none"),
+        "writes calls only when content is None",
+        "message['content'] is none",
+    ),
 }
 
 
 # -- helpers -------------------------------------------------------------------------------
+
 
 def _source(name: str) -> str:
     return (TDIR / f"{name}.jinja").read_text(encoding="utf-8")
@@ -266,23 +299,26 @@ def _typed(value: Any) -> str:
 
 
 def _message(adj: Adjust, calls: int, reasoning: bool, content: str | None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": [
-        {"id": cid, "type": "function",
-         "function": {"name": fn, "arguments": json.dumps(args, ensure_ascii=False)}}
-        for cid, fn, args in CALLS[:calls]]}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": fn, "arguments": json.dumps(args, ensure_ascii=False)}}
+            for cid, fn, args in CALLS[:calls]
+        ],
+    }
     if reasoning:
         message[adj.reasoning_key] = REASONING
     return message
 
 
-def _turn(name: str, message: dict[str, Any], reasoning: bool,
-          markers: tuple[str, ...] = (), opener: str | None = None) -> tuple[str, bool]:
+def _turn(
+    name: str, message: dict[str, Any], reasoning: bool, markers: tuple[str, ...] = (), opener: str | None = None
+) -> tuple[str, bool]:
     adj = ADJUST.get(name, Adjust())
-    history = ([{"role": "system", "content": SYSTEM}] if adj.system else []) + [
-        {"role": "user", "content": USER}]
+    history = ([{"role": "system", "content": SYSTEM}] if adj.system else []) + [{"role": "user", "content": USER}]
     kwargs = {**THINKING["reasoning on" if reasoning else "reasoning off"], **dict(adj.kwargs)}
-    return assistant_turn(_source(name), history, message, markers, opener,
-                          TOOLS if adj.tools else None, **kwargs)
+    return assistant_turn(_source(name), history, message, markers, opener, TOOLS if adj.tools else None, **kwargs)
 
 
 def _supports_reasoning(name: str) -> bool:
@@ -312,7 +348,7 @@ def _round_trip(name: str, fmt_name: str, case: str) -> list[str]:
         return [f"{case}: {exc}"]
     for marker in adj.end_markers:
         assert marker in text, f"{name}: the adjustment end_markers={marker!r} is stale"
-        text = text[:text.index(marker)]
+        text = text[: text.index(marker)]
     if adj.content_dropped:
         assert CONTENT not in text, f"{name}: content_dropped is stale, the content is written"
         content = None
@@ -323,15 +359,13 @@ def _round_trip(name: str, fmt_name: str, case: str) -> list[str]:
     parsed = parse_complete(fmt, text, TOOLS, prefilled=prefilled)
     problems = []
     want = [(fn, _typed(args)) for _, fn, args in CALLS[:calls]]
-    got = [(c["function"]["name"], _typed(json.loads(c["function"]["arguments"])))
-           for c in parsed.tool_calls]
+    got = [(c["function"]["name"], _typed(json.loads(c["function"]["arguments"]))) for c in parsed.tool_calls]
     if got != want:
         problems.append(f"{case}: tool calls\n    got  {got}\n    want {want}")
     if (parsed.content or "").strip() != (content or ""):
         problems.append(f"{case}: content got {parsed.content!r}, want {content!r}")
     if (parsed.reasoning_content or "").strip() != (want_reasoning or ""):
-        problems.append(f"{case}: reasoning got {parsed.reasoning_content!r}, "
-                        f"want {want_reasoning!r}")
+        problems.append(f"{case}: reasoning got {parsed.reasoning_content!r}, want {want_reasoning!r}")
     if parsed.warnings:
         problems.append(f"{case}: warnings {parsed.warnings}")
     if problems:
@@ -340,6 +374,7 @@ def _round_trip(name: str, fmt_name: str, case: str) -> list[str]:
 
 
 # -- the tests -----------------------------------------------------------------------------
+
 
 def test_every_template_is_in_exactly_one_group() -> None:
     groups = [set(EXPECTED_FORMAT), set(AWAITING), set(OUT_OF_SCOPE)]
@@ -354,14 +389,16 @@ def test_every_template_is_in_exactly_one_group() -> None:
 def test_round_trip(name: str) -> None:
     detected = detect_format(_source(name))
     if name in OUT_OF_SCOPE:
-        assert detected is None, f"{name} is out of scope ({OUT_OF_SCOPE[name][0]}) yet " \
-                                 f"detect_format claims it as {detected!r}"
+        assert detected is None, (
+            f"{name} is out of scope ({OUT_OF_SCOPE[name][0]}) yet detect_format claims it as {detected!r}"
+        )
         return  # its reason is checked by test_out_of_scope
     if name in EXPECTED_FORMAT:
         assert detected == EXPECTED_FORMAT[name]
     else:
-        assert detected in (None, *AWAITING[name]), \
+        assert detected in (None, *AWAITING[name]), (
             f"{name} awaits {AWAITING[name]} but detect_format claims it as {detected!r}"
+        )
     if detected is None:
         return  # in scope as soon as its format lands
     if name in HISTORY_LIMITS:
@@ -397,8 +434,9 @@ def test_adjustments_are_still_needed(name: str) -> None:
     message = _message(adj, 1, False, CONTENT)
     if not adj.system:  # with one, it refuses, or the turn is not told apart from the prompt
         try:
-            text, _ = assistant_turn(source, [{"role": "system", "content": SYSTEM}, *history],
-                                     message, tools=TOOLS, **dict(adj.kwargs))
+            text, _ = assistant_turn(
+                source, [{"role": "system", "content": SYSTEM}, *history], message, tools=TOOLS, **dict(adj.kwargs)
+            )
         except TemplateError as exc:
             assert "System role not supported" in str(exc)
         else:

@@ -11,9 +11,15 @@ from splitserve.engine import Engine
 
 
 def fake_engine(root: Path, name: str = "eng") -> Engine:
-    return Engine(root=root / name, bin_dir=root / name / "bin",
-                  provenance={"key": name, "backend": "cpu",
-                              "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"}})
+    return Engine(
+        root=root / name,
+        bin_dir=root / name / "bin",
+        provenance={
+            "key": name,
+            "backend": "cpu",
+            "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"},
+        },
+    )
 
 
 @pytest.fixture()
@@ -23,14 +29,21 @@ def engines_for(tmp_path: Path):  # type: ignore[no-untyped-def]
         engines = {"head": base} | {w.name: base for w in spec.workers}
         engines.update(per_node or {})
         return engines
+
     return make
 
 
 def spec_dict(**server: object) -> dict:  # type: ignore[type-arg]
-    return {"name": "t", "model": "/models/m.gguf", "state_dir": "/tmp/st",
-            "workers": [{"name": "w1", "bind": "10.0.0.2", "port": 50052, "devices": ["CUDA0"], "threads": 8},
-                        {"name": "w2", "port": 50053, "cache": False}],
-            "server": server}
+    return {
+        "name": "t",
+        "model": "/models/m.gguf",
+        "state_dir": "/tmp/st",
+        "workers": [
+            {"name": "w1", "bind": "10.0.0.2", "port": 50052, "devices": ["CUDA0"], "threads": 8},
+            {"name": "w2", "port": 50053, "cache": False},
+        ],
+        "server": server,
+    }
 
 
 def test_worker_command_lines(tmp_path: Path, engines_for) -> None:  # type: ignore[no-untyped-def]
@@ -45,9 +58,20 @@ def test_worker_command_lines(tmp_path: Path, engines_for) -> None:  # type: ign
 
 
 def test_head_command_line_carries_every_option(tmp_path: Path, engines_for) -> None:  # type: ignore[no-untyped-def]
-    spec = parse_spec(spec_dict(ctx_size=65536, parallel=2, batch=2048, ubatch=2048, cache_type_k="q8_0",
-                                cache_type_v="q4_0", flash_attn="on", tensor_split=[3, 1], threads=4,
-                                extra_args=["--temp", "1.0", "--jinja"]))
+    spec = parse_spec(
+        spec_dict(
+            ctx_size=65536,
+            parallel=2,
+            batch=2048,
+            ubatch=2048,
+            cache_type_k="q8_0",
+            cache_type_v="q4_0",
+            flash_attn="on",
+            tensor_split=[3, 1],
+            threads=4,
+            extra_args=["--temp", "1.0", "--jinja"],
+        )
+    )
     argv = launch_plan(spec, engines_for(spec)).head.argv
     assert argv[0].endswith("/eng/bin/llama-server")
 
@@ -77,7 +101,8 @@ def test_tensor_split_from_planner_only_when_spec_has_none(tmp_path: Path, engin
     spec = parse_spec(spec_dict(tensor_split=[1, 1]))
     argv = launch_plan(spec, engines_for(spec), tensor_split=[0.25, 0.75]).head.argv
     assert argv[argv.index("--tensor-split") + 1] == "1,1"
-    assert "--tensor-split" not in launch_plan(spec := parse_spec(spec_dict()), engines_for(spec)).head.argv
+    spec = parse_spec(spec_dict())
+    assert "--tensor-split" not in launch_plan(spec, engines_for(spec)).head.argv
 
 
 def test_head_devices_listed_after_rpc_devices(tmp_path: Path, engines_for) -> None:  # type: ignore[no-untyped-def]
@@ -120,8 +145,16 @@ def test_gateway_runs_in_front_of_the_head_by_default(engines_for) -> None:  # t
 
 def test_gateway_options_and_keys_stay_out_of_argv(tmp_path: Path, engines_for) -> None:  # type: ignore[no-untyped-def]
     data = spec_dict(api_key="engine-secret", chat_template_file="/t/server.jinja")
-    data["gateway"] = {"host": "10.0.0.1", "port": 9000, "model_format": "minimax-m3", "api_key": "client-secret",
-                       "model_name": "m3", "max_concurrent": 4, "max_queue": 2, "extra_args": ["--log-level", "info"]}
+    data["gateway"] = {
+        "host": "10.0.0.1",
+        "port": 9000,
+        "model_format": "minimax-m3",
+        "api_key": "client-secret",
+        "model_name": "m3",
+        "max_concurrent": 4,
+        "max_queue": 2,
+        "extra_args": ["--log-level", "info"],
+    }
     spec = parse_spec(data)
     gw = launch_plan(spec, engines_for(spec)).gateway
     assert gw is not None

@@ -147,8 +147,12 @@ def shell_words(line: str) -> list[str]:
     """The words a real bash makes of a printed line (``~``/``$HOME`` expanded with HOME as
     above, nothing run), the environment assignments in front dropped."""
     script = 'words() { printf "%s\\0" "$@"; }; eval "words $1"'
-    res = subprocess.run(["bash", "-c", script, "bash", line], capture_output=True, check=True,
-                         env={"HOME": HOME, "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        ["bash", "-c", script, "bash", line],
+        capture_output=True,
+        check=True,
+        env={"HOME": HOME, "PATH": "/usr/bin:/bin"},
+    )
     words = res.stdout.decode().split("\0")[:-1]
     while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
         words.pop(0)  # the environment the command runs with

@@ -17,8 +17,9 @@ from splitserve.cluster._model_rows import engine_model_row, is_model_path, mode
 
 
 def look(model: str, home: Path) -> tuple[int, str]:
-    res = subprocess.run(model_fact_command(model), capture_output=True, text=True, env={"HOME": str(home),
-                         "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        model_fact_command(model), capture_output=True, text=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    )
     return res.returncode, res.stdout
 
 
@@ -26,7 +27,9 @@ def folder(root: Path, shards: int = 2, drop: int | None = None) -> Path:
     root.mkdir(parents=True)
     (root / "config.json").write_text("{}")
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
-    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {f"t{i}": n for i, n in enumerate(names)}}))
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {f"t{i}": n for i, n in enumerate(names)}})
+    )
     for i, n in enumerate(names):
         if i != drop:
             (root / n).write_bytes(b"x")
@@ -72,8 +75,9 @@ def test_a_file_must_be_a_gguf(tmp_path: Path) -> None:
     assert bad["status"] == "fail" and "not a GGUF" in bad["message"]
 
 
-@pytest.mark.parametrize(("model", "path"), [("Qwen/Qwen3-0.6B", False), ("/models/q", True), ("~/m", True),
-                                             ("./m", True)])
+@pytest.mark.parametrize(
+    ("model", "path"), [("Qwen/Qwen3-0.6B", False), ("/models/q", True), ("~/m", True), ("./m", True)]
+)
 def test_a_hub_id_is_not_looked_for(model: str, path: bool) -> None:
     assert is_model_path(model) is path
 
@@ -82,15 +86,28 @@ def test_engine_preflight_has_a_model_row_per_node(tmp_path: Path) -> None:
     from splitserve.cluster import FakeNetwork
 
     whole = folder(tmp_path / "M")
-    spec = parse_spec({"name": "vm", "backend": "vllm", "state_dir": str(tmp_path / "st"),
-                       "workers": [{"name": "n2", "host": "box2", "bind": N2_IP}],
-                       "gateway": {"enabled": False},
-                       "vllm": {"model": str(whole), "python": "/venv/bin/python", "head_bind": HEAD_IP,
-                                "tensor_parallel_size": 2}})
+    spec = parse_spec(
+        {
+            "name": "vm",
+            "backend": "vllm",
+            "state_dir": str(tmp_path / "st"),
+            "workers": [{"name": "n2", "host": "box2", "bind": N2_IP}],
+            "gateway": {"enabled": False},
+            "vllm": {
+                "model": str(whole),
+                "python": "/venv/bin/python",
+                "head_bind": HEAD_IP,
+                "tensor_parallel_size": 2,
+            },
+        }
+    )
     net = FakeNetwork()
 
     def with_model(nic: str, listing: tuple[int, str]) -> bytes:
-        return facts_output(nic, engine="0.11.0") + f"{FACT_MARK}model\n{listing[1]}\n@@splitserve-rc {listing[0]}\n".encode()
+        return (
+            facts_output(nic, engine="0.11.0")
+            + f"{FACT_MARK}model\n{listing[1]}\n@@splitserve-rc {listing[0]}\n".encode()
+        )
 
     answer(net, "local", with_model(ip_json("veth-head", HEAD_IP), look(str(whole), tmp_path)))
     answer(net, "box2", with_model(ip_json("veth-n2", N2_IP), (0, "MISSING")))

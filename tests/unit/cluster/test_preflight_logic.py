@@ -14,16 +14,23 @@ from splitserve.engine import Engine
 
 
 def spec(**kw: object):  # type: ignore[no-untyped-def]
-    data = {"name": "c", "model": "/m.gguf", "workers": [
-        {"name": "w1", "host": "box2", "bind": "10.0.0.2", "devices": ["CUDA0", "CUDA1"]},
-        {"name": "w2", "bind": "127.0.0.1"}]}
+    data = {
+        "name": "c",
+        "model": "/m.gguf",
+        "workers": [
+            {"name": "w1", "host": "box2", "bind": "10.0.0.2", "devices": ["CUDA0", "CUDA1"]},
+            {"name": "w2", "bind": "127.0.0.1"},
+        ],
+    }
     data.update(kw)
     return parse_spec(data)
 
 
 def test_parse_facts() -> None:
-    text = ("uid 1000\nmemavail 2048\noom earlyoom\ncachedir /home/u/.cache\ndiskfree 10\n"
-            "addr 127.0.0.1/8\naddr 10.20.20.2/24\naddr fe80::1/64\nsudo yes\n")
+    text = (
+        "uid 1000\nmemavail 2048\noom earlyoom\ncachedir /home/u/.cache\ndiskfree 10\n"
+        "addr 127.0.0.1/8\naddr 10.20.20.2/24\naddr fe80::1/64\nsudo yes\n"
+    )
     f = parse_facts("box2", text)
     assert (f.uid, f.mem_available, f.disk_free, f.sudo) == (1000, 2048 * 1024, 10 * 1024, True)
     assert f.oom_killers == ["earlyoom"] and f.addresses == ["127.0.0.1", "10.20.20.2", "fe80::1"]
@@ -52,8 +59,11 @@ def test_model_bytes_sums_every_shard(tmp_path: Path) -> None:
 
 
 def test_spec_ssh_supervise_keys_and_remote_head_refused(tmp_path: Path) -> None:
-    s = spec(ssh={"config": "ssh_cfg", "connect_timeout": 3}, supervise={"backoff_initial": 0.5, "backoff_max": 8},
-             drop_caches=True)
+    s = spec(
+        ssh={"config": "ssh_cfg", "connect_timeout": 3},
+        supervise={"backoff_initial": 0.5, "backoff_max": 8},
+        drop_caches=True,
+    )
     assert s.workers[0].remote and not s.workers[1].remote
     assert s.supervise.backoff_max == 8 and s.drop_caches
     with pytest.raises(SpecError, match=r"head\.host = 'box1': the head runs where splitserve runs"):
@@ -72,12 +82,19 @@ def test_backoff_doubles_up_to_the_cap() -> None:
 
 def test_systemd_units(tmp_path: Path) -> None:
     s = spec()
-    eng = Engine(root=Path("/eng"), bin_dir=Path("/eng/bin"),
-                 provenance={"key": "k", "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"}})
+    eng = Engine(
+        root=Path("/eng"),
+        bin_dir=Path("/eng/bin"),
+        provenance={"key": "k", "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"}},
+    )
     from splitserve.cluster._distribute import node_engine
 
-    units = systemd_units(s, {"head": eng, "w1": node_engine(s.workers[0], eng), "w2": eng}, tmp_path / "c.toml",
-                          command=["/usr/bin/splitserve"])
+    units = systemd_units(
+        s,
+        {"head": eng, "w1": node_engine(s.workers[0], eng), "w2": eng},
+        tmp_path / "c.toml",
+        command=["/usr/bin/splitserve"],
+    )
     head = units["splitserve-c.service"]
     assert f"ExecStart=/usr/bin/splitserve run -c {tmp_path / 'c.toml'}" in head
     assert "Restart=on-failure" in head and "WantedBy=multi-user.target" in head

@@ -29,8 +29,9 @@ def _row(tmp_path: Path, model: Path) -> dict[str, str]:
 
 
 def test_a_whole_model_passes(tmp_path: Path) -> None:
-    files = dense_llama(tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300,
-                        qtype=Q.F32, n_shards=3)
+    files = dense_llama(
+        tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300, qtype=Q.F32, n_shards=3
+    )
     row = _row(tmp_path, files[0])
     assert row["status"] == "pass", row
     assert "3 shards" in row["message"] and "need no copy" in row["message"]
@@ -45,8 +46,9 @@ def test_a_missing_model_fails_with_the_path_and_a_fetch(tmp_path: Path) -> None
 
 
 def test_a_shard_set_with_a_shard_missing_fails(tmp_path: Path) -> None:
-    files = dense_llama(tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300,
-                        qtype=Q.F32, n_shards=3)
+    files = dense_llama(
+        tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300, qtype=Q.F32, n_shards=3
+    )
     files[1].unlink()
     row = _row(tmp_path, files[0])
     assert row["status"] == "fail"
@@ -55,8 +57,9 @@ def test_a_shard_set_with_a_shard_missing_fails(tmp_path: Path) -> None:
 
 
 def test_a_shard_shorter_than_its_header_says_fails(tmp_path: Path) -> None:
-    files = dense_llama(tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300,
-                        qtype=Q.F32, n_shards=2)
+    files = dense_llama(
+        tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300, qtype=Q.F32, n_shards=2
+    )
     size = files[1].stat().st_size
     os.truncate(files[1], size - 4096)  # the header is whole; the tensor data is not
     row = _row(tmp_path, files[0])
@@ -83,24 +86,39 @@ def test_a_fetch_folder_gives_the_exact_fetch_that_resumes(tmp_path: Path) -> No
     root = tmp_path / "models"
     quant = root / "UD-Q4_K_XL"
     quant.mkdir(parents=True)
-    files = dense_llama(quant / "Big-UD-Q4_K_XL.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128,
-                        n_vocab=300, qtype=Q.F32, n_shards=2)
-    manifest = {"version": 1, "files": {
-        f"UD-Q4_K_XL/{files[0].name}": {"repo_id": "org/Big-GGUF", "commit": "c" * 40, "size": 1}}}
+    files = dense_llama(
+        quant / "Big-UD-Q4_K_XL.gguf",
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=128,
+        n_vocab=300,
+        qtype=Q.F32,
+        n_shards=2,
+    )
+    manifest = {
+        "version": 1,
+        "files": {f"UD-Q4_K_XL/{files[0].name}": {"repo_id": "org/Big-GGUF", "commit": "c" * 40, "size": 1}},
+    }
     (root / ".splitserve-fetch.json").write_text(json.dumps(manifest))
     files[1].rename(files[1].with_name(files[1].name + ".incomplete"))
     row = _row(tmp_path, files[0])
     assert row["status"] == "fail"
     assert "download is unfinished" in row["message"]
     assert row["fix"].startswith(
-        f"splitserve fetch org/Big-GGUF --include 'UD-Q4_K_XL/Big-UD-Q4_K_XL-*-of-00002.gguf' --dir {root}")
+        f"splitserve fetch org/Big-GGUF --include 'UD-Q4_K_XL/Big-UD-Q4_K_XL-*-of-00002.gguf' --dir {root}"
+    )
 
 
 def test_a_missing_draft_model_fails_on_its_own_key(tmp_path: Path) -> None:
-    files = dense_llama(tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300,
-                        qtype=Q.F32)
+    files = dense_llama(
+        tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=300, qtype=Q.F32
+    )
     draft = tmp_path / "draft.gguf"
-    spec = load_spec(_spec(tmp_path, files[0], f'\n[server]\nspeculation = ["draft-simple"]\ndraft_model = "{draft}"\n'))
+    spec = load_spec(
+        _spec(tmp_path, files[0], f'\n[server]\nspeculation = ["draft-simple"]\ndraft_model = "{draft}"\n')
+    )
     rows = [r.as_dict() for r in model_rows(spec)]
     assert [r["status"] for r in rows] == ["pass", "fail"]
     assert rows[1]["message"].startswith("server.draft_model: ") and str(draft) in rows[1]["message"]

@@ -35,8 +35,15 @@ def test_beyond_loopback_without_a_key_is_refused_before_anything_starts(tmp_pat
     assert "server.api_key" in rows["head"].fix
 
 
-@pytest.mark.parametrize("server", ['api_key = "s3cret"', 'extra_args = ["--api-key", "s3cret"]',
-                                    'extra_args = ["--api-key-file", "/etc/keys"]', 'env = { LLAMA_API_KEY = "k" }'])
+@pytest.mark.parametrize(
+    "server",
+    [
+        'api_key = "s3cret"',
+        'extra_args = ["--api-key", "s3cret"]',
+        'extra_args = ["--api-key-file", "/etc/keys"]',
+        'env = { LLAMA_API_KEY = "k" }',
+    ],
+)
 def test_beyond_loopback_with_a_key_is_accepted(tmp_path: Path, server: str) -> None:
     spec = load_spec(_spec(tmp_path, f'host = "0.0.0.0"\n{server}'))
     check_server_auth(spec)

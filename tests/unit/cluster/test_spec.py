@@ -61,29 +61,42 @@ def test_good_spec_loads_and_resolves_model_relative_to_file(tmp_path: Path) -> 
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\nbogus = 1\n', "workers[w1].bogus: unknown key"),
         ('[[workers]]\nname = "w1"\n', "model: required key is missing"),
         ('model = "m.gguf"\nworkers = []\n', "workers"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\ncache_type_k = "q3"\n',
-         "server.cache_type_k"),
+        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\ncache_type_k = "q3"\n', "server.cache_type_k"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nflash_attn = "yes"\n', "'on', 'off' or 'auto'"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[[workers]]\nname = "w1"\nport = 1\n',
-         "worker names must be unique; repeated: w1"),
-        ('model = "m.gguf"\n[[workers]]\nname = "a"\n[[workers]]\nname = "b"\n',
-         "two workers listen on the same address: 127.0.0.1:50052"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\ntensor_split = [1, 2, 3]\n',
-         "tensor_split has 3 entries; expected 1"),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "w1"\n[[workers]]\nname = "w1"\nport = 1\n',
+            "worker names must be unique; repeated: w1",
+        ),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "a"\n[[workers]]\nname = "b"\n',
+            "two workers listen on the same address: 127.0.0.1:50052",
+        ),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\ntensor_split = [1, 2, 3]\n',
+            "tensor_split has 3 entries; expected 1",
+        ),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\nbind = "box2"\n', "must be an IP address"),
         ('model = "m.gguf"\n[[workers]]\nname = "bad name"\n', "workers[bad name].name"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nctx_size = "big"\n', "server.ctx_size"),
         ("model = \n", "not valid TOML"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nport = 9000\n[gateway]\nport = 9000\n',
-         "gateway.port = 9000 is also server.port"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\nport = 9001\n[gateway]\nport = 9001\n',
-         "gateway.port = 9001 is also a local worker's port"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nmodel_format = "nope"\n',
-         "gateway.model_format: unknown tool-call format 'nope'; known: plain, minimax-m3"),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "w1"\n[server]\nport = 9000\n[gateway]\nport = 9000\n',
+            "gateway.port = 9000 is also server.port",
+        ),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "w1"\nport = 9001\n[gateway]\nport = 9001\n',
+            "gateway.port = 9001 is also a local worker's port",
+        ),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nmodel_format = "nope"\n',
+            "gateway.model_format: unknown tool-call format 'nope'; known: plain, minimax-m3",
+        ),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nmax_concurrent = 0\n', "gateway.max_concurrent"),
         ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nbogus = 1\n', "gateway.bogus: unknown key"),
-        ('model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nhost = "box2"\n',
-         "gateway.host: must be an IP address (the interface the gateway listens on)"),
+        (
+            'model = "m.gguf"\n[[workers]]\nname = "w1"\n[gateway]\nhost = "box2"\n',
+            "gateway.host: must be an IP address (the interface the gateway listens on)",
+        ),
     ],
 )
 def test_bad_spec_names_file_key_and_rule(tmp_path: Path, text: str, expected: str) -> None:
@@ -109,8 +122,13 @@ def test_public_rpc_refused_by_up_unless_allowed(tmp_path: Path, bind: str, prob
         msg = str(info.value)
         assert msg.startswith(str(path)) and f"workers[w1].bind = '{bind}' is {problem}" in msg
         assert "allow_public_rpc = true" in msg and "\n" not in msg
-    allowed = load_spec(write(tmp_path, f'model = "m.gguf"\nallow_public_rpc = true\n[[workers]]\nname = "w1"\n'
-                                        f'bind = "{bind}"\n', "ok.toml"))
+    allowed = load_spec(
+        write(
+            tmp_path,
+            f'model = "m.gguf"\nallow_public_rpc = true\n[[workers]]\nname = "w1"\nbind = "{bind}"\n',
+            "ok.toml",
+        )
+    )
     check_binds(allowed)
 
 
@@ -126,9 +144,12 @@ def test_missing_model_is_reported_at_launch_with_the_key(tmp_path: Path) -> Non
 
 
 def test_tensor_split_counts_worker_devices_then_head_devices() -> None:
-    data = {"model": "/m.gguf", "head": {"devices": ["CUDA0"]},
-            "workers": [{"name": "w1", "devices": ["CUDA0", "CUDA1"]}, {"name": "w2", "port": 2}],
-            "server": {"tensor_split": [1, 1, 1, 1]}}
+    data = {
+        "model": "/m.gguf",
+        "head": {"devices": ["CUDA0"]},
+        "workers": [{"name": "w1", "devices": ["CUDA0", "CUDA1"]}, {"name": "w2", "port": 2}],
+        "server": {"tensor_split": [1, 1, 1, 1]},
+    }
     assert parse_spec(data).server.tensor_split == [1, 1, 1, 1]
     data["server"] = {"tensor_split": [1, 1, 1]}
     with pytest.raises(SpecError, match="expected 4"):

@@ -95,7 +95,10 @@ W2 = [{"name": "w1", "host": "box2", "bind": "10.0.0.2"}]
         ({"backend": "vllm", "model": "m.gguf", "vllm": V}, "model: the GGUF of the llama.cpp backend"),
         ({"backend": "vllm", "vllm": V, "server": {"ctx_size": 4}}, "server: llama-server's options"),
         ({"backend": "tgi", "vllm": V}, "backend: 'tgi' is not one of: llama.cpp, vllm, sglang"),
-        ({"backend": "vllm", "vllm": {**V, "tp": 2}}, "vllm.tp: unknown key in [vllm]; allowed: api_key, data_parallel_size"),
+        (
+            {"backend": "vllm", "vllm": {**V, "tp": 2}},
+            "vllm.tp: unknown key in [vllm]; allowed: api_key, data_parallel_size",
+        ),
         ({"backend": "vllm", "vllm": {**V, "ray": {"prot": 1}, "launcher": "ray"}}, "vllm.ray.prot: unknown key"),
         ({"backend": "vllm", "vllm": {"tensor_parallel_size": 2}}, "vllm.model: required key is missing"),
         ({"backend": "vllm", "vllm": {**V, "tensor_parallel_size": 0}}, "vllm.tensor_parallel_size"),

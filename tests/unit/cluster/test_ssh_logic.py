@@ -13,18 +13,26 @@ from splitserve.cluster._ssh import exit_status_from_log, remote_env, sh_path
 from splitserve.cluster._transport import LocalTransport
 
 
-@pytest.mark.parametrize(("path", "home_relative"), [
-    ("~/.cache/splitserve/x", ".cache/splitserve/x"), ("rel/dir", "rel/dir"), ("/opt/llama/bin", None)])
+@pytest.mark.parametrize(
+    ("path", "home_relative"),
+    [("~/.cache/splitserve/x", ".cache/splitserve/x"), ("rel/dir", "rel/dir"), ("/opt/llama/bin", None)],
+)
 def test_remote_paths_expand_against_the_remote_home(path: str, home_relative: str | None, tmp_path: Path) -> None:
-    out = subprocess.run(["sh", "-c", f"printf %s {sh_path(path)}"], capture_output=True, text=True,
-                         env={"HOME": str(tmp_path)}).stdout
+    out = subprocess.run(
+        ["sh", "-c", f"printf %s {sh_path(path)}"], capture_output=True, text=True, env={"HOME": str(tmp_path)}
+    ).stdout
     assert out == (f"{tmp_path}/{home_relative}" if home_relative else path)
 
 
 def test_sh_path_quotes_spaces_and_metacharacters(tmp_path: Path) -> None:
     path = "~/dir with space/$(touch pwned)"
-    out = subprocess.run(["sh", "-c", f"printf %s {sh_path(path)}"], capture_output=True, text=True,
-                         env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
+    out = subprocess.run(
+        ["sh", "-c", f"printf %s {sh_path(path)}"],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(tmp_path)},
+        cwd=tmp_path,
+    ).stdout
     assert out == f"{tmp_path}/dir with space/$(touch pwned)"
     assert not (tmp_path / "pwned").exists()
 
@@ -41,8 +49,13 @@ def test_ssh_argv_never_prompts_and_multiplexes(tmp_path: Path) -> None:
 
 def test_transport_for_picks_local_or_ssh_and_shares_instances() -> None:
     assert isinstance(transport_for("local"), LocalTransport)
-    spec = parse_spec({"model": "/m.gguf", "ssh": {"options": ["Port=2222"]},
-                       "workers": [{"name": "w1", "host": "user@box2", "bind": "10.0.0.2"}]})
+    spec = parse_spec(
+        {
+            "model": "/m.gguf",
+            "ssh": {"options": ["Port=2222"]},
+            "workers": [{"name": "w1", "host": "user@box2", "bind": "10.0.0.2"}],
+        }
+    )
     a = transport_for("user@box2", spec.ssh)
     assert isinstance(a, SshTransport) and a.options == ["Port=2222"]
     assert transport_for("user@box2", spec.ssh.model_dump(mode="json")) is a  # from a state file
@@ -69,13 +82,27 @@ def test_remote_worker_log_and_engine_paths_are_the_nodes() -> None:
     from splitserve.cluster._distribute import node_engine
     from splitserve.engine import Engine
 
-    spec = parse_spec({"name": "c", "model": "/m.gguf", "state_dir": "/st", "workers": [
-        {"name": "w1", "host": "box2", "bind": "10.0.0.2"},
-        {"name": "w2", "host": "box3", "bind": "10.0.0.3", "workdir": "/srv/ss"}]})
-    local = Engine(root=Path("/eng"), bin_dir=Path("/eng/bin"),
-                   provenance={"key": "k1", "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"}})
-    engines = {"head": local, "w1": node_engine(spec.workers[0], local),
-               "w2": node_engine(spec.workers[1], None, "~/llama.cpp/build/bin")}
+    spec = parse_spec(
+        {
+            "name": "c",
+            "model": "/m.gguf",
+            "state_dir": "/st",
+            "workers": [
+                {"name": "w1", "host": "box2", "bind": "10.0.0.2"},
+                {"name": "w2", "host": "box3", "bind": "10.0.0.3", "workdir": "/srv/ss"},
+            ],
+        }
+    )
+    local = Engine(
+        root=Path("/eng"),
+        bin_dir=Path("/eng/bin"),
+        provenance={"key": "k1", "binaries": {"server": "llama-server", "rpc_server": "ggml-rpc-server"}},
+    )
+    engines = {
+        "head": local,
+        "w1": node_engine(spec.workers[0], local),
+        "w2": node_engine(spec.workers[1], None, "~/llama.cpp/build/bin"),
+    }
     plan = launch_plan(spec, engines)
     w1, w2 = plan.workers
     assert w1.argv[0] == "~/.cache/splitserve/engines/k1/ggml-rpc-server"

@@ -17,14 +17,31 @@ from splitserve.cluster._transport import start_ticks, stop
 
 
 def record(pid: int, ticks: int | None, node: str = "w1") -> ProcessRecord:
-    return ProcessRecord(node=node, role="rpc", host="local", pid=pid, start_ticks=ticks, bind="127.0.0.1",
-                         port=50052, log="/tmp/x.log", argv=["ggml-rpc-server"])
+    return ProcessRecord(
+        node=node,
+        role="rpc",
+        host="local",
+        pid=pid,
+        start_ticks=ticks,
+        bind="127.0.0.1",
+        port=50052,
+        log="/tmp/x.log",
+        argv=["ggml-rpc-server"],
+    )
 
 
 def test_state_file_round_trips(tmp_path: Path) -> None:
-    state = ClusterState(name="c", spec_file="/s.toml", model="/m.gguf", endpoint="http://127.0.0.1:8080",
-                         engine="e", phase="ready", load_seconds=1.5, processes=[record(123, 456)],
-                         extra={"memory": [{"device": "RPC0[127.0.0.1:50052]"}]})
+    state = ClusterState(
+        name="c",
+        spec_file="/s.toml",
+        model="/m.gguf",
+        endpoint="http://127.0.0.1:8080",
+        engine="e",
+        phase="ready",
+        load_seconds=1.5,
+        processes=[record(123, 456)],
+        extra={"memory": [{"device": "RPC0[127.0.0.1:50052]"}]},
+    )
     write_state(tmp_path, state)
     assert read_state(tmp_path) == state
     clear_state(tmp_path)
@@ -32,16 +49,38 @@ def test_state_file_round_trips(tmp_path: Path) -> None:
 
 
 def test_state_knows_the_gateway_and_the_engine_url(tmp_path: Path) -> None:
-    gw = ProcessRecord(node="gateway", role="gateway", host="local", pid=9, start_ticks=1, bind="127.0.0.1",
-                       port=8000, log="/tmp/g.log", argv=["python"])
-    state = ClusterState(name="c", spec_file=None, model="/m.gguf", endpoint="http://127.0.0.1:8000",
-                         engine="e", processes=[record(1, 2), gw], engine_endpoint="http://127.0.0.1:8080")
+    gw = ProcessRecord(
+        node="gateway",
+        role="gateway",
+        host="local",
+        pid=9,
+        start_ticks=1,
+        bind="127.0.0.1",
+        port=8000,
+        log="/tmp/g.log",
+        argv=["python"],
+    )
+    state = ClusterState(
+        name="c",
+        spec_file=None,
+        model="/m.gguf",
+        endpoint="http://127.0.0.1:8000",
+        engine="e",
+        processes=[record(1, 2), gw],
+        engine_endpoint="http://127.0.0.1:8080",
+    )
     write_state(tmp_path, state)
     back = read_state(tmp_path)
     assert back is not None and back.gateway == gw and back.engine_url == "http://127.0.0.1:8080"
     # A state file written before the gateway was part of `up` has no engine_endpoint.
-    old = ClusterState(name="c", spec_file=None, model="/m.gguf", endpoint="http://127.0.0.1:8080", engine="e",
-                       processes=[record(1, 2)])
+    old = ClusterState(
+        name="c",
+        spec_file=None,
+        model="/m.gguf",
+        endpoint="http://127.0.0.1:8080",
+        engine="e",
+        processes=[record(1, 2)],
+    )
     text = old.to_json().replace('  "engine_endpoint": null,\n', "").replace(',\n  "engine_endpoint": null', "")
     assert "engine_endpoint" not in text
     (tmp_path / "state.json").write_text(text)
@@ -57,8 +96,11 @@ def test_corrupt_state_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_spawn_alive_stop_and_exit_code(tmp_path: Path) -> None:
     transport = LocalTransport()
-    ref = transport.spawn([sys.executable, "-c", "print('hi', flush=True); import time; time.sleep(60)"],
-                          {"PATH": "/usr/bin:/bin"}, tmp_path / "p.log")
+    ref = transport.spawn(
+        [sys.executable, "-c", "print('hi', flush=True); import time; time.sleep(60)"],
+        {"PATH": "/usr/bin:/bin"},
+        tmp_path / "p.log",
+    )
     assert ref.start_ticks == start_ticks(ref.pid)
     deadline = time.monotonic() + 10
     while "hi" not in transport.read_log(tmp_path / "p.log") and time.monotonic() < deadline:
@@ -74,9 +116,11 @@ def test_spawn_alive_stop_and_exit_code(tmp_path: Path) -> None:
 def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
     transport = LocalTransport()
     child_pid_file = tmp_path / "child.pid"
-    script = ("import subprocess, sys, time;"
-              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
-              f"open({str(child_pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    script = (
+        "import subprocess, sys, time;"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(child_pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
     ref = transport.spawn([sys.executable, "-c", script], {"PATH": "/usr/bin:/bin"}, tmp_path / "g.log")
     deadline = time.monotonic() + 10
     while not (child_pid_file.exists() and child_pid_file.read_text().strip()) and time.monotonic() < deadline:
@@ -86,7 +130,9 @@ def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
     deadline = time.monotonic() + 5
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    gone = not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
+    gone = (
+        not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
+    )
     assert gone, "the worker's own children must stop with it"
 
 
@@ -120,8 +166,9 @@ def test_a_stopped_process_of_another_parent_is_gone_when_stop_returns() -> None
     # until init reaps it; wait_reaped waits for that.
     from splitserve.cluster._transport import wait_reaped
 
-    out = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True
+    )
     pid = int(out.stdout.strip())
     ref = ProcessRef(pid, start_ticks(pid))
     transport = LocalTransport()  # a fresh transport: not its child

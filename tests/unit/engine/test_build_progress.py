@@ -12,8 +12,9 @@ from splitserve.cli import _engine
 from splitserve.engine import BuildOptions
 
 
-def test_non_terminal_progress_prints_steps_percent_and_elapsed(monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_terminal_progress_prints_steps_percent_and_elapsed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def fake_build(options: BuildOptions, progress: Any, log: Any) -> tuple[object, bool]:
         log("configuring k")
         for i in range(1, 471):
@@ -31,6 +32,8 @@ def test_non_terminal_progress_prints_steps_percent_and_elapsed(monkeypatch: pyt
 
 
 def test_quiet_prints_nothing(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(_engine, "build_engine", lambda o, progress, log: (progress(1, 2, ""), log("x"), (None, True))[2])
+    monkeypatch.setattr(
+        _engine, "build_engine", lambda o, progress, log: (progress(1, 2, ""), log("x"), (None, True))[2]
+    )
     _engine.build_with_progress(BuildOptions(), quiet=True)
     assert capsys.readouterr().err == ""

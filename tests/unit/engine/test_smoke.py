@@ -87,7 +87,9 @@ def test_an_rpc_server_that_served_no_client_is_wrong_output() -> None:
 
 
 def test_cpu_variant_is_read_from_the_loader_line() -> None:
-    assert cpu_variant("load_backend: loaded CPU backend from /x/bin/libggml-cpu-sapphirerapids.so\n") == "sapphirerapids"
+    assert (
+        cpu_variant("load_backend: loaded CPU backend from /x/bin/libggml-cpu-sapphirerapids.so\n") == "sapphirerapids"
+    )
     assert cpu_variant("load_backend: loaded RPC backend from /x/libggml-rpc.so") is None
 
 
@@ -103,8 +105,12 @@ def test_a_variant_that_crashes_is_disabled_and_the_next_best_tested(tmp_path: P
     bin_dir = _variant_dir(tmp_path, ["x64", "icelake", "sapphirerapids"])
     amx = "load_backend: loaded CPU backend from /e/libggml-cpu-sapphirerapids.so\n"
     ice = "load_backend: loaded CPU backend from /e/libggml-cpu-icelake.so\n" + FakeRunner.OK_BENCH
-    runner = FakeRunner({"llama-server": [RunResult(-4, "Illegal instruction")],
-                         "llama-bench": [RunResult(-4, amx + "Illegal instruction"), RunResult(0, ice)]})
+    runner = FakeRunner(
+        {
+            "llama-server": [RunResult(-4, "Illegal instruction")],
+            "llama-bench": [RunResult(-4, amx + "Illegal instruction"), RunResult(0, ice)],
+        }
+    )
     lines: list[str] = []
     report, disabled = smoke_with_fallback(bin_dir, BINARIES, lines.append, runner=runner, model=MODEL)
     assert report.ok and report.cpu_variant == "icelake"
@@ -131,8 +137,12 @@ def test_a_crash_that_does_not_depend_on_the_variant_restores_it(tmp_path: Path)
     crash = RunResult(-4, "Illegal instruction")
     zen4 = "load_backend: loaded CPU backend from /e/libggml-cpu-zen4.so\n" + FakeRunner.OK_BENCH
     x64 = "load_backend: loaded CPU backend from /e/libggml-cpu-x64.so\n" + FakeRunner.OK_BENCH
-    runner = FakeRunner({"llama-server": [crash, crash, crash, crash, crash, crash],
-                         "llama-bench": [RunResult(0, zen4), RunResult(0, x64), RunResult(0, zen4)]})
+    runner = FakeRunner(
+        {
+            "llama-server": [crash, crash, crash, crash, crash, crash],
+            "llama-bench": [RunResult(0, zen4), RunResult(0, x64), RunResult(0, zen4)],
+        }
+    )
     lines: list[str] = []
     report, disabled = smoke_with_fallback(bin_dir, BINARIES, lines.append, runner=runner, model=MODEL)
     assert not report.ok and report.failed is not None and report.failed.name == "server"

@@ -26,8 +26,15 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         fig.tight_layout()
         fig.canvas.draw()
         title = fig.axes[0].title.get_window_extent()
-        seen.append({"name": path.name, "size": tuple(fig.get_size_inches()), "title": title, "fig": fig.bbox,
-                     "text": fig.axes[0].get_title()})
+        seen.append(
+            {
+                "name": path.name,
+                "size": tuple(fig.get_size_inches()),
+                "title": title,
+                "fig": fig.bbox,
+                "text": fig.axes[0].get_title(),
+            }
+        )
         return real(plt, fig, path)
 
     monkeypatch.setattr(_plots, "_save", save)

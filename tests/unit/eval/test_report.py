@@ -17,9 +17,22 @@ TIER = {"e": "easy", "m": "medium", "h": "hard", "v": "very_hard"}
 
 
 def header(**kw: Any) -> dict[str, Any]:
-    return {"type": "run", "suite": "builtin", "url": "http://127.0.0.1:8080", "model": "qwen", "trials": 3,
-            "concurrency": 2, "filters": {}, "scenarios": [], "decode_tps": 31.5, "time_scale": 2.0,
-            "started_at": "2026-06-01T10:00:00+00:00", "splitserve": "0.1", "label": None, **kw}
+    return {
+        "type": "run",
+        "suite": "builtin",
+        "url": "http://127.0.0.1:8080",
+        "model": "qwen",
+        "trials": 3,
+        "concurrency": 2,
+        "filters": {},
+        "scenarios": [],
+        "decode_tps": 31.5,
+        "time_scale": 2.0,
+        "started_at": "2026-06-01T10:00:00+00:00",
+        "splitserve": "0.1",
+        "label": None,
+        **kw,
+    }
 
 
 def write_run(folder: Path, plays: dict[str, str], **head: Any) -> Path:
@@ -29,13 +42,30 @@ def write_run(folder: Path, plays: dict[str, str], **head: Any) -> Path:
     second = 0
     for sid, verdicts in plays.items():
         for k, v in enumerate(verdicts):
-            verdict, cause = {"p": ("pass", None), "w": ("fail", "wrong_tool"), "a": ("fail", "bad_arguments"),
-                              "t": ("timeout", "timeout"), "x": ("error", "http_error")}[v]
-            lines.append({"type": "trial", "scenario": sid, "trial": k, "tier": TIER[sid[0]],
-                          "category": "files" if sid[0] in "eh" else "shell", "verdict": verdict, "cause": cause,
-                          "evidence": None if v == "p" else f"{cause} in trial {k}",
-                          "duration_s": 4.0, "gen_s": 2.0, "completion_tokens": 50, "time_budget_s": 60.0,
-                          "started_at": f"2026-06-01T10:00:{second:02d}+00:00"})
+            verdict, cause = {
+                "p": ("pass", None),
+                "w": ("fail", "wrong_tool"),
+                "a": ("fail", "bad_arguments"),
+                "t": ("timeout", "timeout"),
+                "x": ("error", "http_error"),
+            }[v]
+            lines.append(
+                {
+                    "type": "trial",
+                    "scenario": sid,
+                    "trial": k,
+                    "tier": TIER[sid[0]],
+                    "category": "files" if sid[0] in "eh" else "shell",
+                    "verdict": verdict,
+                    "cause": cause,
+                    "evidence": None if v == "p" else f"{cause} in trial {k}",
+                    "duration_s": 4.0,
+                    "gen_s": 2.0,
+                    "completion_tokens": 50,
+                    "time_budget_s": 60.0,
+                    "started_at": f"2026-06-01T10:00:{second:02d}+00:00",
+                }
+            )
             second += 2
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"type": "tri')
@@ -114,8 +144,10 @@ def test_labels_fall_back_to_model_then_folder(tmp_path: Path) -> None:
     text = write_compare(a, b, tmp_path / "cmp")[0].read_text()
     assert "# Eval comparison: A = first-run, B = second-run" in text
     twin = write_run(tmp_path / "twin", PLAYS_A, model="qwen", label="first-run")
-    assert "# Eval comparison: A = first-run (first-run), B = first-run (twin)" in \
-        write_compare(a, twin, tmp_path / "twin-cmp")[0].read_text()
+    assert (
+        "# Eval comparison: A = first-run (first-run), B = first-run (twin)"
+        in write_compare(a, twin, tmp_path / "twin-cmp")[0].read_text()
+    )
     same = write_compare(a, a, tmp_path / "same")[0].read_text()
     assert "# Eval comparison: A = first-run (A), B = first-run (B)" in same
     assert "have the same pass rate" in same and "Flipped: A pass → B fail (0)" in same

@@ -20,10 +20,19 @@ from splitserve.eval._stats import (
 )
 
 
-@pytest.mark.parametrize(("b", "c", "p"), [
-    (0, 5, 0.0625), (5, 0, 0.0625), (1, 9, 0.021484375), (3, 7, 0.34375),
-    (4, 4, 1.0), (0, 0, 1.0), (0, 1, 1.0), (0, 20, 2 / 2**20),
-])
+@pytest.mark.parametrize(
+    ("b", "c", "p"),
+    [
+        (0, 5, 0.0625),
+        (5, 0, 0.0625),
+        (1, 9, 0.021484375),
+        (3, 7, 0.34375),
+        (4, 4, 1.0),
+        (0, 0, 1.0),
+        (0, 1, 1.0),
+        (0, 20, 2 / 2**20),
+    ],
+)
 def test_mcnemar_exact_matches_hand_computed(b: int, c: int, p: float) -> None:
     assert mcnemar_exact(b, c) == pytest.approx(p, rel=1e-12)
 
@@ -68,8 +77,7 @@ def test_extreme_rates_get_a_real_interval_and_unscored_groups_are_dropped() -> 
         pass_rate([(3, 2)])
 
 
-def _simulate(rng: np.random.Generator, pa: np.ndarray, pb: np.ndarray, trials: int,
-              seed: int) -> Any:
+def _simulate(rng: np.random.Generator, pa: np.ndarray, pb: np.ndarray, trials: int, seed: int) -> Any:
     ya, yb = rng.binomial(trials, pa), rng.binomial(trials, pb)
     a = {f"s{i}": (int(ya[i]), trials) for i in range(len(pa))}
     b = {f"s{i}": (int(yb[i]), trials) for i in range(len(pb))}
@@ -113,12 +121,12 @@ def test_pairing_is_by_scenario_id_not_by_order() -> None:
     base = paired_compare(a, b, seed=3, resamples=500)
     shuffled = ids[:]
     rng.shuffle(shuffled)
-    again = paired_compare({k: a[k] for k in shuffled}, {k: b[k] for k in reversed(shuffled)},
-                           seed=3, resamples=500)
+    again = paired_compare({k: a[k] for k in shuffled}, {k: b[k] for k in reversed(shuffled)}, seed=3, resamples=500)
     assert again == base
     # a scenario missing from one run, or without a scored trial, does not count
-    extra = paired_compare({**a, "only-a": (5, 5), "unscored": (0, 0)}, {**b, "unscored": (3, 5)},
-                           seed=3, resamples=500)
+    extra = paired_compare(
+        {**a, "only-a": (5, 5), "unscored": (0, 0)}, {**b, "unscored": (3, 5)}, seed=3, resamples=500
+    )
     assert extra == base
 
 
@@ -156,8 +164,17 @@ def test_planning_mde_model_and_monotonicity() -> None:
 
 
 def trial(sid: str, k: int, tier: str, verdict: str, cause: str | None = None, **kw: Any) -> dict[str, Any]:
-    return {"type": "trial", "scenario": sid, "trial": k, "tier": tier, "category": kw.pop("category", "files"),
-            "verdict": verdict, "cause": cause, "evidence": kw.pop("evidence", None), **kw}
+    return {
+        "type": "trial",
+        "scenario": sid,
+        "trial": k,
+        "tier": tier,
+        "category": kw.pop("category", "files"),
+        "verdict": verdict,
+        "cause": cause,
+        "evidence": kw.pop("evidence", None),
+        **kw,
+    }
 
 
 def test_outcome_keeps_not_quality_causes_apart() -> None:
@@ -171,23 +188,80 @@ def test_outcome_keeps_not_quality_causes_apart() -> None:
 
 def test_summarize_groups_causes_and_timings() -> None:
     recs = [
-        {"type": "run", "suite": "builtin", "model": "m", "trials": 2, "decode_tps": 25.0,
-         "started_at": "2026-06-01T10:00:00+00:00"},
-        trial("h1", 0, "hard", "fail", "wrong_tool", evidence="called ls, expected   cat",
-              started_at="2026-06-01T10:00:00+00:00", duration_s=10.0, gen_s=8.0, completion_tokens=80),
-        trial("h1", 1, "hard", "pass", started_at="2026-06-01T10:00:10+00:00", duration_s=10.0, gen_s=2.0,
-              completion_tokens=20),
-        trial("e1", 0, "easy", "fail", "wrong_tool", evidence="called rm", category="shell",
-              started_at="2026-06-01T10:00:20+00:00", duration_s=5.0),
-        trial("e1", 0, "easy", "pass", category="shell",            # the same trial again: the last wins
-              started_at="2026-06-01T10:00:20+00:00", duration_s=5.0),
-        trial("e1", 1, "easy", "timeout", "timeout", category="shell", error="no answer in 60 s",
-              started_at="2026-06-01T10:00:25+00:00", duration_s=60.0),
+        {
+            "type": "run",
+            "suite": "builtin",
+            "model": "m",
+            "trials": 2,
+            "decode_tps": 25.0,
+            "started_at": "2026-06-01T10:00:00+00:00",
+        },
+        trial(
+            "h1",
+            0,
+            "hard",
+            "fail",
+            "wrong_tool",
+            evidence="called ls, expected   cat",
+            started_at="2026-06-01T10:00:00+00:00",
+            duration_s=10.0,
+            gen_s=8.0,
+            completion_tokens=80,
+        ),
+        trial(
+            "h1",
+            1,
+            "hard",
+            "pass",
+            started_at="2026-06-01T10:00:10+00:00",
+            duration_s=10.0,
+            gen_s=2.0,
+            completion_tokens=20,
+        ),
+        trial(
+            "e1",
+            0,
+            "easy",
+            "fail",
+            "wrong_tool",
+            evidence="called rm",
+            category="shell",
+            started_at="2026-06-01T10:00:20+00:00",
+            duration_s=5.0,
+        ),
+        trial(
+            "e1",
+            0,
+            "easy",
+            "pass",
+            category="shell",  # the same trial again: the last wins
+            started_at="2026-06-01T10:00:20+00:00",
+            duration_s=5.0,
+        ),
+        trial(
+            "e1",
+            1,
+            "easy",
+            "timeout",
+            "timeout",
+            category="shell",
+            error="no answer in 60 s",
+            started_at="2026-06-01T10:00:25+00:00",
+            duration_s=60.0,
+        ),
         trial("z1", 0, "odd", "fail", "bad_arguments", started_at="2026-06-01T10:00:30+00:00", duration_s=1.0),
         # a resumed session after a long pause: the gap is not run time
         {"type": "run", "resumed": True, "started_at": "2026-06-01T12:00:00+00:00", "decode_tps": 24.0},
-        trial("z1", 1, "odd", "error", "http_error", error="HTTP 500",
-              started_at="2026-06-01T12:00:00+00:00", duration_s=4.0),
+        trial(
+            "z1",
+            1,
+            "odd",
+            "error",
+            "http_error",
+            error="HTTP 500",
+            started_at="2026-06-01T12:00:00+00:00",
+            duration_s=4.0,
+        ),
         {"type": "end", "duration_s": 4.0},
     ]
     s = summarize(recs)
@@ -199,15 +273,27 @@ def test_summarize_groups_causes_and_timings() -> None:
     assert (s["total"]["rate"].passes, s["total"]["rate"].n_trials, s["total"]["scenarios"]) == (2, 4, 3)
     assert list(s["categories"]) == ["files", "shell"]
     assert list(s["causes"]) == ["wrong_tool", "bad_arguments"]
-    assert s["causes"]["wrong_tool"] == {"trials": 1, "scenarios": 1,
-                                         "example": {"scenario": "h1", "trial": 0, "evidence": "called ls, expected cat"}}
+    assert s["causes"]["wrong_tool"] == {
+        "trials": 1,
+        "scenarios": 1,
+        "example": {"scenario": "h1", "trial": 0, "evidence": "called ls, expected cat"},
+    }
     assert s["apart"]["timeout"]["trials"] == 1 and s["apart"]["error"]["scenarios"] == 1
     assert s["apart"]["timeout"]["example"]["evidence"] == "no answer in 60 s"
     assert list(s["scenarios"]) == ["e1", "h1", "z1"]
     assert s["scenarios"]["e1"] | {"causes": None} == {
-        "tier": "easy", "category": "shell", "passes": 1, "scored": 1, "timeouts": 1, "errors": 0,
-        "causes": None, "evidence": None, "apart_evidence": "no answer in 60 s", "budget_s": None}
-    assert s["wall_s"] == pytest.approx(85.0 + 4.0)   # 10:00:00 → 10:01:25, then 4 s after the resume
+        "tier": "easy",
+        "category": "shell",
+        "passes": 1,
+        "scored": 1,
+        "timeouts": 1,
+        "errors": 0,
+        "causes": None,
+        "evidence": None,
+        "apart_evidence": "no answer in 60 s",
+        "budget_s": None,
+    }
+    assert s["wall_s"] == pytest.approx(85.0 + 4.0)  # 10:00:00 → 10:01:25, then 4 s after the resume
     assert s["trial_sum_s"] == pytest.approx(90.0)
     assert s["generation_tps"] == pytest.approx(100 / 10)
     assert s["scenarios_per_s"] == pytest.approx(3 / 89)

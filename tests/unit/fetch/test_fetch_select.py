@@ -21,8 +21,11 @@ def _f(path: str, size: int = 10) -> RemoteFile:
 
 
 UNSLOTH = [
-    _f(".gitattributes"), _f("README.md"),
-    _f("M-Q8_0.gguf"), _f("M-IQ4_XS.gguf"), _f("M-UD-Q4_K_XL.gguf"),
+    _f(".gitattributes"),
+    _f("README.md"),
+    _f("M-Q8_0.gguf"),
+    _f("M-IQ4_XS.gguf"),
+    _f("M-UD-Q4_K_XL.gguf"),
     *(_f(f"UD-IQ4_XS/M-UD-IQ4_XS-0000{i}-of-00003.gguf") for i in (1, 2, 3)),
     *(_f(f"BF16/M-BF16-0000{i}-of-00002.gguf") for i in (1, 2)),
     _f("mmproj-F16.gguf"),
@@ -51,8 +54,7 @@ def test_labels_strip_the_shared_model_name() -> None:
 
 def test_quant_selects_its_whole_shard_set() -> None:
     chosen = select_files(UNSLOTH, quants=["UD-IQ4_XS"])
-    assert [f.path for f in chosen] == [f"UD-IQ4_XS/M-UD-IQ4_XS-0000{i}-of-00003.gguf"
-                                        for i in (1, 2, 3)]
+    assert [f.path for f in chosen] == [f"UD-IQ4_XS/M-UD-IQ4_XS-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
 
 
 def test_quant_match_is_case_insensitive_and_exact_label_wins() -> None:

@@ -40,8 +40,7 @@ def test_policy_checks() -> None:
     assert graded("none", two, "tool_calls").status == "fail"
     assert graded("none", {"content": "no"}, "stop").status == "pass"
     assert graded("required", {"content": "hi"}, "stop").status == "fail"
-    assert graded("reasoning", {"content": "391", "reasoning_content": "17*23"}, "stop").status \
-        == "pass"
+    assert graded("reasoning", {"content": "391", "reasoning_content": "17*23"}, "stop").status == "pass"
     assert graded("reasoning", {"content": "<think>17*23</think>391"}, "stop").status == "fail"
 
 
@@ -49,7 +48,9 @@ def test_forced_replies_parse_back_to_the_expected_calls() -> None:
     template = (resolve_source(None).path / "models/templates/MiniMax-M3.jinja").read_text()
     raw = _forced_raw(template, BY_NAME["parallel"])
     parsed = parse_complete("minimax-m3", raw)
-    assert [json.loads(c["function"]["arguments"]) for c in parsed.tool_calls] == \
-        [{"location": "Paris"}, {"location": "Tokyo"}]
+    assert [json.loads(c["function"]["arguments"]) for c in parsed.tool_calls] == [
+        {"location": "Paris"},
+        {"location": "Tokyo"},
+    ]
     reasoning = parse_complete("minimax-m3", _forced_raw(template, BY_NAME["reasoning"]))
     assert reasoning.content == "391" and reasoning.reasoning_content

@@ -27,8 +27,10 @@ from splitserve.gateway._doctor import (
 
 BY_NAME = {c.name: c for c in CASES}
 HYBRID = Path(__file__).parents[3] / "docs/doctor/templates/minimax-m3-hybrid.jinja"
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def m3() -> str:
@@ -37,10 +39,9 @@ def m3() -> str:
 
 def test_prefill_case_keeps_one_call_when_parallel_calls_are_off() -> None:
     case = prefill_case(BY_NAME["no_parallel"])
-    assert [c["function"]["arguments"] for c in case.expected["tool_calls"]] == \
-        ['{"location": "Paris"}']
+    assert [c["function"]["arguments"] for c in case.expected["tool_calls"]] == ['{"location": "Paris"}']
     assert case.extra == {"parallel_tool_calls": False}
-    assert len(BY_NAME["no_parallel"].expected["tool_calls"]) == 2   # the original is untouched
+    assert len(BY_NAME["no_parallel"].expected["tool_calls"]) == 2  # the original is untouched
     assert prefill_case(BY_NAME["parallel"]) is BY_NAME["parallel"]
 
 
@@ -48,13 +49,16 @@ def test_hybrid_prefill_splits_reasoning_off_and_keeps_the_call_text() -> None:
     template = HYBRID.read_text()
     single = prefill_message(template, BY_NAME["single"])
     assert single["role"] == "assistant" and "reasoning_content" not in single
-    assert "</mm:think>" not in single["content"]      # llama-server writes the reasoning block
-    assert single["content"].startswith("\n<minimax:tool_call>\n<invoke name=\"get_weather\">")
+    assert "</mm:think>" not in single["content"]  # llama-server writes the reasoning block
+    assert single["content"].startswith('\n<minimax:tool_call>\n<invoke name="get_weather">')
     parsed = parse_complete("minimax-m3-hybrid", single["content"])
     assert [c["function"]["name"] for c in parsed.tool_calls] == ["get_weather"]
     reasoning = prefill_message(template, BY_NAME["reasoning"])
-    assert reasoning == {"role": "assistant", "content": "391",
-                         "reasoning_content": "17 * 23 = 17 * 20 + 17 * 3 = 340 + 51."}
+    assert reasoning == {
+        "role": "assistant",
+        "content": "391",
+        "reasoning_content": "17 * 23 = 17 * 20 + 17 * 3 = 340 + 51.",
+    }
     one = prefill_message(template, BY_NAME["no_parallel"])["content"]
     assert one.count("<invoke ") == 1
 
@@ -75,8 +79,7 @@ def test_an_answer_cut_off_at_max_tokens_is_not_a_pass() -> None:
     # a tiny model echoing its tool prompt until max_tokens once passed "multi_turn" and "none"
     for name in ("multi_turn", "none", "reasoning"):
         check = Check(name)
-        _grade(BY_NAME[name], {"content": "# Tools\nYou may call", "reasoning_content": "x"},
-               "length", check)
+        _grade(BY_NAME[name], {"content": "# Tools\nYou may call", "reasoning_content": "x"}, "length", check)
         assert check.status == "fail" and "finish_reason=length" in check.detail
     done = Check("none")
     _grade(BY_NAME["none"], {"content": "I cannot look that up."}, "stop", done)
@@ -85,8 +88,13 @@ def test_an_answer_cut_off_at_max_tokens_is_not_a_pass() -> None:
 
 def test_raw_text_and_chat_format_are_kept_from_the_verbose_field() -> None:
     check = Check("single", got={"content": "hi", "tool_calls": []})
-    _keep_raw({"choices": [], "__verbose": {"content": "</mm:think>hi", "generation_settings": {
-        "chat_format": "peg-native"}}}, check)
+    _keep_raw(
+        {
+            "choices": [],
+            "__verbose": {"content": "</mm:think>hi", "generation_settings": {"chat_format": "peg-native"}},
+        },
+        check,
+    )
     assert check.got["raw"] == "</mm:think>hi" and check.got["chat_format"] == "peg-native"
     plain = Check("single", got={"content": "hi"})
     _keep_raw({"choices": []}, plain)
@@ -96,9 +104,13 @@ def test_raw_text_and_chat_format_are_kept_from_the_verbose_field() -> None:
 def test_an_error_reply_is_kept_as_what_came_back() -> None:
     assert _error_body('{"error": {"code": 500}}') == {"error": {"code": 500}}
     assert _error_body("Internal Server Error") == "Internal Server Error"
-    report = Report("http://x/v1", "m", forced=True, mode="prefill",
-                    checks=[Check("parallel", detail="HTTP 500: ...", http_status=500,
-                                  got={"error": {"error": {"code": 500}}})])
+    report = Report(
+        "http://x/v1",
+        "m",
+        forced=True,
+        mode="prefill",
+        checks=[Check("parallel", detail="HTTP 500: ...", http_status=500, got={"error": {"error": {"code": 500}}})],
+    )
     text = report_markdown(report)
     assert "llama-server's own parser reads it" in text and '"code": 500' in text
     assert report.to_json()["mode"] == "prefill" and report.to_json()["failed"] == 1
@@ -107,17 +119,20 @@ def test_an_error_reply_is_kept_as_what_came_back() -> None:
 def test_the_two_forcing_modes_exclude_each_other() -> None:
     with pytest.raises(SplitserveError, match="exclude each other"):
         probe_tools("http://127.0.0.1:1", force_template=CHATML, prefill_template=CHATML)
-    res = CliRunner().invoke(app, ["doctor", "tools", "http://127.0.0.1:1", "--force-template",
-                                   str(HYBRID), "--force-prefill", str(HYBRID)])
+    res = CliRunner().invoke(
+        app, ["doctor", "tools", "http://127.0.0.1:1", "--force-template", str(HYBRID), "--force-prefill", str(HYBRID)]
+    )
     assert res.exit_code == 2 and "exclude each other" in res.output
     assert "Traceback" not in res.output
 
 
 def test_prefill_needs_llama_server_and_an_existing_template(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["doctor", "tools", "http://127.0.0.1:1", "--force-prefill",
-                                   str(HYBRID), "--timeout", "5"])
+    res = CliRunner().invoke(
+        app, ["doctor", "tools", "http://127.0.0.1:1", "--force-prefill", str(HYBRID), "--timeout", "5"]
+    )
     assert res.exit_code == 1 and "needs llama-server's own endpoint" in res.output
-    missing = CliRunner().invoke(app, ["doctor", "tools", "http://127.0.0.1:1", "--force-prefill",
-                                       str(tmp_path / "nope.jinja")])
+    missing = CliRunner().invoke(
+        app, ["doctor", "tools", "http://127.0.0.1:1", "--force-prefill", str(tmp_path / "nope.jinja")]
+    )
     assert missing.exit_code == 2 and "nope.jinja" in missing.output
     assert "Traceback" not in res.output + missing.output

@@ -32,8 +32,12 @@ RESULT = "wrote 8 bytes"
 
 
 def props(fmt: str, slots: int = 1) -> dict[str, Any]:
-    return {"chat_template": template(fmt), "model_path": "/m/served.gguf",
-            "default_generation_settings": {"n_ctx": 32768}, "total_slots": slots}
+    return {
+        "chat_template": template(fmt),
+        "model_path": "/m/served.gguf",
+        "default_generation_settings": {"n_ctx": 32768},
+        "total_slots": slots,
+    }
 
 
 def script(fmt: str) -> Any:
@@ -43,7 +47,7 @@ def script(fmt: str) -> Any:
     def output(body: dict[str, Any]) -> FakeOutput:
         if RESULT in body["prompt"]:
             return FakeOutput(["All", " done", "."], final={"timings": {"cache_n": 40}})
-        return FakeOutput([call[i:i + 5] for i in range(0, len(call), 5)])
+        return FakeOutput([call[i : i + 5] for i in range(0, len(call), 5)])
 
     return output
 
@@ -77,8 +81,13 @@ def fmt(request: pytest.FixtureRequest) -> str:
 def test_tool_use_then_a_tool_result_turn(fmt: str) -> None:
     with gateway(fmt) as (url, engine):
         c = client(url)
-        first = c.messages.create(model="claude-sonnet-x", max_tokens=500, messages=ASK,  # type: ignore[arg-type]
-                                  tools=[WRITE, BASH], metadata={"user_id": "session-a"})
+        first = c.messages.create(
+            model="claude-sonnet-x",
+            max_tokens=500,
+            messages=ASK,  # type: ignore[arg-type]
+            tools=[WRITE, BASH],
+            metadata={"user_id": "session-a"},
+        )
         assert [b.type for b in first.content] == ["thinking", "text", "tool_use"]
         thinking, text, use = first.content
         assert thinking.type == "thinking" and thinking.thinking == "The user wants a file."
@@ -87,11 +96,21 @@ def test_tool_use_then_a_tool_result_turn(fmt: str) -> None:
         assert use.id.startswith("toolu_") and first.id.startswith("msg_")
         assert first.stop_reason == "tool_use" and first.model == "claude-sonnet-x"
         assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
-        history = [*ASK, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                                 "content": RESULT, "is_error": False}]}]
-        second = c.messages.create(model="claude-sonnet-x", max_tokens=500, messages=history,  # type: ignore[arg-type]
-                                   tools=[WRITE, BASH], metadata={"user_id": "session-a"})
+        history = [
+            *ASK,
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use.id, "content": RESULT, "is_error": False}],
+            },
+        ]
+        second = c.messages.create(
+            model="claude-sonnet-x",
+            max_tokens=500,
+            messages=history,  # type: ignore[arg-type]
+            tools=[WRITE, BASH],
+            metadata={"user_id": "session-a"},
+        )
         assert [b.type for b in second.content] == ["text"] and second.content[0].text == "All done."  # type: ignore[union-attr]
         assert second.stop_reason == "end_turn"
         assert second.usage.cache_read_input_tokens == 40
@@ -144,13 +163,20 @@ def test_raw_stream_events_have_event_lines_and_dense_indexes() -> None:
 
 
 def test_forced_tool_choice_and_stop_sequences_reach_the_engine() -> None:
-    engine = FakeEngine([FakeOutput(["Hello"], stop_type="word", final={"stopping_word": "STOP"})],
-                        props=props("qwen3-coder"))
+    engine = FakeEngine(
+        [FakeOutput(["Hello"], stop_type="word", final={"stopping_word": "STOP"})], props=props("qwen3-coder")
+    )
     with gateway("qwen3-coder", engine) as (url, engine):
         c = client(url)
-        got = c.messages.create(model="m", max_tokens=50, messages=ASK, tools=[WRITE, BASH],  # type: ignore[arg-type]
-                                tool_choice={"type": "tool", "name": "Bash"}, stop_sequences=["STOP"],
-                                extra_body={"temperature": 0.2, "top_k": 5})  # newer SDKs dropped them
+        got = c.messages.create(
+            model="m",
+            max_tokens=50,
+            messages=ASK,
+            tools=[WRITE, BASH],  # type: ignore[arg-type]
+            tool_choice={"type": "tool", "name": "Bash"},
+            stop_sequences=["STOP"],
+            extra_body={"temperature": 0.2, "top_k": 5},
+        )  # newer SDKs dropped them
         sent = engine.bodies[-1]
         assert "Bash" in sent["grammar"] and "Write" not in sent["grammar"]
         assert sent["stop"][0] == "STOP" and sent["top_k"] == 5 and sent["temperature"] == 0.2
@@ -174,8 +200,18 @@ def test_errors_arrive_as_the_sdks_exceptions() -> None:
             client(url, api_key="wrong").messages.create(model="served", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
         assert auth.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
         with pytest.raises(anthropic.BadRequestError, match="reads text only"):
-            client(url).messages.create(model="served", max_tokens=5, messages=[{"role": "user", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}])
+            client(url).messages.create(
+                model="served",
+                max_tokens=5,
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+                        ],
+                    }
+                ],
+            )
         with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
             client(url).messages.create(model="served", max_tokens=0, messages=ASK)  # type: ignore[arg-type]
         with pytest.raises(anthropic.NotFoundError) as nf:
@@ -224,6 +260,8 @@ def test_an_engine_failing_mid_stream_is_an_error_event() -> None:
         assert last.startswith("event: error\ndata: ")
         err = json.loads(last.split("data: ", 1)[1])
         assert err["type"] == "error" and err["error"]["type"] == "api_error"
-        with pytest.raises(anthropic.APIStatusError), \
-                client(url).messages.stream(model="m", max_tokens=50, messages=ASK) as s:  # type: ignore[arg-type]
+        with (
+            pytest.raises(anthropic.APIStatusError),
+            client(url).messages.stream(model="m", max_tokens=50, messages=ASK) as s,
+        ):  # type: ignore[arg-type]
             s.get_final_message()

@@ -32,12 +32,19 @@ TEMPLATES = {
     "minimax-m3": "MiniMax-M3.jinja",
     "qwen3-coder": "Qwen3-Coder.jinja",
 }
-WRITE = {"name": "Write", "description": "Write a file",
-         "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"},
-                                                           "content": {"type": "string"}},
-                          "required": ["file_path", "content"]}}
-BASH = {"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
-                                         "required": ["command"]}}
+WRITE = {
+    "name": "Write",
+    "description": "Write a file",
+    "input_schema": {
+        "type": "object",
+        "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["file_path", "content"],
+    },
+}
+BASH = {
+    "name": "Bash",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
 ARGS = {"file_path": "/tmp/x/a.txt", "content": "hi there"}
 
 
@@ -80,25 +87,30 @@ def base(**kw: Any) -> dict[str, Any]:
 
 
 def test_system_blocks_join_and_the_billing_block_is_dropped() -> None:
-    body = base(system=[
-        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=abcde;"},
-        {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": "Be brief."},
-    ])
+    body = base(
+        system=[
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=abcde;"},
+            {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Be brief."},
+        ]
+    )
     msgs = to_chat(body, "").chat["messages"]
     assert msgs[0] == {"role": "system", "content": "You are an agent.\n\nBe brief."}
     assert to_chat(base(system="Plain."), "").chat["messages"][0] == {"role": "system", "content": "Plain."}
 
 
 def test_system_messages_inside_messages_are_folded_never_left_for_the_template() -> None:
-    body = base(system="S", messages=[
-        {"role": "system", "content": "before any turn"},
-        {"role": "user", "content": [{"type": "text", "text": "task"}]},
-        {"role": "system", "content": [{"type": "text", "text": "env info"}]},
-        {"role": "assistant", "content": "ok"},
-        {"role": "system", "content": "late note"},
-        {"role": "user", "content": "go"},
-    ])
+    body = base(
+        system="S",
+        messages=[
+            {"role": "system", "content": "before any turn"},
+            {"role": "user", "content": [{"type": "text", "text": "task"}]},
+            {"role": "system", "content": [{"type": "text", "text": "env info"}]},
+            {"role": "assistant", "content": "ok"},
+            {"role": "system", "content": "late note"},
+            {"role": "user", "content": "go"},
+        ],
+    )
     msgs = to_chat(body, "").chat["messages"]
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[0]["content"] == "S\n\nbefore any turn"
@@ -110,23 +122,43 @@ def test_system_messages_inside_messages_are_folded_never_left_for_the_template(
 
 
 def test_tool_use_and_tool_result_turns() -> None:
-    body = base(tools=[BASH], messages=[
-        {"role": "user", "content": "list"},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "use ls", "signature": ""},
-            {"type": "redacted_thinking", "data": "opaque"},
-            {"type": "text", "text": "Running."},
-            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "a.txt"}],
-             "cache_control": {"type": "ephemeral"}},
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "boom", "is_error": True},
-            {"type": "text", "text": "and now?"}]},
-    ])
+    body = base(
+        tools=[BASH],
+        messages=[
+            {"role": "user", "content": "list"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "use ls", "signature": ""},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {"type": "text", "text": "Running."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "a.txt"}],
+                        "cache_control": {"type": "ephemeral"},
+                    },
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "boom", "is_error": True},
+                    {"type": "text", "text": "and now?"},
+                ],
+            },
+        ],
+    )
     msgs = to_chat(body, "").chat["messages"]
-    assert msgs[1] == {"role": "assistant", "content": "Running.", "reasoning_content": "use ls",
-                       "tool_calls": [{"id": "toolu_1", "type": "function",
-                                       "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]}
+    assert msgs[1] == {
+        "role": "assistant",
+        "content": "Running.",
+        "reasoning_content": "use ls",
+        "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}
+        ],
+    }
     assert msgs[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.txt"}
     assert msgs[3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: boom"}
     assert msgs[4] == {"role": "user", "content": "and now?"}
@@ -134,15 +166,23 @@ def test_tool_use_and_tool_result_turns() -> None:
     assert "a.txt" in plan.prompt and "Error: boom" in plan.prompt
 
 
-@pytest.mark.parametrize("where,block", [
-    ("messages.0.content.1", {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                          "data": "AAAA"}}),
-    ("messages.0.content.0.content.0", None),
-])
+@pytest.mark.parametrize(
+    "where,block",
+    [
+        (
+            "messages.0.content.1",
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+        ),
+        ("messages.0.content.0.content.0", None),
+    ],
+)
 def test_images_are_refused_naming_the_block(where: str, block: dict[str, Any] | None) -> None:
     img = {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1/x.png"}}
-    content: list[Any] = ([{"type": "text", "text": "see"}, block] if block else
-                          [{"type": "tool_result", "tool_use_id": "t", "content": [img]}])
+    content: list[Any] = (
+        [{"type": "text", "text": "see"}, block]
+        if block
+        else [{"type": "tool_result", "tool_use_id": "t", "content": [img]}]
+    )
     with pytest.raises(APIError) as err:
         to_chat(base(messages=[{"role": "user", "content": content}]), "")
     assert err.value.status == 400 and err.value.param == where
@@ -152,8 +192,9 @@ def test_images_are_refused_naming_the_block(where: str, block: dict[str, Any] |
 def test_tool_choice_maps_to_the_chat_paths_forced_grammar() -> None:
     _, any_ = plan_of(base(tools=[WRITE, BASH], tool_choice={"type": "any"}))
     assert any_.tool_choice == "required" and "Write" in any_.body["grammar"]
-    _, named = plan_of(base(tools=[WRITE, BASH], tool_choice={"type": "tool", "name": "Bash",
-                                                               "disable_parallel_tool_use": True}))
+    _, named = plan_of(
+        base(tools=[WRITE, BASH], tool_choice={"type": "tool", "name": "Bash", "disable_parallel_tool_use": True})
+    )
     assert named.named_tool == "Bash" and not named.parallel
     assert "Bash" in named.body["grammar"] and "Write" not in named.body["grammar"]
     _, none = plan_of(base(tools=[WRITE], tool_choice={"type": "none"}))
@@ -165,9 +206,17 @@ def test_tool_choice_maps_to_the_chat_paths_forced_grammar() -> None:
 
 
 def test_sampling_stop_thinking_and_effort() -> None:
-    tr, plan = plan_of(base(stop_sequences=["END"], temperature=0.5, top_p=0.9, top_k=7,
-                            thinking={"type": "enabled", "budget_tokens": 2048},
-                            metadata={"user_id": "sess-1"}), "minimax-m3")
+    tr, plan = plan_of(
+        base(
+            stop_sequences=["END"],
+            temperature=0.5,
+            top_p=0.9,
+            top_k=7,
+            thinking={"type": "enabled", "budget_tokens": 2048},
+            metadata={"user_id": "sess-1"},
+        ),
+        "minimax-m3",
+    )
     assert plan.body["stop"][0] == "END" and tr.stop_sequences == ["END"]
     assert plan.body["temperature"] == 0.5 and plan.body["top_p"] == 0.9 and plan.body["top_k"] == 7
     assert plan.body["reasoning_budget_tokens"] == 2048
@@ -189,28 +238,54 @@ def test_sampling_stop_thinking_and_effort() -> None:
 def test_the_prompt_prefix_survives_billing_blocks_and_moving_cache_markers() -> None:
     """Turn 2 of a Claude Code loop (new billing hash, cache_control moved to the newest block)
     renders turn 1's prompt as its prefix, so the engine's prompt cache serves it."""
+
     def system(cch: str) -> list[dict[str, Any]]:
-        return [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1; cch={cch};"},
-                {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}]
-    user1 = {"role": "user", "content": [{"type": "text", "text": "list files",
-                                          "cache_control": {"type": "ephemeral"}}]}
+        return [
+            {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1; cch={cch};"},
+            {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+        ]
+
+    user1 = {
+        "role": "user",
+        "content": [{"type": "text", "text": "list files", "cache_control": {"type": "ephemeral"}}],
+    }
     env = {"role": "system", "content": "cwd: /tmp"}
     for fmt in TEMPLATES:
         _, one = plan_of(base(system=system("aaaaa"), tools=[BASH], messages=[user1, env]), fmt)
         user1b = {"role": "user", "content": [{"type": "text", "text": "list files"}]}
-        turn2 = [user1b, env,
-                 {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "Bash",
-                                                    "input": {"command": "ls"}}]},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "a",
-                                               "cache_control": {"type": "ephemeral"}}]}]
+        turn2 = [
+            user1b,
+            env,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {"command": "ls"}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_9",
+                        "content": "a",
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ]
         _, two = plan_of(base(system=system("bbbbb"), tools=[BASH], messages=turn2), fmt)
         assert two.prompt.startswith(one.prompt), fmt
 
 
 def test_errors_have_anthropics_types_and_statuses() -> None:
-    cases = {400: (400, "invalid_request_error"), 401: (401, "authentication_error"),
-             404: (404, "not_found_error"), 413: (413, "request_too_large"), 500: (500, "api_error"),
-             502: (502, "api_error"), 503: (503, "api_error")}
+    cases = {
+        400: (400, "invalid_request_error"),
+        401: (401, "authentication_error"),
+        404: (404, "not_found_error"),
+        413: (413, "request_too_large"),
+        500: (500, "api_error"),
+        502: (502, "api_error"),
+        503: (503, "api_error"),
+    }
     for status, (want, kind) in cases.items():
         got, body = anthropic_error(APIError(status, "m"))
         assert (got, body["error"]["type"]) == (want, kind) and body["type"] == "error"
@@ -324,5 +399,9 @@ def test_stop_reason_and_usage() -> None:
     b.content.append({"type": "tool_use", "id": "toolu_1", "name": "x", "input": {}})
     assert stop_reason(b, {"stop_type": "eos"}, []) == ("tool_use", None)
     final = {"tokens_evaluated": 100, "tokens_predicted": 7, "timings": {"cache_n": 90}}
-    assert usage(final) == {"input_tokens": 10, "cache_creation_input_tokens": 0,
-                            "cache_read_input_tokens": 90, "output_tokens": 7}
+    assert usage(final) == {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 90,
+        "output_tokens": 7,
+    }

@@ -26,12 +26,24 @@ from splitserve.gateway import (
 from splitserve.gateway._schemas import ChatRequest, check_history, parse_body
 from splitserve.gateway._turn import CALL_ARGS, CALL_START, CONTENT
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 NS = "]<]minimax[>["
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"location": {"type": "string"}, "days": {"type": "integer"}}}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"location": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+]
 
 
 def req(**kw: object) -> ChatRequest:
@@ -42,33 +54,39 @@ def req(**kw: object) -> ChatRequest:
 
 
 def model(fmt: str = "plain", template: str = CHATML) -> ServedModel:
-    return ServedModel(id="m", template=template,
-                       format=PLAIN if fmt == "plain" else get_format(fmt), bos_token="<s>")
+    return ServedModel(id="m", template=template, format=PLAIN if fmt == "plain" else get_format(fmt), bos_token="<s>")
 
 
 def m3_call(*invokes: tuple[str, dict[str, str]]) -> str:
-    body = "".join(f'{NS}<invoke name="{n}">\n' + "".join(f"{NS}<{k}>{v}{NS}</{k}>\n"
-                                                         for k, v in a.items()) + f"{NS}</invoke>\n"
-                   for n, a in invokes)
+    body = "".join(
+        f'{NS}<invoke name="{n}">\n' + "".join(f"{NS}<{k}>{v}{NS}</{k}>\n" for k, v in a.items()) + f"{NS}</invoke>\n"
+        for n, a in invokes
+    )
     return f"{NS}<tool_call>\n{body}{NS}</tool_call>"
 
 
 # -- validation -------------------------------------------------------------------------------
+
 
 def test_model_may_be_left_out_as_with_llama_server_and_vllm() -> None:
     req = parse_body(ChatRequest, json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode())
     assert req.model is None
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"model": "m", "messages": []}, "messages"),
-    ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-     "messages.0.content.0.type"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
-    ({"model": 5, "messages": [{"role": "user", "content": "x"}]}, "model"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages.0.content.0.type",
+        ),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
+        ({"model": 5, "messages": [{"role": "user", "content": "x"}]}, "model"),
+    ],
+)
 def test_bad_fields_are_400_naming_the_field(body: dict[str, object], param: str) -> None:
     with pytest.raises(APIError) as err:
         parse_body(ChatRequest, json.dumps(body).encode())
@@ -92,10 +110,13 @@ def test_malformed_json_and_history_are_400() -> None:
 
 # -- translation --------------------------------------------------------------------------------
 
+
 def test_plan_maps_fields_and_strips_bos() -> None:
     tmpl = "{{ bos_token }}" + CHATML
-    p = plan_chat(req(max_completion_tokens=7, temperature=0.2, top_k=5, min_p=0.1, seed=3,
-                      stop="END", unknown_field=1), model(template=tmpl))
+    p = plan_chat(
+        req(max_completion_tokens=7, temperature=0.2, top_k=5, min_p=0.1, seed=3, stop="END", unknown_field=1),
+        model(template=tmpl),
+    )
     b = p.body
     assert b["prompt"].startswith("<|im_start|>user\nhi") and not b["prompt"].startswith("<s>")
     assert b["n_predict"] == 7 and b["temperature"] == 0.2 and b["seed"] == 3
@@ -107,31 +128,33 @@ def test_plan_maps_fields_and_strips_bos() -> None:
 
 def test_response_format_becomes_the_engine_schema() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    p = plan_chat(req(response_format={"type": "json_schema",
-                                       "json_schema": {"name": "x", "schema": schema}}), model())
+    p = plan_chat(req(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}), model())
     assert p.body["json_schema"] == schema
-    assert plan_chat(req(response_format={"type": "json_object"}), model()).body["json_schema"] \
-        == {"type": "object"}
+    assert plan_chat(req(response_format={"type": "json_object"}), model()).body["json_schema"] == {"type": "object"}
     with pytest.raises(APIError):
-        plan_chat(req(response_format={"type": "json_object"}, grammar="root ::= \"a\""), model())
+        plan_chat(req(response_format={"type": "json_object"}, grammar='root ::= "a"'), model())
 
 
 def test_force_output_only_with_test_hooks() -> None:
     with pytest.raises(APIError) as err:
         plan_chat(req(force_output="x"), model())
     assert "--test-hooks" in err.value.message
-    assert plan_chat(req(force_output='a"b\n'), model(), test_hooks=True).body["grammar"] == \
-        gbnf_literal('a"b\n') == 'root ::= "a\\"b\\n"\n'
+    assert (
+        plan_chat(req(force_output='a"b\n'), model(), test_hooks=True).body["grammar"]
+        == gbnf_literal('a"b\n')
+        == 'root ::= "a\\"b\\n"\n'
+    )
 
 
 # -- the turn policy ----------------------------------------------------------------------------
+
 
 def run_turn(fmt: str, text: str, pieces: int = 3, **kw: object) -> Turn:
     plan = plan_chat(req(tools=TOOLS, **kw), model(fmt))
     turn = Turn(plan, plan.parser(get_format(fmt) if fmt != "plain" else PLAIN))
     step = max(1, len(text) // pieces)
     for i in range(0, len(text), step):
-        turn.feed(text[i:i + step])
+        turn.feed(text[i : i + step])
     turn.finish()
     return turn
 
@@ -147,13 +170,11 @@ def test_turn_keeps_calls_and_finish_reason_agrees() -> None:
 
 def test_turn_policy_none_named_and_single() -> None:
     two = m3_call(("get_weather", {"location": "Paris"}), ("get_time", {"city": "Oslo"}))
-    assert [c["function"]["name"] for c in run_turn("minimax-m3", two).tool_calls()] == \
-        ["get_weather", "get_time"]
+    assert [c["function"]["name"] for c in run_turn("minimax-m3", two).tool_calls()] == ["get_weather", "get_time"]
     single = run_turn("minimax-m3", two, parallel_tool_calls=False)
     assert [c["function"]["name"] for c in single.tool_calls()] == ["get_weather"]
     assert any("parallel_tool_calls" in w for w in single.warnings)
-    named = run_turn("minimax-m3", two,
-                     tool_choice={"type": "function", "function": {"name": "get_time"}})
+    named = run_turn("minimax-m3", two, tool_choice={"type": "function", "function": {"name": "get_time"}})
     (call,) = named.tool_calls()
     assert call["function"]["name"] == "get_time"
     none = run_turn("minimax-m3", "ok" + two, tool_choice="none")
@@ -165,9 +186,9 @@ def test_turn_policy_none_named_and_single() -> None:
 
 def test_turn_deltas_are_renumbered_and_stream_equals_batch() -> None:
     two = m3_call(("get_weather", {"location": "Paris"}), ("get_time", {"city": "Oslo"}))
-    plan = plan_chat(req(tools=TOOLS, tool_choice={"type": "function",
-                                                   "function": {"name": "get_time"}}),
-                     model("minimax-m3"))
+    plan = plan_chat(
+        req(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}), model("minimax-m3")
+    )
     turn = Turn(plan, plan.parser(get_format("minimax-m3")))
     deltas = []
     for ch in two:  # one character at a time
@@ -193,6 +214,7 @@ def test_call_ids_are_unique() -> None:
 
 
 # -- auth ---------------------------------------------------------------------------------------
+
 
 def test_keys_file_stores_hashes_only(tmp_path: Path) -> None:
     path = tmp_path / "keys.txt"
@@ -220,6 +242,7 @@ def test_auth_required_beyond_loopback() -> None:
 
 
 # -- limits -------------------------------------------------------------------------------------
+
 
 def test_limiter_queues_then_refuses() -> None:
     async def scenario() -> list[str]:

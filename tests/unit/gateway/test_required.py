@@ -10,13 +10,22 @@ from splitserve.chat import get_format
 from splitserve.gateway import PLAIN, APIError, ServedModel, plan_chat
 from splitserve.gateway._schemas import ChatRequest, check_history, parse_body
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"location": {"type": "string"}}}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    },
 ]
 NAMED = {"type": "function", "function": {"name": "get_time"}}
 
@@ -29,12 +38,12 @@ def req(**kw: object) -> ChatRequest:
 
 
 def model(fmt: str = "hermes", template: str = CHATML) -> ServedModel:
-    return ServedModel(id="m", template=template,
-                       format=PLAIN if fmt == "plain" else get_format(fmt))
+    return ServedModel(id="m", template=template, format=PLAIN if fmt == "plain" else get_format(fmt))
 
 
-@pytest.mark.parametrize("fmt", ["minimax-m3", "minimax-m3-hybrid", "minimax-m2", "hermes",
-                                 "qwen3-coder", "llama3-json", "deepseek-v3"])
+@pytest.mark.parametrize(
+    "fmt", ["minimax-m3", "minimax-m3-hybrid", "minimax-m2", "hermes", "qwen3-coder", "llama3-json", "deepseek-v3"]
+)
 def test_required_sets_the_format_grammar(fmt: str) -> None:
     plan = plan_chat(req(tools=TOOLS, tool_choice="required"), model(fmt))
     grammar = plan.body["grammar"]
@@ -52,8 +61,7 @@ def test_named_choice_grammar_names_only_that_function() -> None:
 
 def test_parallel_false_allows_one_call() -> None:
     many = plan_chat(req(tools=TOOLS, tool_choice="required"), model()).body["grammar"]
-    one = plan_chat(req(tools=TOOLS, tool_choice="required", parallel_tool_calls=False),
-                    model()).body["grammar"]
+    one = plan_chat(req(tools=TOOLS, tool_choice="required", parallel_tool_calls=False), model()).body["grammar"]
     assert "tool-calls ::= tool-call (tool-call)*" in many
     assert "tool-calls ::= (get-weather-call | get-time-call)" in one and ")*" not in one
 
@@ -74,14 +82,16 @@ def test_plain_format_is_enforced_through_the_hermes_fallback() -> None:
     assert '<tool_call>\\n{\\"name\\": \\"get_weather\\"' in plan.body["grammar"]
 
 
-@pytest.mark.parametrize("extra,param", [
-    ({"grammar": 'root ::= "x"'}, "grammar"),
-    ({"json_schema": {"type": "object"}}, "json_schema"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"grammar_lazy": True}, "grammar_lazy"),
-])
-def test_client_constraints_conflict_with_a_forced_call(extra: dict[str, object],
-                                                         param: str) -> None:
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"grammar": 'root ::= "x"'}, "grammar"),
+        ({"json_schema": {"type": "object"}}, "json_schema"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"grammar_lazy": True}, "grammar_lazy"),
+    ],
+)
+def test_client_constraints_conflict_with_a_forced_call(extra: dict[str, object], param: str) -> None:
     for choice in ("required", NAMED):
         with pytest.raises(APIError) as err:
             plan_chat(req(tools=TOOLS, tool_choice=choice, **extra), model())
@@ -91,19 +101,17 @@ def test_client_constraints_conflict_with_a_forced_call(extra: dict[str, object]
 
 
 def test_force_output_hook_wins_over_the_call_grammar() -> None:
-    plan = plan_chat(req(tools=TOOLS, tool_choice="required", force_output="hello"), model(),
-                     test_hooks=True)
+    plan = plan_chat(req(tools=TOOLS, tool_choice="required", force_output="hello"), model(), test_hooks=True)
     assert plan.body["grammar"] == 'root ::= "hello"\n'
 
 
 def test_prefilled_and_closed_reasoning_shape_the_grammar() -> None:
     think = CHATML.replace("assistant\n{% endif %}", "assistant\n<think>\n{% endif %}")
-    closed = CHATML.replace("assistant\n{% endif %}",
-                            "assistant\n<think>\n\n</think>\n\n{% endif %}")
+    closed = CHATML.replace("assistant\n{% endif %}", "assistant\n<think>\n\n</think>\n\n{% endif %}")
     open_ = plan_chat(req(tools=TOOLS, tool_choice="required"), model()).body["grammar"]
     pre = plan_chat(req(tools=TOOLS, tool_choice="required"), model(template=think))
     off = plan_chat(req(tools=TOOLS, tool_choice="required"), model(template=closed))
     assert pre.prefilled
     assert open_.startswith("root ::= reasoning? ")
-    assert pre.body["grammar"].startswith("root ::= Until")       # closer first
+    assert pre.body["grammar"].startswith("root ::= Until")  # closer first
     assert off.body["grammar"].startswith("root ::= tool-calls")  # no reasoning offered

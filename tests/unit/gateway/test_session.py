@@ -8,9 +8,11 @@ from splitserve.gateway._session import ReasoningMemory, SlotAffinity, session_k
 
 
 def turn(reasoning: str | None, *ids: str) -> dict[str, Any]:
-    m: dict[str, Any] = {"role": "assistant", "content": None,
-                         "tool_calls": [{"id": i, "type": "function",
-                                         "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+    m: dict[str, Any] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids],
+    }
     if reasoning is not None:
         m["reasoning_content"] = reasoning
     return m
@@ -22,9 +24,13 @@ def test_reasoning_comes_back_for_the_calls_it_preceded() -> None:
     mem.remember("k", {"role": "assistant", "content": "no calls", "reasoning_content": "x"})
     mem.remember("k", turn(None, "call_c"))  # nothing to keep
     assert len(mem) == 2
-    history = [{"role": "user", "content": "hi"}, turn(None, "call_b"),
-               {"role": "tool", "tool_call_id": "call_b", "content": "1"}, turn(None, "call_zz"),
-               turn("the client kept it", "call_a")]
+    history = [
+        {"role": "user", "content": "hi"},
+        turn(None, "call_b"),
+        {"role": "tool", "tool_call_id": "call_b", "content": "1"},
+        turn(None, "call_zz"),
+        turn("the client kept it", "call_a"),
+    ]
     assert mem.restore("k", history) == 1
     assert history[1]["reasoning_content"] == "I should look"
     assert "reasoning_content" not in history[3]  # an id the gateway never issued
@@ -71,20 +77,33 @@ def test_the_restored_history_renders_what_the_model_generated() -> None:
     ns = "]<]minimax[>["
     template = (resolve_source(None).path / "models/templates/MiniMax-M3.jinja").read_text()
     model = ServedModel(id="m", template=template, format=get_format("minimax-m3"))
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"location": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+            },
+        }
+    ]
     ask = [{"role": "user", "content": "Weather in Paris?"}]
     first = plan_chat(ChatRequest(messages=ask, tools=tools), model).prompt
-    generated = (f"<mm:think>I should look it up.</mm:think>{ns}<tool_call>\n"
-                 f'{ns}<invoke name="get_weather">{ns}<location>Paris{ns}</location>'
-                 f"{ns}</invoke>\n{ns}</tool_call>")
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'}}
+    generated = (
+        f"<mm:think>I should look it up.</mm:think>{ns}<tool_call>\n"
+        f'{ns}<invoke name="get_weather">{ns}<location>Paris{ns}</location>'
+        f"{ns}</invoke>\n{ns}</tool_call>"
+    )
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'},
+    }
     mem = ReasoningMemory()
-    mem.remember("k", {"role": "assistant", "reasoning_content": "I should look it up.",
-                       "tool_calls": [call]})
-    sent_back = ask + [{"role": "assistant", "content": None, "tool_calls": [call]},
-                       {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    mem.remember("k", {"role": "assistant", "reasoning_content": "I should look it up.", "tool_calls": [call]})
+    sent_back = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
     req = ChatRequest(messages=sent_back, tools=tools)
     restored = plan_chat(req, model, restore=lambda m: mem.restore("k", m)).prompt
     assert restored.startswith(first + generated)  # byte-stable: the engine's cache holds it

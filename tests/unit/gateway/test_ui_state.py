@@ -16,45 +16,125 @@ MIB = 1024 * 1024
 
 
 def _proc(node: str, role: str, port: int) -> ProcessRecord:
-    return ProcessRecord(node=node, role=role, host="local", pid=100 + port % 100, start_ticks=1,
-                         bind="127.0.0.1", port=port, log=f"/x/{node}.log", argv=["bin", "--api-key", "sk-secret"])
+    return ProcessRecord(
+        node=node,
+        role=role,
+        host="local",
+        pid=100 + port % 100,
+        start_ticks=1,
+        bind="127.0.0.1",
+        port=port,
+        log=f"/x/{node}.log",
+        argv=["bin", "--api-key", "sk-secret"],
+    )
 
 
 def _state(phase: str = "ready") -> ClusterState:
-    return ClusterState(name="demo", spec_file="/x/demo.toml", model="/m/SmolLM2.gguf", endpoint="http://127.0.0.1:8000",
-                        engine="cpu", phase=phase, started_at=1000.0, ready_at=1002.0 if phase == "ready" else None,
-                        processes=[_proc("gateway", "gateway", 8000), _proc("w1", "rpc", 50052),
-                                   _proc("w2", "rpc", 50053), _proc("head", "server", 8080)])
+    return ClusterState(
+        name="demo",
+        spec_file="/x/demo.toml",
+        model="/m/SmolLM2.gguf",
+        endpoint="http://127.0.0.1:8000",
+        engine="cpu",
+        phase=phase,
+        started_at=1000.0,
+        ready_at=1002.0 if phase == "ready" else None,
+        processes=[
+            _proc("gateway", "gateway", 8000),
+            _proc("w1", "rpc", 50052),
+            _proc("w2", "rpc", 50053),
+            _proc("head", "server", 8080),
+        ],
+    )
 
 
-PLAN = {"nodes": [
-    {"name": "w1", "layers": [0, 15], "n_layers": 16, "weights_bytes": 35 * MIB, "kv_bytes": 24 * MIB,
-     "compute_bytes": 31 * MIB, "total_bytes": 90 * MIB, "memory_bytes": 1024 * MIB, "headroom_bytes": 934 * MIB,
-     "output_layer": False},
-    {"name": "w2", "layers": [16, 29], "n_layers": 14, "weights_bytes": 58 * MIB, "kv_bytes": 21 * MIB,
-     "compute_bytes": 20 * MIB, "total_bytes": 99 * MIB, "memory_bytes": 1024 * MIB, "headroom_bytes": 925 * MIB,
-     "output_layer": True}],
-    "host": {"weights_bytes": 28 * MIB, "compute_bytes": 15 * MIB}, "decode_tps_upper_bound": 250.0,
-    "settings": {"ctx": 2048, "parallel": 2}, "warnings": []}
-MEMORY = [{"device": "RPC0[127.0.0.1:50052]", "endpoint": "127.0.0.1:50052", "model_bytes": 34 * MIB,
-           "kv_bytes": 24 * MIB, "compute_bytes": 31 * MIB, "output_bytes": 0, "other_bytes": 0, "total_bytes": 89 * MIB},
-          {"device": "RPC1[127.0.0.1:50053]", "endpoint": "127.0.0.1:50053", "model_bytes": 58 * MIB,
-           "kv_bytes": 21 * MIB, "compute_bytes": 21 * MIB, "output_bytes": 0, "other_bytes": 0, "total_bytes": 100 * MIB},
-          {"device": "CPU", "endpoint": None, "model_bytes": 0, "kv_bytes": 0, "compute_bytes": 15 * MIB,
-           "output_bytes": MIB, "other_bytes": 0, "total_bytes": 16 * MIB}]
+PLAN = {
+    "nodes": [
+        {
+            "name": "w1",
+            "layers": [0, 15],
+            "n_layers": 16,
+            "weights_bytes": 35 * MIB,
+            "kv_bytes": 24 * MIB,
+            "compute_bytes": 31 * MIB,
+            "total_bytes": 90 * MIB,
+            "memory_bytes": 1024 * MIB,
+            "headroom_bytes": 934 * MIB,
+            "output_layer": False,
+        },
+        {
+            "name": "w2",
+            "layers": [16, 29],
+            "n_layers": 14,
+            "weights_bytes": 58 * MIB,
+            "kv_bytes": 21 * MIB,
+            "compute_bytes": 20 * MIB,
+            "total_bytes": 99 * MIB,
+            "memory_bytes": 1024 * MIB,
+            "headroom_bytes": 925 * MIB,
+            "output_layer": True,
+        },
+    ],
+    "host": {"weights_bytes": 28 * MIB, "compute_bytes": 15 * MIB},
+    "decode_tps_upper_bound": 250.0,
+    "settings": {"ctx": 2048, "parallel": 2},
+    "warnings": [],
+}
+MEMORY = [
+    {
+        "device": "RPC0[127.0.0.1:50052]",
+        "endpoint": "127.0.0.1:50052",
+        "model_bytes": 34 * MIB,
+        "kv_bytes": 24 * MIB,
+        "compute_bytes": 31 * MIB,
+        "output_bytes": 0,
+        "other_bytes": 0,
+        "total_bytes": 89 * MIB,
+    },
+    {
+        "device": "RPC1[127.0.0.1:50053]",
+        "endpoint": "127.0.0.1:50053",
+        "model_bytes": 58 * MIB,
+        "kv_bytes": 21 * MIB,
+        "compute_bytes": 21 * MIB,
+        "output_bytes": 0,
+        "other_bytes": 0,
+        "total_bytes": 100 * MIB,
+    },
+    {
+        "device": "CPU",
+        "endpoint": None,
+        "model_bytes": 0,
+        "kv_bytes": 0,
+        "compute_bytes": 15 * MIB,
+        "output_bytes": MIB,
+        "other_bytes": 0,
+        "total_bytes": 16 * MIB,
+    },
+]
 
 
 def _slot(sid: int, task: int | None, decoded: int, busy: bool, prompt: int = 20, cached: int = 0) -> dict:
     s = {"id": sid, "n_ctx": 1024, "is_processing": busy}
     if task is not None:
-        s |= {"id_task": task, "n_prompt_tokens": prompt, "n_prompt_tokens_processed": prompt - cached,
-              "n_prompt_tokens_cache": cached, "next_token": [{"n_decoded": decoded}]}
+        s |= {
+            "id_task": task,
+            "n_prompt_tokens": prompt,
+            "n_prompt_tokens_processed": prompt - cached,
+            "n_prompt_tokens_cache": cached,
+            "next_token": [{"n_decoded": decoded}],
+        }
     return s
 
 
 def _snap(now: float, **kw) -> Snapshot:  # type: ignore[no-untyped-def]
-    base = dict(state=_state(), alive={"gateway": True, "w1": True, "w2": True, "head": True}, memory=MEMORY,
-                plan=PLAN, links={"127.0.0.1:50052": {"rtt_ms": 0.05, "bytes_sent": 36e6}})
+    base = dict(
+        state=_state(),
+        alive={"gateway": True, "w1": True, "w2": True, "head": True},
+        memory=MEMORY,
+        plan=PLAN,
+        links={"127.0.0.1:50052": {"rtt_ms": 0.05, "bytes_sent": 36e6}},
+    )
     return Snapshot(now=now, **(base | kw))
 
 
@@ -115,8 +195,13 @@ def test_load_progress_and_eta_per_worker_while_starting() -> None:
     h = History()
     start = _snap(0.0, state=_state("starting"), memory=[], links={"127.0.0.1:50052": {"rtt_ms": 0.1, "bytes_sent": 0}})
     h.update(start)
-    snap = _snap(2.0, state=_state("starting"), memory=[], load_stage="sending weights to the devices",
-                 links={"127.0.0.1:50052": {"rtt_ms": 0.1, "bytes_sent": 10 * MIB}})
+    snap = _snap(
+        2.0,
+        state=_state("starting"),
+        memory=[],
+        load_stage="sending weights to the devices",
+        links={"127.0.0.1:50052": {"rtt_ms": 0.1, "bytes_sent": 10 * MIB}},
+    )
     h.update(snap)
     out = assemble(snap, h)
     w1 = out["nodes"][0]["load"]
@@ -127,15 +212,21 @@ def test_load_progress_and_eta_per_worker_while_starting() -> None:
 
 
 def test_warnings_gather_load_log_supervisor_and_parser() -> None:
-    events = [{"time": 5.0, "kind": "ready", "node": "head", "message": "ready"},
-              {"time": 6.0, "kind": "died", "node": "w1", "message": "ggml-rpc-server was killed by signal 9"},
-              {"time": 7.0, "kind": "restarting", "node": "cluster", "message": "restart 1 in 1.0 s"}]
+    events = [
+        {"time": 5.0, "kind": "ready", "node": "head", "message": "ready"},
+        {"time": 6.0, "kind": "died", "node": "w1", "message": "ggml-rpc-server was killed by signal 9"},
+        {"time": 7.0, "kind": "restarting", "node": "cluster", "message": "restart 1 in 1.0 s"},
+    ]
     samples = [("splitserve_parse_warnings_total", {}, 3.0)]
     load = [{"kind": "msa_dense_no_flash_attn", "text": "MSA requires it -> running DENSE attention", "fix": "fa on"}]
     out = assemble(_snap(10.0, events=events, samples=samples, load_warnings=load), History())
     kinds = [(w["source"], w["kind"]) for w in out["warnings"]]
-    assert kinds == [("llama-server", "msa_dense_no_flash_attn"), ("supervisor", "restarting"),
-                     ("supervisor", "died"), ("gateway", "parse_warnings")]
+    assert kinds == [
+        ("llama-server", "msa_dense_no_flash_attn"),
+        ("supervisor", "restarting"),
+        ("supervisor", "died"),
+        ("gateway", "parse_warnings"),
+    ]
     assert out["cluster"]["restarts"] == 1
 
 
@@ -159,8 +250,13 @@ def test_gateway_metrics_from_a_real_registry() -> None:
 
 
 def test_histogram_quantiles_interpolate_within_buckets() -> None:
-    s = [("h_bucket", {"le": "1.0"}, 0.0), ("h_bucket", {"le": "2.0"}, 10.0), ("h_bucket", {"le": "+Inf"}, 10.0),
-         ("h_count", {}, 10.0), ("h_sum", {}, 15.0)]
+    s = [
+        ("h_bucket", {"le": "1.0"}, 0.0),
+        ("h_bucket", {"le": "2.0"}, 10.0),
+        ("h_bucket", {"le": "+Inf"}, 10.0),
+        ("h_count", {}, 10.0),
+        ("h_sum", {}, 15.0),
+    ]
     h = histogram(s, "h")
     assert h["p50"] == 1.5 and h["mean"] == 1.5
     assert histogram([], "h") == {"count": 0.0, "mean": None, "p50": None, "p90": None, "p99": None}
@@ -186,8 +282,10 @@ SS = """0      0          127.0.0.1:35876    127.0.0.1:50052
 def test_parse_ss_reads_the_link_rtt_as_the_kernels_minrtt_of_the_heads_side() -> None:
     # the smoothed rtt (1.645, 5.4 ms on loopback) holds delayed ACKs and compute time: not the link
     links = parse_ss(SS, {"127.0.0.1:50052", "[::1]:50053", "127.0.0.1:9"})
-    assert links == {"127.0.0.1:50052": {"rtt_ms": 0.009, "bytes_sent": 36044400.0},
-                     "[::1]:50053": {"rtt_ms": 1.7, "bytes_sent": 5.0}}
+    assert links == {
+        "127.0.0.1:50052": {"rtt_ms": 0.009, "bytes_sent": 36044400.0},
+        "[::1]:50053": {"rtt_ms": 1.7, "bytes_sent": 5.0},
+    }
 
 
 def test_the_page_warns_on_the_link_rtt_exactly_where_preflight_does(monkeypatch) -> None:  # type: ignore[no-untyped-def]

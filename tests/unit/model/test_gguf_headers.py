@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from gguf_factory import Q, T, dense_llama, moe_qwen3, write_model
 
+from gguf_factory import Q, T, dense_llama, moe_qwen3, write_model
 from splitserve._errors import ModelError
 from splitserve.model import inspect_model, read_gguf, shard_paths
 
@@ -28,16 +28,16 @@ def test_dense_model_shape_bytes_and_parameters(tmp_path: Path) -> None:
 
 
 def test_tied_embeddings_put_a_copy_on_the_output_layer(tmp_path: Path) -> None:
-    [p] = dense_llama(tmp_path / "t.gguf", n_layer=2, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512,
-                      tied=True)
+    [p] = dense_llama(
+        tmp_path / "t.gguf", n_layer=2, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512, tied=True
+    )
     m = inspect_model(p)
     assert m.tied_embeddings
     assert sum(m.output_tensor_bytes) == 512 * 128 // 32 * 34 + 128 * 4  # embeddings copy + output norm
 
 
 def test_moe_experts_and_their_bytes(tmp_path: Path) -> None:
-    [p] = moe_qwen3(tmp_path / "m.gguf", n_layer=2, n_embd=256, n_expert=32, n_expert_used=4, n_ff_exp=128,
-                    n_vocab=512)
+    [p] = moe_qwen3(tmp_path / "m.gguf", n_layer=2, n_embd=256, n_expert=32, n_expert_used=4, n_ff_exp=128, n_vocab=512)
     m = inspect_model(p)
     assert (m.n_expert, m.n_expert_used, m.n_ff_exp) == (32, 4, 128)
     assert all(layer.moe for layer in m.layers)
@@ -47,8 +47,9 @@ def test_moe_experts_and_their_bytes(tmp_path: Path) -> None:
 
 
 def test_any_shard_finds_all_shards(tmp_path: Path) -> None:
-    shards = dense_llama(tmp_path / "s.gguf", n_layer=6, n_embd=128, n_head=2, n_head_kv=2, n_ff=256,
-                         n_vocab=512, n_shards=3)
+    shards = dense_llama(
+        tmp_path / "s.gguf", n_layer=6, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512, n_shards=3
+    )
     assert [p.name for p in shards] == [f"s-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     one = inspect_model(shards[0])
     two = inspect_model(shards[2])
@@ -58,8 +59,9 @@ def test_any_shard_finds_all_shards(tmp_path: Path) -> None:
 
 
 def test_missing_shard_is_named(tmp_path: Path) -> None:
-    shards = dense_llama(tmp_path / "s.gguf", n_layer=4, n_embd=128, n_head=2, n_head_kv=2, n_ff=256,
-                         n_vocab=512, n_shards=3)
+    shards = dense_llama(
+        tmp_path / "s.gguf", n_layer=4, n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_vocab=512, n_shards=3
+    )
     shards[1].unlink()
     with pytest.raises(ModelError, match=r"s-00002-of-00003\.gguf.*missing"):
         shard_paths(shards[0])
@@ -142,8 +144,9 @@ def test_tool_call_format_is_named_by_the_detector_the_caller_passes(
 ) -> None:
     from splitserve.chat import detect_format
 
-    [p] = dense_llama(tmp_path / "t.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256,
-                      chat_template=template)
+    [p] = dense_llama(
+        tmp_path / "t.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256, chat_template=template
+    )
     assert inspect_model(p).tool_call_format is None  # the model layer knows no formats
     m = inspect_model(p, tool_format=detect_format)
     assert m.tool_call_format == expected == detect_format(template)
@@ -159,8 +162,9 @@ def test_inspect_names_the_format_the_gateway_parses(tmp_path: Path) -> None:
     import splitserve.cli._inspect  # noqa: F401  (registers inspect)
     from splitserve.cli import app
 
-    [p] = dense_llama(tmp_path / "h.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256,
-                      chat_template=HERMES)
+    [p] = dense_llama(
+        tmp_path / "h.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, n_vocab=256, chat_template=HERMES
+    )
     r = CliRunner().invoke(app, ["inspect", str(p), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["chat_template"]["tool_call_format"] == "hermes"

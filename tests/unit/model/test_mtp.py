@@ -6,7 +6,6 @@ from pathlib import Path
 
 from gguf_factory import dense_llama
 from spec_factory import glm4moe_mtp, tiny_m3
-
 from splitserve.model import inspect_model
 
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from gguf_factory import dense_llama, moe_qwen3
 
+from gguf_factory import dense_llama, moe_qwen3
 from splitserve._errors import UsageError
 from splitserve.model import inspect_model
 from splitserve.plan import GIB, Node, PlanOptions, fit_problem, make_plan, parse_node
@@ -70,8 +70,9 @@ def test_headroom_under_the_margin_warns(tmp_path: Path) -> None:
 
 
 def test_parallel_trades_context_per_slot(tmp_path: Path) -> None:
-    [path] = moe_qwen3(tmp_path / "m.gguf", n_layer=4, n_embd=256, n_expert=16, n_expert_used=2, n_ff_exp=128,
-                       n_vocab=1024)
+    [path] = moe_qwen3(
+        tmp_path / "m.gguf", n_layer=4, n_embd=256, n_expert=16, n_expert_used=2, n_ff_exp=128, n_vocab=1024
+    )
     m = inspect_model(path)
     p = make_plan(m, [Node("a", 2 * GIB), Node("b", 2 * GIB)], PlanOptions(ctx=4096, margin_bytes=GIB // 2))
     slots = [x["ctx_per_slot"] for x in p.parallel]
@@ -81,8 +82,9 @@ def test_parallel_trades_context_per_slot(tmp_path: Path) -> None:
 
 def test_json_has_the_documented_keys(tmp_path: Path) -> None:
     [path] = dense_llama(tmp_path / "d.gguf", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=1024)
-    d = make_plan(inspect_model(path), [Node("a", GIB * 4, "h100"), Node("b", GIB * 4, "h100")],
-                  PlanOptions(ctx=4096)).to_dict()
+    d = make_plan(
+        inspect_model(path), [Node("a", GIB * 4, "h100"), Node("b", GIB * 4, "h100")], PlanOptions(ctx=4096)
+    ).to_dict()
     for key in ("nodes", "host_bytes", "kv_bytes_per_token", "tensor_split", "max_ctx", "decode_tps_upper_bound"):
         assert key in d
     for n in d["nodes"]:
@@ -102,8 +104,13 @@ def test_unknown_architecture_is_planned_and_marked_estimated(tmp_path: Path) ->
     ts = [T("token_embd.weight", (128, 512), Q.F16)]
     for i in range(2):
         ts += [T(f"blk.{i}.attn_qkv.weight", (128, 384), Q.F16), T(f"blk.{i}.ffn_up.weight", (128, 512), Q.F16)]
-    kv = {"{arch}.block_count": 2, "{arch}.embedding_length": 128, "{arch}.attention.head_count": 4,
-          "{arch}.context_length": 2048, "{arch}.feed_forward_length": 512}
+    kv = {
+        "{arch}.block_count": 2,
+        "{arch}.embedding_length": 128,
+        "{arch}.attention.head_count": 4,
+        "{arch}.context_length": 2048,
+        "{arch}.feed_forward_length": 512,
+    }
     [p] = write_model(tmp_path / "u.gguf", "brandnew", kv, ts, n_vocab=512)
     plan = make_plan(inspect_model(p), [Node("a", GIB)], PlanOptions(ctx=2048, margin_bytes=0))
     assert plan.fits and plan.nodes[0].kv_bytes > 0
@@ -115,18 +122,26 @@ def test_link_cost_lowers_the_bound(tmp_path: Path) -> None:
     m = inspect_model(path)
     nodes = [Node("a", GIB, "h200"), Node("b", GIB, "h200")]
     fast = make_plan(m, nodes, PlanOptions(ctx=1024, margin_bytes=0, tensor_split=(1, 1)))
-    slow = make_plan(m, nodes, PlanOptions(ctx=1024, margin_bytes=0, tensor_split=(1, 1), link_gbps=10,
-                                           link_latency_us=50))
+    slow = make_plan(
+        m, nodes, PlanOptions(ctx=1024, margin_bytes=0, tensor_split=(1, 1), link_gbps=10, link_latency_us=50)
+    )
     assert slow.hop_seconds is not None and slow.hop_seconds > 50e-6
     assert fast.decode_tps_upper_bound > slow.decode_tps_upper_bound  # type: ignore[operator]
     none = make_plan(m, [Node("a", GIB), Node("b", GIB)], PlanOptions(ctx=1024, margin_bytes=0))
     assert none.decode_tps_upper_bound is None and any("bandwidth" in e for e in none.estimated)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("spark1", "expected NAME=GIB"), ("a=", "no memory size"), ("a=lots", "not a number"),
-    ("a=-3", "positive"), ("a=10,device=tpu9", "unknown device"), ("a=10,colour=red", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("spark1", "expected NAME=GIB"),
+        ("a=", "no memory size"),
+        ("a=lots", "not a number"),
+        ("a=-3", "positive"),
+        ("a=10,device=tpu9", "unknown device"),
+        ("a=10,colour=red", "unknown field"),
+    ],
+)
 def test_parse_node_errors(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_node(text)

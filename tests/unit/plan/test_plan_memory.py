@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gguf_factory import dense_llama
 
+from gguf_factory import dense_llama
 from splitserve._errors import UsageError
 from splitserve.model import inspect_model
 from splitserve.plan import KVSettings, layer_devices, layer_kv_bytes, row_size, weights_per_device

@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gguf_factory import dense_llama
-from spec_factory import glm4moe_mtp, tiny_m3
 from typer.testing import CliRunner
 
 import splitserve.cli._inspect  # noqa: F401  (registers plan)
+from gguf_factory import dense_llama
+from spec_factory import glm4moe_mtp, tiny_m3
 from splitserve.cli._app import app
 from splitserve.cluster import parse_spec
 from splitserve.cluster._planning import plan_for_spec, spec_options
@@ -72,20 +72,29 @@ def test_refusal_names_the_type_the_reason_and_what_works(tmp_path: Path) -> Non
     assert "ngram-mod" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, []), ("none", []), ("ngram-mod", ["ngram-mod"]),
-    (["ngram-simple", "ngram-mod"], ["ngram-simple", "ngram-mod"]),
-    ("ngram-simple,ngram-mod", ["ngram-simple", "ngram-mod"]), (["ngram-mod", "ngram-mod"], ["ngram-mod"]),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, []),
+        ("none", []),
+        ("ngram-mod", ["ngram-mod"]),
+        (["ngram-simple", "ngram-mod"], ["ngram-simple", "ngram-mod"]),
+        ("ngram-simple,ngram-mod", ["ngram-simple", "ngram-mod"]),
+        (["ngram-mod", "ngram-mod"], ["ngram-mod"]),
+    ],
+)
 def test_parse_types(value: object, expected: list[str]) -> None:
     assert parse_types(value) == expected
 
 
-@pytest.mark.parametrize(("value", "needle"), [
-    ("ngram", "unknown speculation type 'ngram'; allowed: none, draft-simple"),
-    (["none", "ngram-mod"], "cannot be combined"),
-    (3, "expected a type name"),
-])
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("ngram", "unknown speculation type 'ngram'; allowed: none, draft-simple"),
+        (["none", "ngram-mod"], "cannot be combined"),
+        (3, "expected a type name"),
+    ],
+)
 def test_parse_types_refuses(value: object, needle: str) -> None:
     with pytest.raises(ValueError, match=None) as info:
         parse_types(value)
@@ -93,10 +102,15 @@ def test_parse_types_refuses(value: object, needle: str) -> None:
 
 
 def spec_for(model: Path, tmp_path: Path, **server: object):  # type: ignore[no-untyped-def]
-    return parse_spec({"name": "t", "model": str(model), "state_dir": str(tmp_path / "st"),
-                       "workers": [{"name": "w1", "port": 50100, "memory_gib": 8},
-                                   {"name": "w2", "port": 50101, "memory_gib": 8}],
-                       "server": {"ctx_size": 2048, **server}})
+    return parse_spec(
+        {
+            "name": "t",
+            "model": str(model),
+            "state_dir": str(tmp_path / "st"),
+            "workers": [{"name": "w1", "port": 50100, "memory_gib": 8}, {"name": "w2", "port": 50101, "memory_gib": 8}],
+            "server": {"ctx_size": 2048, **server},
+        }
+    )
 
 
 def test_plan_for_a_spec_uses_its_draft_model_and_flags_what_up_refuses(tmp_path: Path) -> None:
@@ -133,8 +147,11 @@ def test_m3_warns_when_asked_for_what_makes_it_dense(tmp_path: Path) -> None:
     one_slot = make_plan(m3, NODES, PlanOptions(ctx=4096, parallel=1, unified=True))
     assert not any("DENSE" in w for w in one_slot.warnings)
     # the same settings on another architecture say nothing
-    dense = make_plan(inspect_model(small_dense(tmp_path / "d.gguf")), NODES,
-                      PlanOptions(ctx=2048, parallel=2, unified=True, flash_attn=False))
+    dense = make_plan(
+        inspect_model(small_dense(tmp_path / "d.gguf")),
+        NODES,
+        PlanOptions(ctx=2048, parallel=2, unified=True, flash_attn=False),
+    )
     assert not any("DENSE" in w for w in dense.warnings)
 
 
@@ -153,8 +170,9 @@ def test_plan_cli_says_which_types_the_model_supports(tmp_path: Path) -> None:
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("speculation"))
     assert "ngram-mod" in line and "draft-mtp (the GGUF has no MTP layers" in line
     assert "draft-simple" in line and "need a draft model" in line
-    j = json.loads(CliRunner().invoke(app, ["plan", str(glm4moe_mtp(tmp_path / "g.gguf")[0]), "--node", "a=8",
-                                            "--json"]).stdout)
+    j = json.loads(
+        CliRunner().invoke(app, ["plan", str(glm4moe_mtp(tmp_path / "g.gguf")[0]), "--node", "a=8", "--json"]).stdout
+    )
     assert "draft-mtp" in j["speculation"]["supported"]
     m3 = tiny_m3(tmp_path / "m3.gguf")[0]
     r = CliRunner().invoke(app, ["plan", str(m3), "--node", "a=8", "--ctx", "4096", "-np", "2", "-kvu"])

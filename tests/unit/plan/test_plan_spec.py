@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gguf_factory import dense_llama
 
+from gguf_factory import dense_llama
 from splitserve._errors import UsageError
 from splitserve.cluster import load_spec
 from splitserve.cluster._planning import plan_for_spec, plan_if_sized, spec_nodes, spec_options
@@ -92,8 +92,7 @@ def test_split_for_up_refuses_or_fills_the_split(spec_file: Path) -> None:
         # the spec with memory_gib on its workers
         workers = [w.model_copy(update={"memory_gib": gib}) for w in spec.workers]
         server = spec.server.model_copy(update={"tensor_split": split})
-        return SimpleNamespace(workers=workers, head=spec.head, server=server, model=spec.model,
-                               source_file=spec_file)
+        return SimpleNamespace(workers=workers, head=spec.head, server=server, model=spec.model, source_file=spec_file)
 
     split = split_for_up(with_memory(2))
     assert split is not None and sum(split) == 7  # 6 layers + output

@@ -14,8 +14,9 @@ from splitserve.plan._topology import Box, boxes_of, choose_topology
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> ModelInfo:
-    [p] = dense_llama(tmp_path_factory.mktemp("m") / "d.gguf", n_layer=8, n_embd=1024, n_head=8, n_head_kv=4,
-                      n_ff=4096, n_vocab=32000)
+    [p] = dense_llama(
+        tmp_path_factory.mktemp("m") / "d.gguf", n_layer=8, n_embd=1024, n_head=8, n_head_kv=4, n_ff=4096, n_vocab=32000
+    )
     return inspect_model(p)
 
 
@@ -108,9 +109,13 @@ def test_to_dict_has_memory_per_node_for_each_alternative(model: ModelInfo) -> N
 
 def test_boxes_of_groups_devices_by_host() -> None:
     facts = ClusterFacts(
-        workers=(Machine("w1", "local", memory_gib=8), Machine("w2", "spark2", ("CUDA0", "CUDA1"), memory_gib=16),
-                 Machine("w3", "spark2", memory_gib=4)),
-        head=Machine("head", "local"))
+        workers=(
+            Machine("w1", "local", memory_gib=8),
+            Machine("w2", "spark2", ("CUDA0", "CUDA1"), memory_gib=16),
+            Machine("w3", "spark2", memory_gib=4),
+        ),
+        head=Machine("head", "local"),
+    )
     got = boxes_of(facts)
     assert [b.name for b in got] == ["local", "spark2"]
     assert [n.name for n in got[1].nodes] == ["w2/CUDA0", "w2/CUDA1", "w3"]
