@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint and type checks of src/ with the versions pinned in pyproject's `lint` extra
+# Lint (src/ and tests/) and type checks (src/) with the versions pinned in pyproject's `lint` extra
 # (scripts/setup.sh installs them): ruff's rules, ruff's format, mypy --strict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
