@@ -160,7 +160,7 @@ def serve_cmd(
         url = rest if sep and "://" not in name else item.strip()
         if not split_engine_url(url)[1].startswith(("http://", "https://")):
             raise UsageError(
-                f"--engine {item.strip() or engine!r}: give llama-server's base URL, e.g. http://127.0.0.1:8080 "
+                f"--engine {item.strip() or engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080 "
                 "(vLLM or SGLang: vllm+http://HOST:PORT, sglang+http://HOST:PORT; replicas: URL,URL or NAME=URL,...)"
             )
     require_auth_off_loopback(host, keys)
