@@ -42,6 +42,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
+from importlib import resources
 from itertools import groupby
 from typing import Any
 
@@ -52,6 +53,8 @@ from ..chat import json_type
 from ._trace import CheckResult, ToolCall, Trace
 
 CheckFn = Callable[[Trace, dict[str, Any]], CheckResult]
+#: response_language's stop words per language and error_surfaced's failure words (data/words.json)
+_WORDS: dict[str, Any] = json.loads(resources.files(__package__).joinpath("data/words.json").read_text("utf-8"))
 REGISTRY: dict[str, CheckFn] = {}
 
 
@@ -939,160 +942,7 @@ def response_markdown_table(trace: Trace, p: dict[str, Any]) -> CheckResult:
     return _res("response_markdown_table", True, f"table {got_header} with {len(rows)} rows matched")
 
 
-_STOPWORDS: dict[str, frozenset[str]] = {
-    "pl": frozenset(
-        [
-            "jest",
-            "są",
-            "się",
-            "nie",
-            "że",
-            "czy",
-            "jak",
-            "ale",
-            "dla",
-            "lub",
-            "oraz",
-            "przez",
-            "jego",
-            "jej",
-            "ich",
-            "który",
-            "która",
-            "które",
-            "którego",
-            "tylko",
-            "już",
-            "także",
-            "może",
-            "można",
-            "bardzo",
-            "tak",
-            "też",
-            "tego",
-            "tym",
-            "przy",
-            "gdzie",
-            "kiedy",
-            "jednak",
-            "więc",
-            "aby",
-            "żeby",
-            "był",
-            "była",
-            "było",
-            "będzie",
-            "jestem",
-            "mamy",
-            "mają",
-            "ponieważ",
-            "dzisiaj",
-            "dziś",
-            "teraz",
-            "pogoda",
-            "stopni",
-            "stopnie",
-            "deszcz",
-            "pochmurno",
-            "słonecznie",
-            "temperatura",
-        ]
-    ),
-    "en": frozenset(
-        [
-            "the",
-            "is",
-            "are",
-            "and",
-            "of",
-            "with",
-            "for",
-            "were",
-            "you",
-            "have",
-            "has",
-            "this",
-            "that",
-            "it",
-            "not",
-            "be",
-            "at",
-            "from",
-            "which",
-            "would",
-            "can",
-            "there",
-            "their",
-            "they",
-            "or",
-            "been",
-            "what",
-            "when",
-            "your",
-            "its",
-            "than",
-            "these",
-            "those",
-            "does",
-            "did",
-            "about",
-            "into",
-            "currently",
-            "today",
-            "weather",
-            "temperature",
-        ]
-    ),
-    "de": frozenset(
-        [
-            "der",
-            "die",
-            "das",
-            "und",
-            "ist",
-            "nicht",
-            "mit",
-            "ein",
-            "eine",
-            "einen",
-            "einem",
-            "von",
-            "auf",
-            "den",
-            "dem",
-            "des",
-            "zu",
-            "sich",
-            "auch",
-            "es",
-            "im",
-            "sind",
-            "für",
-            "wird",
-            "werden",
-            "bei",
-            "nach",
-            "aus",
-            "wie",
-            "oder",
-            "aber",
-            "noch",
-            "nur",
-            "hat",
-            "haben",
-            "heute",
-            "derzeit",
-            "aktuell",
-            "wetter",
-            "grad",
-            "bewölkt",
-            "bewoelkt",
-            "sonnig",
-            "regen",
-            "temperatur",
-        ]
-    ),
-}
+_STOPWORDS: dict[str, frozenset[str]] = {lang: frozenset(ws) for lang, ws in _WORDS["stopwords"].items()}
 _DIACRITICS = {"pl": set("ąćęłńóśźż"), "en": set(), "de": set("äöüß")}
 
 
@@ -1190,26 +1040,7 @@ def clarification_asked(trace: Trace, p: dict[str, Any]) -> CheckResult:
     return _res("clarification_asked", True, f"asked: {hit!r} in response")
 
 
-_ERROR_WORDS = (
-    "error",
-    "fail",
-    "unable",
-    "could not",
-    "couldn't",
-    "cannot",
-    "issue",
-    "problem",
-    "limit",
-    "malformed",
-    "invalid",
-    "unavailable",
-    "timeout",
-    "timed out",
-    "błąd",
-    "błęd",
-    "nie udało",
-    "fehler",
-)
+_ERROR_WORDS = tuple(_WORDS["error_words"])
 
 
 @register("error_surfaced")
