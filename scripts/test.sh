@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 set +e
-.venv/bin/python -m pytest -q -ra --timeout=900 "$@"
+.venv/bin/python -m pytest -q -ra --timeout=900 --durations=40 "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then
