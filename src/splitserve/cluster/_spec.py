@@ -103,6 +103,11 @@ class WorkerSpec(_Strict):
     threads: Annotated[int, Field(ge=1)] | None = None
     cache: bool = True
     """Start the RPC server with its local tensor cache (``-c``): second loads are fast."""
+    model: str | None = None
+    """The model's path on this worker's own disk (any shard of a split GGUF; ``~`` is that node's
+    home). With ``cache``, `up` fills the worker's ``-c`` cache from it before starting the worker,
+    so the head's first load sends hashes instead of tensor bytes. Unset: the head's ``model`` path,
+    when that file is on this node too."""
     engine: str | None = None
     """This node's engine when it differs from the cluster's: an engine key, or a folder. For a
     remote node a folder is a path *on that node* holding its own build's ``ggml-rpc-server``
