@@ -16,6 +16,10 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 # Headless Chromium for the dashboard's browser test (tests/integration/test_ui_browser.py drives
 # Debian's chromium through Playwright; never `playwright install`, which downloads its own).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# llama.cpp's RDMA transport for RPC (RoCE/InfiniBand through libibverbs) is compiled in only when
+# libibverbs is found at build time; `engine build` then turns it on (it falls back to TCP on a
+# machine without an RDMA device) and records `rdma: on|off` in the engine's provenance.
+[ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev rdma-core)
 if ((${#need_apt[@]})); then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import two_worker_spec
+from helpers import greedy, two_worker_spec
+from splitserve.engine._rdma import rdma_support
 
 pytestmark = [pytest.mark.engine]
 
@@ -28,6 +29,8 @@ def test_status_shows_each_workers_transport(engine, smollm2, state_home, tmp_pa
     try:
         status = json.loads(run_cli("status", "-c", str(spec_file), "--json").stdout)
         text = run_cli("status", "-c", str(spec_file)).stdout
+        # the head and its two workers serve over the RPC link whatever its transport
+        assert greedy(status["engine_endpoint"], "The capital of France is", n_predict=4).strip()
     finally:
         assert run_cli("down", "-c", str(spec_file)).returncode == 0
     workers = {p["node"]: p for p in status["processes"] if p["role"] == "rpc"}
@@ -37,5 +40,17 @@ def test_status_shows_each_workers_transport(engine, smollm2, state_home, tmp_pa
         t = p["transport"]
         assert t["transport"] == "TCP" and t["cause"] in TCP_CAUSES, t
         assert f"{name} transport: TCP ({t['cause']})" in text
+        # an engine built with RDMA (libibverbs-dev installed, as setup.sh does) falls back to
+        # TCP on loopback, and the worker's banner says RDMA was compiled in
+        if engine.rdma == "on":
+            assert t["rdma_build"] is True and t["cause"] == "no RDMA device with a GID for the bind address", t
     head = next(p for p in status["processes"] if p["role"] == "server")
     assert "transport" not in head
+
+
+def test_with_libibverbs_installed_the_engine_has_rdma(engine) -> None:  # type: ignore[no-untyped-def]
+    support = rdma_support()
+    if not support.on:
+        pytest.skip(f"this machine cannot build RDMA: {support.reason}")
+    assert engine.rdma == "on", engine.provenance.get("rdma_reason")
+    assert engine.provenance["rdma_reason"].startswith("libibverbs found")

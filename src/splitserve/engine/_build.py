@@ -28,6 +28,7 @@ from typing import Any
 from .._errors import BuildError, UsageError
 from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
+from ._rdma import RdmaSupport, rdma_provenance, rdma_support, recorded_rdma
 from ._smoke import SmokeReport, _free_port, machine_fingerprint, smoke_test
 from ._source import SourceTree, resolve_source
 from ._tiny import tiny_model
@@ -69,6 +70,8 @@ class BuildPlan:
     key: str
     root: Path
     jobs: int
+    rdma: RdmaSupport = field(default_factory=lambda: RdmaSupport(False, "not decided"))
+    """The RPC RDMA transport: passed to cmake, not part of :attr:`key` (see ``_rdma``)."""
 
     @property
     def build_dir(self) -> Path:
@@ -79,7 +82,9 @@ class BuildPlan:
         return self.root / "build.log"
 
     def configure_command(self) -> list[str]:
-        return ["cmake", "-S", str(self.source.path), "-B", str(self.build_dir), *self.cmake_args]
+        flag = self.rdma.cmake_flag()
+        rdma = [flag] if flag and flag not in self.cmake_args else []
+        return ["cmake", "-S", str(self.source.path), "-B", str(self.build_dir), *self.cmake_args, *rdma]
 
     def build_command(self) -> list[str]:
         return ["cmake", "--build", str(self.build_dir), "--target", *self.targets, "-j", str(self.jobs)]
@@ -194,6 +199,7 @@ def plan_build(options: BuildOptions, log: Callable[[str], None] = lambda _m: No
         key=key,
         root=engines_dir() / key,
         jobs=options.jobs or os.cpu_count() or 2,
+        rdma=rdma_support(cmake_args=args),
     )
 
 
@@ -312,7 +318,10 @@ def build_engine(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (plan.root / PROVENANCE).is_file() and not options.force:
             engine = load_engine(plan.root)
-            if all(role in find_binaries(engine.bin_dir) for role in ("server", "rpc_server", "bench")):
+            rdma, _why = recorded_rdma(engine.provenance, plan.log_path)
+            if plan.rdma.on and rdma != "on":
+                log(f"rebuilding {engine.key} with the RDMA transport: it was built without it, and {plan.rdma.reason}")
+            elif all(role in find_binaries(engine.bin_dir) for role in ("server", "rpc_server", "bench")):
                 return resmoke_if_needed(engine, options, log), False
         return _build(plan, options, progress, log), True
 
@@ -364,6 +373,8 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None, lo
     (plan.root / PROVENANCE).unlink(missing_ok=True)
     started = time.monotonic()
     with open(plan.log_path, "w") as log_fh:
+        log(f"RDMA transport for RPC: {plan.rdma.text()}")
+        log_fh.write(f"splitserve: RDMA transport for RPC: {plan.rdma.text()}\n")
         log(f"configuring {plan.key}")
         _run_logged(plan.configure_command() + generator + launcher, log_fh, env, None, "cmake configure")
         log(f"compiling {', '.join(plan.targets)} with {plan.jobs} jobs")
@@ -420,10 +431,18 @@ def finish_build(
         "log": str(plan.log_path),
         "machine": {"system": platform.system(), "arch": platform.machine(), "host": platform.node()},
         **cpu_provenance(options.native, bin_dir, report, disabled),
+        **rdma_provenance(plan.rdma, _read_text(plan.log_path)),
         "smoke": report.as_dict() | {"machine": machine_fingerprint()},
     }
     _write_provenance(plan.root, provenance)
     return load_engine(plan.root)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 DISABLED_DIR = "cpu-disabled"

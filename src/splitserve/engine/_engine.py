@@ -10,6 +10,7 @@ from typing import Any
 
 from .._errors import EngineError
 from .._paths import engines_dir
+from ._rdma import recorded_rdma
 
 PROVENANCE = "engine.json"
 
@@ -41,6 +42,11 @@ class Engine:
     def version_text(self) -> str:
         """The version in words (see :func:`version_text`)."""
         return version_text(self.provenance)
+
+    @property
+    def rdma(self) -> str:
+        """``on``, ``off`` or ``unknown``: whether the RPC RDMA transport is compiled in."""
+        return str(self.provenance.get("rdma") or "unknown")
 
     @property
     def rpc_protocol(self) -> str | None:
@@ -135,6 +141,9 @@ def load_engine(root: Path) -> Engine:
         if not bin_dir.is_absolute():
             bin_dir = root / bin_dir
         provenance.setdefault("flags", provenance.get("cmake_args", []))  # the issue's name for them
+        if provenance.get("rdma") not in ("on", "off"):  # built before splitserve recorded it
+            log = provenance.get("log")
+            provenance["rdma"], provenance["rdma_reason"] = recorded_rdma(provenance, Path(log) if log else None)
         return Engine(root=root, bin_dir=bin_dir, provenance=provenance)
     # A folder of binaries someone built by hand (e.g. build/bin).
     for candidate in (root, root / "bin", root / "build" / "bin"):
