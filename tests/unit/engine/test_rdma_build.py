@@ -4,7 +4,6 @@ recorded in provenance with the reason, and kept out of the cache key."""
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest
