@@ -84,14 +84,6 @@ def test_arguments_strings_reach_templates_as_mappings(tdir: Path) -> None:
 # -- GGUF -------------------------------------------------------------------------------------
 
 
-def test_extract_from_real_ggufs(smollm2: Path, gemma3: Path) -> None:
-    templates = read_chat_templates(smollm2)
-    assert list(templates) == ["default"]
-    assert "<|im_start|>" in templates["default"]
-    assert detect_format(templates["default"]) is None  # ChatML without tools
-    assert read_chat_templates(gemma3) == {}  # this Gemma 3 GGUF embeds none
-
-
 def test_extract_named_templates_and_bad_files(tmp_path: Path) -> None:
     import gguf
 

@@ -113,20 +113,6 @@ def test_header_true_sparse_standin_is_large_on_paper_small_on_disk(m3_standin: 
     assert {"IQ4_XS", "IQ3_S", "Q8_0", "Q6_K", "F32"} <= set(m.quant_mix)
 
 
-def test_gemma3_sliding_window_layers(gemma3: Path) -> None:
-    m = inspect_model(gemma3)
-    assert m.architecture == "gemma3" and m.n_swa == 512
-    # load_swa_pattern(ml, 6): every 6th layer is full attention
-    assert [layer.swa for layer in m.layers] == [(i % 6) < 5 for i in range(18)]
-    assert m.tied_embeddings and m.chat_template is None
-
-
-def test_smollm2_template_and_geometry(smollm2: Path) -> None:
-    m = inspect_model(smollm2)
-    assert (m.n_layer, m.layers[0].n_head_kv, m.layers[0].k_dim) == (30, 3, 64)
-    assert m.chat_template is not None and m.tool_call_format is None  # ChatML without tools
-
-
 HERMES = '{% for c in m.tool_calls %}<tool_call>\n{"name": "{{ c.name }}"}</tool_call>{% endfor %}'
 
 

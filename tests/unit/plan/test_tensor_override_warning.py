@@ -77,16 +77,3 @@ def test_plan_prints_the_warning(tmp_path: Path) -> None:
         check=False,
     )
     assert clean.returncode == 0 and "pipeline parallelism" not in clean.stdout + clean.stderr
-
-
-@pytest.mark.engine
-def test_up_dry_run_shows_the_warning(engine: object, tmp_path: Path) -> None:
-    res = subprocess.run(
-        [sys.executable, "-m", "splitserve", "up", "-c", str(spec(tmp_path, '["-ncmoe", "2"]')), "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr
-    assert any("-ncmoe" in ln and "pipeline parallelism" in ln for ln in res.stdout.splitlines()), res.stdout
