@@ -63,6 +63,7 @@ LOCAL_HOSTS = ("local", "localhost", "127.0.0.1")
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+TOPOLOGIES = ("auto", "split", "replicas")
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 
@@ -345,6 +346,13 @@ class ClusterSpec(_Strict):
     supervise: SuperviseSpec = Field(default_factory=lambda: SuperviseSpec())
     drop_caches: bool = False
     """Drop each node's page cache before starting (needs root or passwordless sudo there)."""
+    topology: str = "auto"
+    """``auto`` (the planner chooses), ``split`` (one llama-server over every node) or ``replicas``
+    (one llama-server per group of ``replica_nodes`` nodes behind the gateway); ``replicas:K`` is
+    short for ``replicas`` with ``replica_nodes = K``. The nodes are the head's machine and each
+    worker's host, in that order."""
+    replica_nodes: Annotated[int, Field(ge=1)] | None = None
+    """Nodes per replica (``topology = "replicas"`` or ``auto``); unset: the smallest that fits."""
 
     # Where the spec was read from (not a TOML key).
     source_file: Path | None = Field(default=None, exclude=True)
@@ -369,9 +377,35 @@ class ClusterSpec(_Strict):
             data = {**data, "model": f"<{backend}.model>"}
         return data
 
+    @field_validator("topology")
+    @classmethod
+    def _known_topology(cls, value: str) -> str:
+        kind, _, size = value.partition(":")
+        if kind not in TOPOLOGIES or (size and (kind != "replicas" or not size.isdigit() or int(size) < 1)):
+            raise ValueError(
+                f"{value!r} is not one of: auto, split, replicas, replicas:K (K nodes per replica, K >= 1)"
+            )
+        return value
+
+    @property
+    def topology_asked(self) -> tuple[str, int | None]:
+        """(``auto`` / ``split`` / ``replicas``, nodes per replica or None) from ``topology`` and
+        ``replica_nodes``."""
+        kind, _, size = self.topology.partition(":")
+        return kind, int(size) if size else self.replica_nodes
+
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         check_engine_tables(self)
+        kind, _, size = self.topology.partition(":")
+        if size and self.replica_nodes is not None and int(size) != self.replica_nodes:
+            raise ValueError(
+                f"topology = {self.topology!r} and replica_nodes = {self.replica_nodes} disagree: give one of them"
+            )
+        if kind == "replicas" and self.backend != "llama.cpp":
+            raise ValueError(f'topology = "replicas": llama.cpp only for now (backend = "{self.backend}")')
+        if self.replica_nodes is not None and kind == "split":
+            raise ValueError('replica_nodes: only with topology = "replicas" or "auto"')
         if self.backend == "llama.cpp" and not self.workers:
             raise ValueError(
                 "workers: required key is missing"
