@@ -18,7 +18,7 @@ import pytest
 from netns_hosts import Hosts, remote_spec
 
 from helpers import free_ports, wait_dead
-from splitserve.cluster import load_spec, transport_for
+from splitserve.cluster import load_spec, node_for
 from splitserve.cluster._distribute import copy_engine, node_engine, rpc_hello
 
 pytestmark = [pytest.mark.engine, pytest.mark.multihost]
@@ -58,7 +58,7 @@ def test_the_workers_dry_run_line_runs_when_pasted_on_its_node(
     (worker,) = spec.workers
     started: list[int] = []
     try:
-        copy_engine(worker, node_engine(worker, engine), transport_for(box.name, spec.ssh))  # as `up` does
+        copy_engine(worker, node_engine(worker, engine), node_for(box.name, spec.ssh))  # as `up` does
         out = subprocess.run(
             [sys.executable, "-m", "splitserve", "up", "-c", str(spec_file), "--dry-run", "--skip-preflight"],
             capture_output=True,

@@ -25,10 +25,10 @@ from ..cluster import (
     cluster_state_dir,
     down,
     load_spec,
+    node_for,
     read_state,
     require_state,
     resolve_engines,
-    transport_for,
     up,
     workers_only,
 )
@@ -211,7 +211,7 @@ class ClusterRestarter:
         head = [p for p in state.processes if p.role == "server"]
         effective: dict[str, Any] = {}
         if head:
-            effective = effective_settings(transport_for(head[0].host).read_log(Path(head[0].log)))
+            effective = effective_settings(node_for(head[0].host).read_log(Path(head[0].log)))
         facts = cluster_facts(point) | {
             "load_seconds": state.load_seconds,
             "engine": state.engine,

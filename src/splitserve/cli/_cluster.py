@@ -26,12 +26,12 @@ from ..cluster import (
     gather_facts,
     load_spec,
     lock_holder,
+    node_for,
     plan_launch,
     read_state,
     resolve_engines,
     serving_now,
     supervised_message,
-    transport_for,
     up,
 )
 from ._app import SPEC_HELP, app, make_console, maps_errors
@@ -451,11 +451,11 @@ def logs_cmd(
             files = {}
             for p in state.processes:  # a node with several processes (Ray head and probe): NODE/ROLE
                 files[p.node if p.node not in files else f"{p.node}/{p.role}"] = (
-                    transport_for(p.host, ssh),
+                    node_for(p.host, ssh),
                     Path(p.log),
                 )
         else:
-            files = {p.stem: (transport_for("local"), p) for p in sorted(logs_dir.glob("*.log"))}
+            files = {p.stem: (node_for("local"), p) for p in sorted(logs_dir.glob("*.log"))}
         if node is not None:
             chosen = {k: v for k, v in files.items() if k == node or k.startswith(node + "/")}
             if not chosen:

@@ -22,7 +22,7 @@ from ._fake import FakeNetwork, FakeNode, Program
 from ._launch import LaunchFacts, Step, format_plan, plan_launch, started_argv
 from ._logparse import DeviceMemory, LoadReport, LoadWarning, load_progress, load_warnings, parse_load_report
 from ._measure import measure_spec
-from ._nodes import node_for, transport_for
+from ._nodes import node_for
 from ._planning import (
     draft_info,
     measured_spec,
@@ -61,7 +61,7 @@ from ._spec import (
     parse_spec,
 )
 from ._spec_engines import RaySpec, SglangSpec, VllmSpec
-from ._ssh import SshNode, SshTransport
+from ._ssh import SshNode
 from ._state import STATE_FILE, ClusterState, ProcessRecord, lock_holder, read_state, supervised_message
 from ._status import STATUS_EXIT, cluster_status, find_state_root, parse_spec_metrics, serving_now
 from ._supervise import (
@@ -74,7 +74,7 @@ from ._supervise import (
     supervise,
 )
 from ._systemd import systemd_units
-from ._transport import LocalNode, LocalTransport, Node, PortForward, ProcessRef, Transport, read_tail
+from ._transport import LocalNode, Node, ProcessRef, read_tail
 from ._transport_log import TransportReading, parse_transport
 
 __all__ = [
@@ -104,9 +104,7 @@ __all__ = [
     "LoadReport",
     "LoadWarning",
     "LocalNode",
-    "LocalTransport",
     "Node",
-    "PortForward",
     "PrefillReport",
     "ProcessPlan",
     "ProcessRecord",
@@ -117,11 +115,9 @@ __all__ = [
     "SglangSpec",
     "SshNode",
     "SshSpec",
-    "SshTransport",
     "Step",
     "SuperviseSpec",
     "Supervisor",
-    "Transport",
     "TransportReading",
     "VllmSpec",
     "WorkerSpec",
@@ -191,7 +187,6 @@ __all__ = [
     "supervise",
     "supervised_message",
     "systemd_units",
-    "transport_for",
     "up",
     "workers_only",
 ]

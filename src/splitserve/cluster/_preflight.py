@@ -298,7 +298,7 @@ def _engine_rows(
     spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None], host_of: Any
 ) -> list[CheckRow]:
     from ._distribute import check_node_engine
-    from ._nodes import transport_for
+    from ._nodes import node_for
 
     rows = []
     head = engines["head"]
@@ -333,7 +333,7 @@ def _engine_rows(
             rows.append(CheckRow("engine", w.name, "skip", "node unreachable", "fix ssh first"))
             continue
         try:
-            found = check_node_engine(spec, w, eng, transport_for(w.host, spec.ssh))
+            found = check_node_engine(spec, w, eng, node_for(w.host, spec.ssh))
         except SplitserveError as exc:
             rows.append(CheckRow("engine", w.name, "fail", str(exc), "check the node's disk and ssh access"))
             continue
@@ -370,7 +370,7 @@ def _engine_rows(
             from ._distribute import copy_engine
 
             try:
-                sent = copy_engine(w, eng, transport_for(w.host, spec.ssh))
+                sent = copy_engine(w, eng, node_for(w.host, spec.ssh))
             except SplitserveError as exc:
                 rows.append(
                     CheckRow(
@@ -397,7 +397,7 @@ def _smoke_rows(
     spec: ClusterSpec, engines: dict[str, Engine], facts: dict[str, NodeFacts | None], earlier: list[CheckRow]
 ) -> list[CheckRow]:
     """The engine smoke test on every node with the engine it will run (see ._smoke)."""
-    from ._nodes import transport_for
+    from ._nodes import node_for
     from ._smoke import ROLES, fix_for, local_report, node_check
 
     failed = {(r.check, r.node) for r in earlier if r.status in ("fail", "skip")}
@@ -485,7 +485,7 @@ def _smoke_rows(
             )
             continue
         try:
-            check = node_check(spec, w, engines[w.name], head, token, transport_for(w.host, spec.ssh))
+            check = node_check(spec, w, engines[w.name], head, token, node_for(w.host, spec.ssh))
         except SplitserveError as exc:
             rows.append(
                 CheckRow(

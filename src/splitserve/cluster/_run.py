@@ -28,7 +28,7 @@ from ._commands import (
 )
 from ._distribute import is_engine_path, node_engine
 from ._edges import REAL_EDGES, Edges, port_in_use
-from ._nodes import transport_for
+from ._nodes import node_for
 from ._spec import ClusterSpec
 from ._spec_engines import ROLE_NAMES, STOP_RANK
 from ._ssh import exit_status_from_log
@@ -39,7 +39,7 @@ from ._state import (
     lock_holder,
     read_state,
 )
-from ._transport import ProcessRef, Transport, stop, wait_reaped
+from ._transport import Node, ProcessRef, stop, wait_reaped
 
 
 @dataclass
@@ -123,7 +123,7 @@ def _log_cause(text: str) -> str:
     return tail[-1][:300] if tail else "no output"
 
 
-def death_message(role: str, transport: Transport, ref: ProcessRef, log: Path, during: str) -> str:
+def death_message(role: str, transport: Node, ref: ProcessRef, log: Path, during: str) -> str:
     """``ggml-rpc-server was killed by signal 9 during load: <last telling log line> (log: ...)``."""
     text = transport.read_log(log, max_bytes=64 << 10)
     code = transport.exit_code(ref)
@@ -146,7 +146,7 @@ def stop_recorded(state: ClusterState, grace: float = 10.0, edges: Edges = REAL_
     # The gateway first (clients get a refused connection, not a half-dead engine), then the head.
     rank = {"gateway": 0, "server": 1, **STOP_RANK}  # STOP_RANK: vLLM / SGLang / Ray roles
     order = sorted(state.processes, key=lambda p: rank.get(p.role, 2))
-    done: list[tuple[Transport, ProcessRef]] = []
+    done: list[tuple[Node, ProcessRef]] = []
     for rec in order:
         transport = edges.node(rec.host, state.extra.get("ssh"))
         if transport.alive(rec.ref):
@@ -255,7 +255,7 @@ def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str
     if state is not None:
         for rec in state.processes:
             try:
-                if transport_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
+                if node_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
                     running.append(rec.node)
             except ClusterError:
                 running.append(rec.node)

@@ -28,7 +28,7 @@ from ..engine import (
 )
 from ._spec import ClusterSpec, WorkerSpec
 from ._ssh import exit_status_from_log
-from ._transport import ProcessRef, Transport, stop
+from ._transport import Node, ProcessRef, stop
 
 ROLES = ("server", "rpc_server", "bench")
 
@@ -36,7 +36,7 @@ ROLES = ("server", "rpc_server", "bench")
 class NodeBackground:
     """A process on a node, as the smoke test's :class:`~splitserve.engine._smoke.Background`."""
 
-    def __init__(self, transport: Transport, argv: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, transport: Node, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.transport, self.log = transport, log
         transport.new_log(log, "# splitserve: engine smoke test")
         self.ref: ProcessRef | None = None
@@ -80,7 +80,7 @@ def local_report(engine: Engine) -> tuple[SmokeReport | dict[str, Any], bool]:
 
 
 def node_check(
-    spec: ClusterSpec, worker: WorkerSpec, engine: Engine, head: Engine, token: list[int] | None, transport: Transport
+    spec: ClusterSpec, worker: WorkerSpec, engine: Engine, head: Engine, token: list[int] | None, transport: Node
 ) -> Check:
     """ggml-rpc-server of ``engine`` on the worker's node serves the tiny model's token."""
     from ._commands import _library_env

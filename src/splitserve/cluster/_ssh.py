@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import ClusterError
-from ._transport import Node, PortForward, ProcessRef, remote_env, sh_env_value, sh_path, sh_program
+from ._transport import Node, ProcessRef, remote_env, sh_env_value, sh_path, sh_program
 
 EXIT_MARK = "# splitserve: exit status "
 _EXIT_RE = re.compile(re.escape(EXIT_MARK) + r"(\d+)")
@@ -140,37 +140,6 @@ class SshNode(Node):
             timeout=10,
         )
 
-    def forward_port(self, remote_host: str, remote_port: int) -> PortForward:
-        """``ssh -N -L``: a local port that reaches ``remote_host:remote_port`` as the node sees it."""
-        import socket
-        import time
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            local = int(s.getsockname()[1])
-        argv = [*self.ssh_argv()[:-2], "-N", "-L", f"127.0.0.1:{local}:{remote_host}:{remote_port}", self.host]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + self.connect_timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                err = proc.stderr.read() if proc.stderr else b""
-                raise ClusterError(f"{self.host}: ssh -L failed: {_last_line(err) or f'exit {proc.returncode}'}")
-            try:
-                with socket.create_connection(("127.0.0.1", local), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.05)
-
-        def close() -> None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-        return PortForward(("127.0.0.1", local), close)
-
     # -- processes --------------------------------------------------------------------------
 
     def new_log(self, log_path: Path, header: str) -> None:
@@ -270,7 +239,4 @@ def _last_line(raw: bytes) -> str:
     return lines[-1][:300] if lines else ""
 
 
-SshTransport = SshNode
-"""The older name of :class:`SshNode`."""
-
-__all__ = ["EXIT_MARK", "SshNode", "SshTransport", "exit_status_from_log", "remote_env", "sh_path"]
+__all__ = ["EXIT_MARK", "SshNode", "exit_status_from_log", "remote_env", "sh_path"]

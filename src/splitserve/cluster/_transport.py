@@ -1,9 +1,8 @@
 """A node: how splitserve runs commands, starts and watches processes, and reads and writes files on a machine.
 
-:class:`Node` (also known by its older name :class:`Transport`) is the one I/O boundary of the
-cluster layer: run a shell command, spawn a process with its output going to a log file, ask
-whether it is alive, signal and stop it, read its memory and its log, read and write a file,
-forward a port. :class:`LocalNode` runs on this machine;
+:class:`Node` is the one I/O boundary of the cluster layer: run a shell command, spawn a
+process with its output going to a log file, ask whether it is alive, signal and stop it, read
+its memory and its log, read and write a file. :class:`LocalNode` runs on this machine;
 :class:`~splitserve.cluster._ssh.SshNode` does the same over the system OpenSSH client;
 :class:`~splitserve.cluster._fake.FakeNode` is the in-memory one for tests;
 :func:`~splitserve.cluster._nodes.node_for` picks one from a spec's ``host``.
@@ -18,7 +17,6 @@ import shutil
 import signal
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,25 +88,6 @@ def sh_command(argv: list[str], env: dict[str, str]) -> str:
     return (envs + " " if envs else "") + sh_program(argv)
 
 
-class PortForward:
-    """A forwarded port: connect to ``address`` here to reach the node's ``remote``; :meth:`close` ends it."""
-
-    def __init__(self, address: tuple[str, int], close: Callable[[], None] | None = None) -> None:
-        self.address = address
-        self._close = close
-
-    def close(self) -> None:
-        if self._close is not None:
-            self._close()
-            self._close = None
-
-    def __enter__(self) -> PortForward:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class Node(ABC):
     """Run commands, start and watch processes, and read and write files on one machine."""
 
@@ -132,10 +111,6 @@ class Node(ABC):
         self.run(
             f'mkdir -p "$(dirname {target})" && cat > {target}.partial && mv -f {target}.partial {target}', input=data
         )
-
-    def forward_port(self, remote_host: str, remote_port: int) -> PortForward:
-        """Reach ``remote_host:remote_port`` as the node sees it; here it is reached directly."""
-        return PortForward((remote_host, remote_port))
 
     def stop(self, ref: ProcessRef, grace: float = 10.0) -> bool:
         """SIGTERM the process group, then SIGKILL after ``grace`` seconds; True if it is gone."""
@@ -328,12 +303,6 @@ class LocalNode(Node):
         except OSError:
             return None
         return None
-
-
-Transport = Node
-"""The older name of :class:`Node`."""
-LocalTransport = LocalNode
-"""The older name of :class:`LocalNode`."""
 
 
 def wait_reaped(items: list[tuple[Node, ProcessRef]], timeout: float = 3.0, clock: Clock = SYSTEM_CLOCK) -> None:

@@ -338,14 +338,14 @@ class ClusterReader:
         snap.plan_note = snap.plan_note or note
 
     def _alive(self, p: Any, state: ClusterState, now: float) -> bool | None:
-        from ..cluster import transport_for
+        from ..cluster import node_for
 
         if p.host != "local":
             at, value = self._remote.get(p.node, (0.0, None))
             if now - at < SLOW_SECONDS:
                 return value
         try:
-            value = transport_for(p.host, state.extra.get("ssh")).alive(p.ref)
+            value = node_for(p.host, state.extra.get("ssh")).alive(p.ref)
         except SplitserveError:
             value = None
         if p.host != "local":

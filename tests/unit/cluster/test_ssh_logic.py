@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from splitserve.cluster import SshTransport, parse_spec, transport_for
+from splitserve.cluster import LocalNode, SshNode, node_for, parse_spec
 from splitserve.cluster._ssh import exit_status_from_log, remote_env, sh_path
-from splitserve.cluster._transport import LocalTransport
 
 
 @pytest.mark.parametrize(
@@ -38,7 +37,7 @@ def test_sh_path_quotes_spaces_and_metacharacters(tmp_path: Path) -> None:
 
 
 def test_ssh_argv_never_prompts_and_multiplexes(tmp_path: Path) -> None:
-    t = SshTransport("user@box2", config=tmp_path / "cfg", options=["ProxyJump=bastion"], connect_timeout=3)
+    t = SshNode("user@box2", config=tmp_path / "cfg", options=["ProxyJump=bastion"], connect_timeout=3)
     argv = t.ssh_argv()
     assert argv[0] == "ssh" and argv[-1] == "user@box2" and argv[argv.index("-F") + 1] == str(tmp_path / "cfg")
     opts = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
@@ -47,8 +46,8 @@ def test_ssh_argv_never_prompts_and_multiplexes(tmp_path: Path) -> None:
     assert "ProxyJump=bastion" in opts
 
 
-def test_transport_for_picks_local_or_ssh_and_shares_instances() -> None:
-    assert isinstance(transport_for("local"), LocalTransport)
+def test_node_for_picks_local_or_ssh_and_shares_instances() -> None:
+    assert isinstance(node_for("local"), LocalNode)
     spec = parse_spec(
         {
             "model": "/m.gguf",
@@ -56,10 +55,10 @@ def test_transport_for_picks_local_or_ssh_and_shares_instances() -> None:
             "workers": [{"name": "w1", "host": "user@box2", "bind": "10.0.0.2"}],
         }
     )
-    a = transport_for("user@box2", spec.ssh)
-    assert isinstance(a, SshTransport) and a.options == ["Port=2222"]
-    assert transport_for("user@box2", spec.ssh.model_dump(mode="json")) is a  # from a state file
-    assert transport_for("user@box2") is not a
+    a = node_for("user@box2", spec.ssh)
+    assert isinstance(a, SshNode) and a.options == ["Port=2222"]
+    assert node_for("user@box2", spec.ssh.model_dump(mode="json")) is a  # from a state file
+    assert node_for("user@box2") is not a
 
 
 def test_remote_env_drops_what_this_machine_already_has(monkeypatch: pytest.MonkeyPatch) -> None:

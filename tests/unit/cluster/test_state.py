@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from splitserve import ClusterError
-from splitserve.cluster import ClusterState, LocalTransport, ProcessRecord, ProcessRef, read_state
+from splitserve.cluster import ClusterState, LocalNode, ProcessRecord, ProcessRef, read_state
 from splitserve.cluster._state import clear_state, write_state
 from splitserve.cluster._transport import start_ticks, stop
 
@@ -95,7 +95,7 @@ def test_corrupt_state_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_spawn_alive_stop_and_exit_code(tmp_path: Path) -> None:
-    transport = LocalTransport()
+    transport = LocalNode()
     ref = transport.spawn(
         [sys.executable, "-c", "print('hi', flush=True); import time; time.sleep(60)"],
         {"PATH": "/usr/bin:/bin"},
@@ -114,7 +114,7 @@ def test_spawn_alive_stop_and_exit_code(tmp_path: Path) -> None:
 
 
 def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
-    transport = LocalTransport()
+    transport = LocalNode()
     child_pid_file = tmp_path / "child.pid"
     script = (
         "import subprocess, sys, time;"
@@ -140,7 +140,7 @@ def test_recycled_pid_is_not_ours() -> None:
     # A process that runs, but started at another time than the one recorded: never signalled.
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        fresh = LocalTransport()  # knows no children: judges by /proc only, as `down` in a new process does
+        fresh = LocalNode()  # knows no children: judges by /proc only, as `down` in a new process does
         real = ProcessRef(sleeper.pid, start_ticks(sleeper.pid))
         impostor = ProcessRef(sleeper.pid, (real.start_ticks or 0) + 12345)
         assert fresh.alive(real)
@@ -156,7 +156,7 @@ def test_zombie_is_not_alive() -> None:
     proc = subprocess.Popen(["true"])
     ref = ProcessRef(proc.pid, start_ticks(proc.pid))
     time.sleep(0.3)  # exited, not yet reaped: a zombie
-    assert not LocalTransport().alive(ref)
+    assert not LocalNode().alive(ref)
     proc.wait()
 
 
@@ -171,7 +171,7 @@ def test_a_stopped_process_of_another_parent_is_gone_when_stop_returns() -> None
     )
     pid = int(out.stdout.strip())
     ref = ProcessRef(pid, start_ticks(pid))
-    transport = LocalTransport()  # a fresh transport: not its child
+    transport = LocalNode()  # a fresh transport: not its child
     assert transport.alive(ref)
     assert stop(transport, ref, grace=2)
     wait_reaped([(transport, ref)])
