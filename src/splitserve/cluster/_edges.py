@@ -128,9 +128,9 @@ def _http_health(url: str) -> tuple[int, str]:
 
 
 def _engine_client(url: str, api_key: str | None) -> AbstractContextManager[EngineProbe]:
-    from ..engine import EngineClient
+    from ..engine import connect
 
-    return EngineClient(url, api_key=api_key, timeout=60.0)
+    return connect(url, api_key=api_key, timeout=60.0)
 
 
 @dataclass

@@ -14,7 +14,6 @@ import pytest
 
 from splitserve.engine import (
     EngineBackend,
-    EngineClient,
     EngineHTTPError,
     EngineStreamError,
     EngineUnavailable,
@@ -23,6 +22,7 @@ from splitserve.engine import (
     FakeOutput,
     LlamaCppBackend,
     SyncEngine,
+    connect,
 )
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -323,9 +323,9 @@ def test_sync_engine_blocks_and_raises_the_engine_errors() -> None:
         assert str(err.value) == "http://engine:8080/completion: ConnectError: refused"
 
 
-def test_engine_client_is_the_facade_of_a_url() -> None:
-    with EngineClient("http://127.0.0.1:9/", timeout=0.5) as client:  # nothing listens on port 9
-        assert isinstance(client, SyncEngine) and client.base_url == "http://127.0.0.1:9"
+def test_connect_is_the_facade_of_a_url() -> None:
+    with connect("http://127.0.0.1:9/", timeout=0.5) as client:  # nothing listens on port 9
+        assert isinstance(client, SyncEngine) and client.url == "http://127.0.0.1:9"
         with pytest.raises(EngineUnavailable):
             client.health_status()
         with pytest.raises(EngineUnavailable):
