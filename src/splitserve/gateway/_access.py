@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,9 @@ class RequestRecord:
     """A generation that reached the engine (the request metrics count only these)."""
     disconnected: bool = False
     duration_s: float | None = None
+    replica: str | None = None
+    """The replica that served it, behind a :class:`~splitserve.gateway.ReplicaBackend` (``-``
+    before one was chosen; None: the gateway fronts one engine and the log line has no field)."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -87,6 +91,7 @@ class RequestRecord:
             f"cached={n(self.cached_tokens)} completion={n(self.completion_tokens)} "
             f"finish={self.finish_reason or '-'} queue={ms(self.queue_s)} "
             f"ttft={ms(self.ttft_s)} duration={ms(self.duration_s)}"
+            + ("" if self.replica is None else f" replica={self.replica}")
         )
 
 
@@ -98,7 +103,19 @@ def _int(value: Any) -> int | None:
     return int(value) if _number(value) else None
 
 
-__all__ = ["ACCESS_LOG", "RequestRecord"]
+CURRENT: ContextVar[RequestRecord | None] = ContextVar("splitserve_request_record", default=None)
+"""The record of the request being handled (set by the app's route wrapper), so that a backend
+deep below the handler can note what it did (:func:`note_replica`)."""
+
+
+def note_replica(name: str) -> None:
+    """Put the replica that serves the current request on its record (nothing outside a request)."""
+    rec = CURRENT.get()
+    if rec is not None:
+        rec.replica = name
+
+
+__all__ = ["ACCESS_LOG", "CURRENT", "RequestRecord", "note_replica"]
 
 
 def request_record(request: Any) -> RequestRecord:

@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from .._errors import EngineError
 from ..engine import CompletionStream, EngineBackend, EngineReply
-from ._access import ACCESS_LOG, RequestRecord, request_record
+from ._access import ACCESS_LOG, CURRENT, RequestRecord, request_record
 from ._auth import KeyRing
 from ._chat import LastChunk, Timing, collect_chat, stream_chat
 from ._errors import APIError
@@ -175,6 +175,8 @@ class Gateway:
         self.metrics = Metrics()
         self.limiter = KeyLimiter(config.max_concurrent, config.max_queue, on_change=self.metrics.on_limits)
         self.backend: EngineBackend = backend or engines_backend(config.engine_url, api_key=config.engine_api_key)
+        if isinstance(self.backend, ReplicaBackend):
+            self.backend.on_error = self.metrics.on_replica_error
         self._model: ServedModel | None = None
         self._model_lock = anyio.Lock()
         self.memory = ReasoningMemory()
@@ -383,6 +385,9 @@ class Gateway:
         rec = _record(request)
         rec.model = model.id
         body = safe_json_loads(raw)  # NaN, Infinity, 1e999, lone surrogates: 400 naming the field
+        session = session_key(request.headers, body)
+        if session is not None and isinstance(self.backend, ReplicaBackend):
+            body[SESSION_FIELD] = session  # one replica per session (removed before the engine)
         # A whole answer is still asked for streamed: llama-server notices a closed connection
         # only when it writes (see "whole answers asked streamed" in _relay).
         by_stream = not req.stream and single_prompt(body) and not body.get("logprobs")
@@ -649,6 +654,9 @@ def _wrap(
 ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         rec = request.state.record = RequestRecord(name, request.method, request.url.path, time.perf_counter())
+        if isinstance(gw.backend, ReplicaBackend):
+            rec.replica = "-"  # until the backend picks one (note_replica)
+        CURRENT.set(rec)
         try:
             response = await handler(request)
         except APIError as exc:

@@ -12,6 +12,13 @@ not overlap (``prompt`` = prompt tokens the engine computed, ``cached`` = prompt
 reused, ``completion``), so its sum is every token once. The engine's own metrics
 (llama-server's ``llamacpp:*``) are appended to ``/metrics`` by the gateway when the engine
 serves them (``splitserve_engine_metrics_up``).
+
+Behind replicas (a :class:`~splitserve.gateway.ReplicaBackend`) the same counts are kept per
+replica, labelled ``replica``: ``replica_requests_total{replica,endpoint,status}`` (every request
+that reached one), ``replica_tokens_total{replica,kind}`` (the kinds of ``tokens_total``),
+``replica_errors_total{replica,kind}`` (``down``: refused the connection, ``loading``: answered 503,
+``error``: any other engine error, ``5xx``: a request there that ended in a server error), and each
+engine's own metrics carry ``replica`` too.
 """
 
 from __future__ import annotations
@@ -151,6 +158,25 @@ class Metrics:
             "accepted / drafted tokens since the gateway started (0 before a draft)",
             registry=r,
         )
+        rep = ["replica"]
+        self.replica_requests = Counter(
+            "splitserve_replica_requests",
+            "requests that reached a replica, by endpoint and status",
+            rep + ["endpoint", "status"],
+            registry=r,
+        )
+        self.replica_tokens = Counter(
+            "splitserve_replica_tokens",
+            "tokens by replica and kind (prompt computed, cached, completion), as tokens_total",
+            rep + ["kind"],
+            registry=r,
+        )
+        self.replica_errors = Counter(
+            "splitserve_replica_errors",
+            "engine errors by replica: down, loading, error (other engine errors), 5xx (requests answered so)",
+            rep + ["kind"],
+            registry=r,
+        )
         self._drafted = 0
         self._accepted = 0
 
@@ -168,8 +194,29 @@ class Metrics:
         self._accepted += accepted
         self.acceptance.set(self._accepted / self._drafted)
 
+    def on_replica_error(self, replica: str, kind: str) -> None:
+        """Count an engine error of a replica (see :attr:`ReplicaBackend.on_error`)."""
+        self.replica_errors.labels(replica, kind).inc()
+
+    def _on_replica(self, rec: RequestRecord, replica: str) -> None:
+        self.replica_requests.labels(replica, rec.endpoint, str(rec.status)).inc()
+        if rec.status >= 500:
+            self.replica_errors.labels(replica, "5xx").inc()
+        if not rec.generation:
+            return
+        prompt, cached, completion = rec.prompt_tokens, rec.cached_tokens or 0, rec.completion_tokens
+        if prompt is not None:
+            cached = min(cached, prompt)
+            self.replica_tokens.labels(replica, "prompt").inc(prompt - cached)
+            self.replica_tokens.labels(replica, "cached").inc(cached)
+        if completion is not None:
+            self.replica_tokens.labels(replica, "completion").inc(completion)
+
     def on_request(self, rec: RequestRecord) -> None:
-        """Observe one finished request (only generations that reached the engine)."""
+        """Observe one finished request (only generations that reached the engine; any request
+        a replica served in the per-replica counts)."""
+        if rec.replica not in (None, "-"):
+            self._on_replica(rec, rec.replica)
         if not rec.generation:
             return
         model = rec.model or "-"

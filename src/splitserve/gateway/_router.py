@@ -24,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import EngineError, UsageError
 from ..engine import (
@@ -40,6 +41,9 @@ from ..engine import (
     EngineUnavailable,
     backend_for,
 )
+from ._access import note_replica
+
+T = TypeVar("T")
 
 SESSION_FIELD = "splitserve_session"
 """The body key under which the gateway hands the session key to :class:`ReplicaBackend`."""
@@ -58,6 +62,7 @@ class ReplicaState:
     sessions: int = 0  #: sessions whose affinity is this replica
     served: int = 0  #: requests sent there
     retried_away: int = 0  #: requests that met it down or loading and went elsewhere
+    errors: int = 0  #: engine errors there (down, loading, or any other before an answer)
     down_since: float | None = None
 
     @property
@@ -73,6 +78,7 @@ class ReplicaState:
             "sessions": self.sessions,
             "served": self.served,
             "retried_away": self.retried_away,
+            "errors": self.errors,
         }
 
 
@@ -190,11 +196,13 @@ class _RoutedStream(CompletionStream):
             i = await self.owner.choose(self.key, tried)
             inner = self.owner.backends[i].stream(self.body)
             self.owner.router.started(i)
+            note_replica(self.owner.names[i])
             try:
                 await inner.open()
             except Exception as exc:
                 self.owner.router.finished(i)
                 status = _failover(exc)
+                self.owner.failed(i, status)
                 if status is None or len(tried) >= 1:
                     if status is not None:
                         self.owner.mark(i, status)
@@ -210,8 +218,13 @@ class _RoutedStream(CompletionStream):
 
     async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
         assert self.inner is not None, "open() first"
-        async for batch in self.inner.batches():
-            yield batch
+        try:
+            async for batch in self.inner.batches():
+                yield batch
+        except EngineError:
+            if self.replica is not None:
+                self.owner.failed(self.replica, None)  # a stream that broke after it began
+            raise
 
     async def aclose(self) -> None:
         inner, self.inner = self.inner, None
@@ -235,8 +248,19 @@ class ReplicaBackend(EngineBackend):
         self.url = ", ".join(f"{n}={b.url}" for n, b in zip(self.names, self.backends, strict=True))
         self.probe_interval = probe_interval
         self._probe: asyncio.Task[None] | None = None
+        self.on_error: Callable[[str, str], None] | None = None
+        """Called with a replica's name and the error's kind (``down``, ``loading``, ``error``)
+        for each engine error there (the gateway counts them in ``splitserve_replica_errors``)."""
 
     # -- routing -----------------------------------------------------------------------------
+    def failed(self, i: int, status: str | None) -> None:
+        """Count an engine error of replica ``i`` (``status``: ``down`` or ``loading`` when it never
+        reached the engine, None for any other) and tell :attr:`on_error`."""
+        kind = status or "error"
+        self.router.replicas[i].errors += 1
+        if self.on_error is not None:
+            self.on_error(self.names[i], kind)
+
     def mark(self, i: int, status: str) -> None:
         self.router.set_status(i, status)
         if status != "ok":
@@ -270,8 +294,8 @@ class ReplicaBackend(EngineBackend):
             await self.health()
 
     def state(self) -> list[dict[str, Any]]:
-        """Each replica's state, for ``status`` and the live page."""
-        return [r.as_dict() for r in self.router.replicas]
+        """Each replica's state and URL, for ``status`` and the live page."""
+        return [r.as_dict() | {"url": b.url} for r, b in zip(self.router.replicas, self.backends, strict=True)]
 
     # -- the interface -----------------------------------------------------------------------
     async def health(self) -> EngineHealth:
@@ -288,15 +312,30 @@ class ReplicaBackend(EngineBackend):
         detail = "; ".join(f"{n}: {h.message}" for n, h in zip(self.names, answers, strict=True))
         return EngineHealth(answers[0].status, answers[0].http_status, detail, answers[0].retry_after)
 
-    async def _any(self) -> EngineBackend:
-        return self.backends[await self.choose(None)]
+    async def _any(self, call: Callable[[EngineBackend], Awaitable[T]]) -> T:
+        """``call`` on the least-loaded replica, once more on another when that one is down or
+        loading."""
+        tried: tuple[int, ...] = ()
+        while True:
+            i = await self.choose(None, tried)
+            try:
+                return await call(self.backends[i])
+            except Exception as exc:
+                status = _failover(exc)
+                self.failed(i, status)
+                if status is None:
+                    raise
+                self.mark(i, status)
+                if tried:
+                    raise
+                tried += (i,)
 
     async def props(self, timeout: float | None = None) -> dict[str, Any]:
-        return await (await self._any()).props(timeout)
+        return await self._any(lambda b: b.props(timeout))
 
     async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """The slots of one replica (each has the same ``--parallel``); :meth:`all_slots` for all."""
-        return await (await self._any()).slots(timeout)
+        return await self._any(lambda b: b.slots(timeout))
 
     async def all_slots(self, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
         """Every replica's slots (an empty list for one that does not answer); updates their load."""
@@ -311,10 +350,10 @@ class ReplicaBackend(EngineBackend):
         return out
 
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        return await (await self._any()).tokenize(text, add_special)
+        return await self._any(lambda b: b.tokenize(text, add_special))
 
     async def detokenize(self, tokens: list[int]) -> str:
-        return await (await self._any()).detokenize(tokens)
+        return await self._any(lambda b: b.detokenize(tokens))
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         key = session_of(body)
@@ -322,10 +361,12 @@ class ReplicaBackend(EngineBackend):
         while True:
             i = await self.choose(key, tried)
             self.router.started(i)
+            note_replica(self.names[i])
             try:
                 return await self.backends[i].complete(body)
             except Exception as exc:
                 status = _failover(exc)
+                self.failed(i, status)
                 if status is not None:
                     self.mark(i, status)
                 if status is None or tried:
@@ -365,14 +406,17 @@ class ReplicaBackend(EngineBackend):
         content_type: str | None = None,
         check: bool = False,
     ) -> EngineReply:
-        i = await self.choose(None)
+        key, content = _relay_key(path, content, content_type)
+        i = await self.choose(key)
         self.router.started(i)
+        note_replica(self.names[i])
         try:
             reply = await self.backends[i].relay(
                 method, path, query=query, content=content, content_type=content_type, check=check
             )
-        except Exception:
+        except Exception as exc:
             self.router.finished(i)
+            self.failed(i, _failover(exc))
             raise
         closer = reply.closer
         if closer is None:
@@ -395,6 +439,25 @@ class ReplicaBackend(EngineBackend):
                 await self._probe
         for b in self.backends:
             await b.aclose()
+
+
+def _relay_key(path: str, content: bytes, content_type: str | None) -> tuple[str | None, bytes]:
+    """The routing key of a passed-on generation (``/v1/completions``, ``/completion``: its
+    session or its prompt's prefix, as :func:`session_of`) and its body without
+    :data:`SESSION_FIELD`; (None, content) for anything else."""
+    if not content or "json" not in (content_type or "") or "complet" not in path:
+        return None, content
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return None, content
+    if not isinstance(body, dict):
+        return None, content
+    had = SESSION_FIELD in body
+    key = session_of(body)
+    if had:
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return key, content
 
 
 def label_sample(line: bytes, replica: str) -> bytes:
