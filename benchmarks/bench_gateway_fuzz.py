@@ -520,14 +520,14 @@ class FakeEngine:
 
 def in_process_app(test_hooks: bool = False) -> Any:
     """The gateway's ASGI app (hermes format) wired to a :class:`FakeEngine`."""
+    from splitserve.engine import LlamaCppBackend
     from splitserve.gateway import GatewayConfig, create_app
 
+    engine = FakeEngine()
+    backend = LlamaCppBackend("http://engine", transport=httpx.MockTransport(engine.handler))
     app = create_app(GatewayConfig(engine_url="http://engine", model_format="hermes",
                                    model_name="smol", test_hooks=test_hooks,
-                                   max_concurrent=64, max_queue=64))
-    engine = FakeEngine()
-    app.state.gateway.upstream._http = httpx.AsyncClient(
-        base_url="http://engine", transport=httpx.MockTransport(engine.handler))
+                                   max_concurrent=64, max_queue=64), backend)
     app.state.engine = engine
     return app
 
