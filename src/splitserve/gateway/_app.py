@@ -182,12 +182,6 @@ class Gateway:
         self.memory = ReasoningMemory()
         self._affinity: SlotAffinity | None = None
 
-    @property
-    def upstream(self) -> EngineBackend:
-        """The engine backend under its older name (benchmarks/bench_gateway_fuzz.py patches
-        ``upstream._http``); new code uses :attr:`backend` or ``create_app(config, backend)``."""
-        return self.backend
-
     def pin(self, body: dict[str, Any], session: str) -> None:
         """Send a session's requests to one engine slot and, over replicas, to one replica (the
         ones that hold its prompt in their cache)."""
