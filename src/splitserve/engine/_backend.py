@@ -230,10 +230,6 @@ class EngineBackend(ABC):
         """The token ids of ``text`` (with BOS and the like when ``add_special``)."""
 
     @abstractmethod
-    async def detokenize(self, tokens: list[int]) -> str:
-        """The text of these token ids."""
-
-    @abstractmethod
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A raw, non-streamed completion (llama.cpp's ``/completion`` body and answer)."""
 

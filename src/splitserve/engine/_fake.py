@@ -80,7 +80,7 @@ Entry = str | Sequence[str] | FakeOutput | FakeFailure
 @dataclass
 class FakeRequest:
     """One request the fake got: ``kind`` is the method of the backend that was called
-    (``health``, ``props``, ``slots``, ``tokenize``, ``detokenize``, ``complete``, ``stream``,
+    (``health``, ``props``, ``slots``, ``tokenize``, ``complete``, ``stream``,
     ``metrics``, ``relay``); ``path`` / ``method`` / ``query`` the llama-server request it stands
     for; ``body`` the decoded JSON body (or the raw bytes when it is not JSON)."""
 
@@ -257,11 +257,6 @@ class FakeEngine(EngineBackend):
         self._record("tokenize", "/tokenize", {"content": text, "add_special": add_special})
         self._check("/tokenize")
         return self._tokens(text, add_special)
-
-    async def detokenize(self, tokens: list[int]) -> str:
-        self._record("detokenize", "/detokenize", {"tokens": list(tokens)})
-        self._check("/detokenize")
-        return bytes(t - _OFFSET for t in tokens if _OFFSET <= t < _OFFSET + 256).decode("utf-8", "replace")
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         self._record("complete", "/completion", dict(body))

@@ -69,10 +69,6 @@ class LlamaCppBackend(HttpEngine):
         tokens = data.get("tokens") if isinstance(data, dict) else None
         return [t["id"] if isinstance(t, dict) else t for t in tokens or []]
 
-    async def detokenize(self, tokens: list[int]) -> str:
-        data = await self._json("POST", "/detokenize", {"tokens": tokens})
-        return str(data.get("content") or "") if isinstance(data, dict) else ""
-
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         data = await self._json("POST", "/completion", {**body, "stream": False}, timeout=None)
         return data if isinstance(data, dict) else {}

@@ -225,10 +225,6 @@ class VllmBackend(HttpEngine):
         )
         return [int(t) for t in (data.get("tokens") or [])] if isinstance(data, dict) else []
 
-    async def detokenize(self, tokens: list[int]) -> str:
-        data = await self._json("POST", "/detokenize", {"model": await self.model(), "tokens": tokens})
-        return str(data.get("prompt") or "") if isinstance(data, dict) else ""
-
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         req = {**completions_body(body, await self.model()), "stream": False}

@@ -352,9 +352,6 @@ class ReplicaBackend(EngineBackend):
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         return await self._any(lambda b: b.tokenize(text, add_special))
 
-    async def detokenize(self, tokens: list[int]) -> str:
-        return await self._any(lambda b: b.detokenize(tokens))
-
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         key = session_of(body)
         tried: tuple[int, ...] = ()

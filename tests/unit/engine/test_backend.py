@@ -260,7 +260,7 @@ def test_metrics_only_when_the_engine_serves_prometheus_text() -> None:
     assert run(off.metrics) is None and run(html.metrics) is None
 
 
-def test_props_slots_tokenize_detokenize_and_complete() -> None:
+def test_props_slots_tokenize_and_complete() -> None:
     seen: list[tuple[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -270,7 +270,6 @@ def test_props_slots_tokenize_detokenize_and_complete() -> None:
             "/props": {"total_slots": 2},
             "/slots": [{"id": 0}, "junk", {"id": 1}],
             "/tokenize": {"tokens": [1, {"id": 7, "piece": "a"}]},
-            "/detokenize": {"content": "a"},
             "/completion": {"content": "Hi", "stop": True},
         }
         return httpx.Response(200, json=answers[request.url.path])
@@ -282,13 +281,12 @@ def test_props_slots_tokenize_detokenize_and_complete() -> None:
             await be.props(),
             await be.slots(),
             await be.tokenize("a", add_special=True),
-            await be.detokenize([7]),
             await be.complete({"prompt": "x", "n_predict": 1}),
         )
 
-    assert run(go) == ({"total_slots": 2}, [{"id": 0}, {"id": 1}], [1, 7], "a", {"content": "Hi", "stop": True})
+    assert run(go) == ({"total_slots": 2}, [{"id": 0}, {"id": 1}], [1, 7], {"content": "Hi", "stop": True})
     assert seen[2] == ("/tokenize", {"content": "a", "add_special": True})
-    assert seen[4] == ("/completion", {"prompt": "x", "n_predict": 1, "stream": False})
+    assert seen[3] == ("/completion", {"prompt": "x", "n_predict": 1, "stream": False})
     with pytest.raises(EngineHTTPError):
         run(backend(lambda r: httpx.Response(503, json={"error": {"message": "Loading model"}})).props)
 
