@@ -253,6 +253,13 @@ class Executor(ProcessRunner):
             )
         )
 
+    def do_prefill(self, step: Step) -> None:
+        from ._prefill_launch import run_prefill
+
+        run_prefill(
+            self.spec, step, self.node(next(w.host for w in self.spec.workers if w.name == step.node)), self.emit
+        )
+
     def do_drop_caches(self, step: Step) -> None:
         res = self.node(step.node).run(str(step.args["script"]), check=False, timeout=120)
         msg = "page cache dropped" if res.returncode == 0 else "could not drop the page cache (needs root or sudo -n)"

@@ -24,6 +24,7 @@ from ._commands import (
     gateway_plan,
     launch_plan,
 )
+from ._prefill_launch import prefill_steps
 from ._spec import ClusterSpec
 
 DROP_CACHES_SCRIPT = (
@@ -198,6 +199,7 @@ def plan_launch(
         ]
     if facts.refusal is not None:
         steps.append(Step("refuse", "cluster", f"refused: {facts.refusal}", args={"error": facts.refusal}))
+    steps += prefill_steps(spec, plan.tensor_split)  # each cached worker's -c cache from its own copy
     for proc in plan.processes:
         steps.append(Step("check_port", proc.node, f"port {proc.port} on {proc.bind} is free", proc))
     if plan.gateway is not None:

@@ -172,6 +172,8 @@ def test_local_order_is_gateway_workers_head_after_the_port_checks() -> None:
     actions = [(s["action"], s["node"]) for s in read("local-2workers")["expected"]["steps"]]
     assert actions == [
         ("preflight", "cluster"),
+        ("prefill", "w1"),
+        ("prefill", "w2"),
         ("check_port", "w1"),
         ("check_port", "w2"),
         ("check_port", "head"),
