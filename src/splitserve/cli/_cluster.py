@@ -345,6 +345,11 @@ def print_status(data: dict[str, Any]) -> None:
             _mib(p["rss_bytes"]),
         )
     console.print(table)
+    if data.get("replicas"):  # topology = "replicas"
+        reps = Table("replica", "nodes", "processes", "url", "health", title="replicas behind the gateway")
+        for r in data["replicas"]:
+            reps.add_row(r["name"], "+".join(r["boxes"]), ", ".join(r["nodes"]), r["url"] or "-", r["health"])
+        console.print(reps)
     for p in data["processes"]:
         if p.get("transport"):
             t = p["transport"]

@@ -13,7 +13,7 @@ from rich.table import Table
 from .._errors import UsageError
 from ..chat import NO_FORMAT_HINT, detect_format
 from ..model import ModelInfo, inspect_model
-from ..plan import CACHE_TYPES, GIB, Node, Plan, PlanOptions, make_plan, parse_node
+from ..plan import CACHE_TYPES, GIB, Node, Plan, PlanOptions, Topology, make_plan, parse_node
 from ._app import app, make_console, maps_errors
 
 console = make_console()
@@ -212,6 +212,7 @@ def plan_cmd(
         "link_latency_us": link_latency_us,
     }
     overrides = {k: v for k, v in given.items() if v is not None}
+    topology: Topology | None = None
     if config is not None:
         from ..cluster import load_spec, plan_for_spec, spec_nodes, spec_options
 
@@ -223,6 +224,7 @@ def plan_cmd(
         plan = plan_for_spec(
             spec, nodes=nodes if node else None, model=model, options=replace(base, host_node=hn, **overrides)
         )
+        topology = _spec_topology(spec)
         if measure:
             from ..cluster import measure_spec, measured_spec
 
@@ -244,11 +246,25 @@ def plan_cmd(
         options = replace(PlanOptions(), host_node=_host_index(host_node, nodes, 0), **overrides)
         plan = make_plan(inspect_model(model), nodes, options)
     if as_json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        out = plan.to_dict()
+        if topology is not None:
+            out["topology"] = topology.to_dict()
+        print(json.dumps(out, indent=2))
     else:
         _print_plan(plan)
-    if not plan.fits:
+        for line in topology.lines() if topology is not None else []:
+            console.print(line, markup=False, soft_wrap=True)
+    if not plan.fits and (topology is None or topology.kind == "split"):
         raise typer.Exit(3)
+
+
+def _spec_topology(spec: Any) -> Topology | None:
+    """The spec's topology for a cluster of more than one node (split or replicas, and why)."""
+    from ..cluster import spec_boxes, spec_topology
+
+    if len(spec_boxes(spec)) < 2:
+        return None
+    return spec_topology(spec)
 
 
 def _host_index(host_node: str | None, nodes: list[Node], default: int | None) -> int | None:

@@ -17,7 +17,7 @@ from ._engines_facts import engine_preflight, gather_engine_facts
 from ._engines_plan import EngineFacts, EngineNode, EnginePlan, engine_plan
 from ._engines_run import dry_run_lines as engine_dry_run_lines
 from ._engines_run import engine_status, engine_up, first_token
-from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, up, workers_only
+from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, restart_replica, up, workers_only
 from ._fake import FakeNetwork, FakeNode, Program
 from ._launch import LaunchFacts, Step, format_plan, plan_launch, started_argv
 from ._logparse import DeviceMemory, LoadReport, LoadWarning, load_progress, load_warnings, parse_load_report
@@ -46,6 +46,7 @@ from ._prefill import (
     rpc_cache_dir,
 )
 from ._preflight import CheckRow, preflight
+from ._replicas import Replica, replica_groups, replica_status, spec_boxes, spec_topology
 from ._run import Event, check_serving, check_startable, down, port_in_use, require_state, resolve_engines
 from ._spec import (
     ClusterSpec,
@@ -111,6 +112,7 @@ __all__ = [
     "ProcessRef",
     "Program",
     "RaySpec",
+    "Replica",
     "ServerSpec",
     "SglangSpec",
     "SshNode",
@@ -169,16 +171,21 @@ __all__ = [
     "read_supervision",
     "read_supervisor_log",
     "read_tail",
+    "replica_groups",
+    "replica_status",
     "require_fit",
     "require_state",
     "resolve_engines",
     "restart_gateway",
+    "restart_replica",
     "rpc_argv",
     "rpc_cache_dir",
     "server_argv",
     "serving_now",
+    "spec_boxes",
     "spec_nodes",
     "spec_options",
+    "spec_topology",
     "speculation_argv",
     "speculation_problem",
     "split_for_up",

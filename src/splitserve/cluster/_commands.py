@@ -16,6 +16,7 @@ from .._errors import SplitserveError
 from ..engine import Engine
 from ..plan import DRAFT_TYPES, MSA_ARCHS
 from ..plan import kv_unified_asked as _kv_unified
+from ._replicas import Replica
 from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, ServerSpec, WorkerSpec, draft_in_use, is_local_host
 from ._spec_engines import engine_table
 from ._transport import remote_env, sh_command
@@ -70,6 +71,27 @@ def _secret(name: str) -> bool:
 
 
 @dataclass
+class ReplicaPlan:
+    """One replica of a replicas topology: its llama-server and the RPC workers it uses."""
+
+    name: str
+    boxes: list[str]
+    server: ProcessPlan
+    workers: list[ProcessPlan]
+    url: str
+    """Its llama-server's URL (the gateway routes to it)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "boxes": list(self.boxes),
+            "server": self.server.node,
+            "workers": [w.node for w in self.workers],
+            "url": self.url,
+        }
+
+
+@dataclass
 class LaunchPlan:
     """Every process of a cluster, in start order: workers, the head, then the gateway."""
 
@@ -88,10 +110,20 @@ class LaunchPlan:
     """The engine of every node the plan starts processes on."""
     tensor_split: list[float] | None = None
     """The ``--tensor-split`` llama-server gets (the spec's, else the planner's), None for none."""
+    replicas: list[ReplicaPlan] = field(default_factory=list)
+    """With ``topology = "replicas"``: every replica (the first one's server is :attr:`head`); empty
+    for a split. :attr:`workers` then holds the RPC workers of every replica."""
+    topology: list[str] = field(default_factory=list)
+    """The topology's choice, reason and alternatives as `plan` prints them (``Topology.lines()``)."""
+
+    @property
+    def servers(self) -> list[ProcessPlan]:
+        """Every llama-server: the head's, then each other replica's."""
+        return [self.head, *(r.server for r in self.replicas if r.server is not self.head)]
 
     @property
     def processes(self) -> list[ProcessPlan]:
-        return [*self.workers, self.head, *([self.gateway] if self.gateway else [])]
+        return [*self.workers, *self.servers, *([self.gateway] if self.gateway else [])]
 
 
 def _library_env(engine: Engine, extra: dict[str, str]) -> dict[str, str]:
@@ -207,8 +239,7 @@ def server_argv(
         s.host,
         "--port",
         str(s.port),
-        "--rpc",
-        ",".join(rpc_endpoint(w) for w in spec.workers),
+        *(["--rpc", ",".join(rpc_endpoint(w) for w in spec.workers)] if spec.workers else []),
         "-ngl",
         str(s.n_gpu_layers),
         "--split-mode",
@@ -327,38 +358,101 @@ def cluster_state_dir(spec: ClusterSpec) -> Path:
     return spec.state_dir or state_dir() / spec.name
 
 
+def _log_path(spec: ClusterSpec, w: WorkerSpec, stem: str) -> Path:
+    # A remote worker's log lives on its own node, under its workdir.
+    if w.remote:
+        return Path(f"{w.workdir.rstrip('/')}/clusters/{spec.name}/logs/{stem}.log")
+    return cluster_state_dir(spec) / "logs" / f"{stem}.log"
+
+
+def _rpc_process(spec: ClusterSpec, w: WorkerSpec, eng: Engine) -> ProcessPlan:
+    return ProcessPlan(
+        node=w.name,
+        role="rpc",
+        host=w.host,
+        argv=rpc_argv(eng, w),
+        env=_library_env(eng, w.env),
+        bind=w.bind,
+        port=w.port,
+        log=_log_path(spec, w, w.name),
+    )
+
+
+def replica_plan(
+    spec: ClusterSpec, engines: dict[str, Engine], replica: Replica, architecture: str | None = None
+) -> ReplicaPlan:
+    """One replica's processes: its llama-server (the head's, or one on its first worker's
+    ``bind``:``port`` instead of that worker's ggml-rpc-server) with its group's RPC workers."""
+    from ._spec import HeadSpec
+
+    rpc = [w for w in spec.workers if w.name in replica.workers]
+    workers = [_rpc_process(spec, w, engines[w.name]) for w in rpc]
+    server = spec.server.model_copy(update={"tensor_split": None})
+    if replica.leader == "head":
+        own = spec.model_copy(update={"workers": rpc, "server": server})
+        eng = engines["head"]
+        proc = ProcessPlan(
+            node="head",
+            role="server",
+            host=spec.head.host,
+            argv=server_argv(eng, own, None, architecture),
+            env=_library_env(eng, spec.server.env),
+            bind=spec.server.host,
+            port=spec.server.port,
+            log=cluster_state_dir(spec) / "logs" / "head.log",
+        )
+    else:
+        lead = next(w for w in spec.workers if w.name == replica.leader)
+        eng = engines[lead.name]
+        own = spec.model_copy(
+            update={
+                "workers": rpc,
+                "head": HeadSpec(host=lead.host, devices=list(lead.devices)),
+                "server": server.model_copy(update={"host": lead.bind, "port": lead.port}),
+                "model": Path(lead.model) if lead.model else spec.model,
+            }
+        )
+        proc = ProcessPlan(
+            node=lead.name,
+            role="server",
+            host=lead.host,
+            argv=server_argv(eng, own, None, architecture),
+            env=_library_env(eng, {**spec.server.env, **lead.env}),
+            bind=lead.bind,
+            port=lead.port,
+            log=_log_path(spec, lead, f"{lead.name}-server"),
+        )
+    return ReplicaPlan(replica.name, list(replica.boxes), proc, workers, base_url(proc.bind, proc.port))
+
+
 def launch_plan(
     spec: ClusterSpec,
     engines: dict[str, Engine],
     tensor_split: list[float] | None = None,
     gateway_port: int | None = None,
     architecture: str | None = None,
+    replicas: list[Replica] | None = None,
 ) -> LaunchPlan:
     """The processes for ``spec``; ``engines`` maps node name (``head`` or a worker) to its engine;
-    ``gateway_port`` is the port `up` picked when the spec gives none."""
+    ``gateway_port`` is the port `up` picked when the spec gives none; ``replicas`` (from
+    :func:`~._replicas.replica_groups`): one llama-server per replica instead of one split."""
     root = cluster_state_dir(spec)
     logs = root / "logs"
-    workers = []
-    for w in spec.workers:
-        eng = engines[w.name]
-        # A remote worker's log lives on its own node, under its workdir.
-        log = (
-            Path(f"{w.workdir.rstrip('/')}/clusters/{spec.name}/logs/{w.name}.log")
-            if w.remote
-            else logs / f"{w.name}.log"
+    if replicas:
+        reps = [replica_plan(spec, engines, r, architecture) for r in replicas]
+        urls = ",".join(f"{r.name}={r.url}" for r in reps)
+        gateway = gateway_plan(spec, urls, logs / "gateway.log", gateway_port) if spec.gateway.enabled else None
+        return LaunchPlan(
+            workers=[w for r in reps for w in r.workers],
+            head=reps[0].server,
+            state_dir=root,
+            endpoint=base_url(gateway.bind, gateway.port) if gateway else reps[0].url,
+            engine_endpoint=reps[0].url,
+            gateway=gateway,
+            engines=dict(engines),
+            replicas=reps,
         )
-        workers.append(
-            ProcessPlan(
-                node=w.name,
-                role="rpc",
-                host=w.host,
-                argv=rpc_argv(eng, w),
-                env=_library_env(eng, w.env),
-                bind=w.bind,
-                port=w.port,
-                log=log,
-            )
-        )
+    workers = [_rpc_process(spec, w, engines[w.name]) for w in spec.workers]
     head_engine = engines["head"]
     head = ProcessPlan(
         node="head",

@@ -41,14 +41,18 @@ def is_engine_path(value: str) -> bool:
     return "/" in value or value.startswith((".", "~"))
 
 
-def engine_files(engine: Engine) -> list[str]:
+def engine_files(engine: Engine, server: bool = False) -> list[str]:
     """The files a worker needs, relative to the engine's ``bin_dir``: the RPC server and the
-    ggml libraries (symlinks included, so the sonames resolve)."""
+    ggml libraries (symlinks included, so the sonames resolve); with ``server`` (a worker that runs
+    a replica's llama-server) llama-server and every library it loads too."""
     rpc = engine.path("rpc_server").name
     names = {rpc}
+    if server:
+        names.add(engine.path("server").name)
+    prefixes = ("lib",) if server else ("libggml",)
     if engine.bin_dir.is_dir():
         for child in engine.bin_dir.iterdir():
-            if child.name.startswith("libggml") and ".so" in child.name:
+            if child.name.startswith(prefixes) and ".so" in child.name:
                 names.add(child.name)
     return sorted(names)
 
@@ -68,9 +72,9 @@ def _sha256(path: Path) -> str:
     return _SUMS[key]
 
 
-def local_manifest(engine: Engine) -> dict[str, str]:
+def local_manifest(engine: Engine, server: bool = False) -> dict[str, str]:
     """SHA-256 of every file a worker needs (symlinks by their target's content)."""
-    return {name: _sha256(engine.bin_dir / name) for name in engine_files(engine)}
+    return {name: _sha256(engine.bin_dir / name) for name in engine_files(engine, server)}
 
 
 def remote_engine_dir(worker: WorkerSpec, key: str) -> str:
@@ -126,14 +130,17 @@ def _remote_sums(transport: Node, folder: str, names: list[str]) -> dict[str, st
     return sums
 
 
-def check_node_engine(spec: ClusterSpec, worker: WorkerSpec, engine: Engine, transport: Node) -> EngineCheck:
-    """Whether a remote worker's engine is present and the same build (no changes made)."""
+def check_node_engine(
+    spec: ClusterSpec, worker: WorkerSpec, engine: Engine, transport: Node, server: bool = False
+) -> EngineCheck:
+    """Whether a remote worker's engine is present and the same build (no changes made); ``server``:
+    with llama-server's files (a worker that runs a replica's llama-server)."""
     path = engine.provenance.get("node_path")
     if path:
         return _probe_own_build(worker, str(path), transport)
     source = Path(str(engine.provenance["copied_from"]))
     local = Engine(root=source, bin_dir=source, provenance=engine.provenance)
-    want = local_manifest(local)
+    want = local_manifest(local, server)
     have = _remote_sums(transport, str(engine.bin_dir), list(want))
     if not have:
         return EngineCheck(worker.name, False, False, engine.rpc_protocol, f"no copy in {engine.bin_dir}")
@@ -185,13 +192,14 @@ def _probe_own_build(worker: WorkerSpec, path: str, transport: Node) -> EngineCh
     )
 
 
-def copy_engine(worker: WorkerSpec, engine: Engine, transport: Node) -> int:
-    """Copy the head's engine to a remote worker and verify it; returns the bytes sent."""
+def copy_engine(worker: WorkerSpec, engine: Engine, transport: Node, server: bool = False) -> int:
+    """Copy the head's engine to a remote worker and verify it; returns the bytes sent (``server``:
+    llama-server and its libraries too)."""
     from ._ssh import sh_path
 
     source = Path(str(engine.provenance["copied_from"]))
     local = Engine(root=source, bin_dir=source, provenance=engine.provenance)
-    want = local_manifest(local)
+    want = local_manifest(local, server)
     dest = str(engine.bin_dir)
     tmp = dest.rstrip("/") + ".partial"
     tar = subprocess.run(["tar", "-C", str(source), "-cf", "-", *want], capture_output=True, check=False)

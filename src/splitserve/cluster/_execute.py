@@ -35,6 +35,7 @@ from ._edges import REAL_EDGES, Edges, EngineProbe, Network, RealNetwork
 from ._launch import EngineFact, LaunchFacts, Step, gateway_restart_plan, plan_launch, workers_plan
 from ._logparse import load_progress, load_warnings, parse_load_report
 from ._preflight import COPIED, run_checks
+from ._replicas import replica_groups
 from ._run import (
     Event,
     OnEvent,
@@ -51,7 +52,9 @@ from ._transport import Node, stop
 # -- facts --------------------------------------------------------------------------------------
 
 
-def _remote_engine_facts(spec: ClusterSpec, engines: dict[str, Engine], edges: Edges) -> dict[str, EngineFact]:
+def _remote_engine_facts(
+    spec: ClusterSpec, engines: dict[str, Engine], edges: Edges, leaders: set[str] | None = None
+) -> dict[str, EngineFact]:
     from ._distribute import check_node_engine
 
     out = {}
@@ -59,7 +62,8 @@ def _remote_engine_facts(spec: ClusterSpec, engines: dict[str, Engine], edges: E
         if not w.remote:
             continue
         try:
-            check = check_node_engine(spec, w, engines[w.name], edges.node(w.host, spec.ssh))
+            server = w.name in (leaders or set())
+            check = check_node_engine(spec, w, engines[w.name], edges.node(w.host, spec.ssh), server)
         except ClusterError:
             continue  # unreachable now: the preflight says so, and the plan checks it as a step
         own = engines[w.name].provenance.get("node_path")
@@ -111,8 +115,12 @@ def gather_facts(
         if edges.net.port_busy("local", g.host, first) and first not in facts.stale_ports:
             facts.busy_ports.add(first)
             facts.spare_port = edges.net.spare_port(g.host, spec_ports(spec))
+    from ._replicas import spec_topology
+
+    facts.topology = spec_topology(spec)
+    leaders = {r.leader for r in replica_groups(spec, facts.topology)}
     if probe_remote:
-        facts.remote_engines = _remote_engine_facts(spec, engines, edges)
+        facts.remote_engines = _remote_engine_facts(spec, engines, edges, leaders)
     return facts
 
 
@@ -223,7 +231,8 @@ class Executor(ProcessRunner):
         eng = self.plan_engines()[worker.name]
         node = self.node(worker.host)
         # Checked again: the preflight may have copied it meanwhile.
-        check = check_node_engine(self.spec, worker, eng, node)
+        server = bool(step.args.get("server"))
+        check = check_node_engine(self.spec, worker, eng, node, server)
         own = eng.provenance.get("node_path")
         if own:
             head_proto = self.plan_engines()["head"].rpc_protocol
@@ -244,7 +253,7 @@ class Executor(ProcessRunner):
         if check.same:
             self.emit(Event("engine", step.node, f"engine present on {worker.host}: {check.detail}"))
             return
-        sent = copy_engine(worker, eng, node)
+        sent = copy_engine(worker, eng, node, server)
         self.emit(
             Event(
                 "engine",
@@ -327,7 +336,7 @@ class Executor(ProcessRunner):
         timeout = float(step.args.get("timeout", self.spec.load_timeout))
         node = self.node(head.host)
         deadline = self.clock.monotonic() + timeout
-        url = self.plan.engine_endpoint or self.plan.endpoint
+        url = step.args.get("url") or self.plan.engine_endpoint or self.plan.endpoint
         last_progress = ""
         with self.edges.engine(url, self.spec.server.api_key) as client:
             while True:
@@ -341,10 +350,10 @@ class Executor(ProcessRunner):
                 progress = load_progress(node.read_log(head.log, max_bytes=64 << 10))
                 if progress and progress != last_progress:
                     last_progress = progress
-                    self.emit(Event("loading", "head", progress))
+                    self.emit(Event("loading", head.node, progress))
                 if self.clock.monotonic() > deadline:
                     raise NodeError(
-                        "head",
+                        head.node,
                         f"llama-server was not ready within {timeout:.0f} s "
                         f"(last: {last_progress or 'no progress in its log'}; log: {head.log})",
                     )
@@ -353,7 +362,7 @@ class Executor(ProcessRunner):
                 client.complete("Hello", n_predict=1, cache_prompt=False)
             except (EngineHTTPError, EngineUnavailable) as exc:
                 self.check_alive("during the first completion")
-                raise NodeError("head", f"the first one-token completion failed: {exc}") from None
+                raise NodeError(head.node, f"the first one-token completion failed: {exc}") from None
         started = self.head_started if self.head_started is not None else deadline - timeout
         self.state.load_seconds = round(self.clock.monotonic() - started, 3)
 
@@ -427,6 +436,11 @@ def up(
         engine_endpoint=plan.engine_endpoint,
     )
     state.extra["ssh"] = spec.ssh.model_dump(mode="json")
+    if plan.replicas:  # who serves as which replica: status shows them, the supervisor restarts one alone
+        groups = {r.name: r for r in replica_groups(spec, facts.topology)} if facts.topology else {}
+        state.extra["replicas"] = [
+            {**groups[r.name].to_dict(), **r.to_dict()} if r.name in groups else r.to_dict() for r in plan.replicas
+        ]
     ex = Executor(spec, plan, state, edges, on_event, should_stop)
     try:
         ex.run()
@@ -487,6 +501,31 @@ def workers_only(
             up(spec, engine=engine, edges=edges)
 
 
+def restart_replica(spec: ClusterSpec, state: ClusterState, name: str, edges: Edges = REAL_EDGES) -> ClusterState:
+    """Start one replica of a running cluster again alone (its processes are gone): its RPC workers,
+    then its llama-server, until it serves; the other replicas and the gateway are not touched."""
+    from ._commands import launch_plan
+    from ._launch import replica_restart_plan
+    from ._replicas import Replica
+
+    rows = [r for r in state.extra.get("replicas", []) if r.get("name") == name]
+    if not rows or "leader" not in rows[0]:
+        raise ClusterError(f"cluster {spec.name} has no replica {name}")
+    engines = resolve_engines(spec)
+    full = launch_plan(
+        spec, engines, replicas=[Replica.from_dict(rows[0])], architecture=model_architecture(spec.model)
+    )
+    plan = replica_restart_plan(spec, full, name)
+    ex = Executor(spec, plan, state, edges)
+    try:
+        ex.run()
+    except BaseException:
+        ex.stop_all()
+        raise
+    write_state(cluster_state_dir(spec), state)
+    return state
+
+
 def run_until_log(
     node: Node, proc: ProcessPlan, markers: tuple[str, ...], timeout: float, clock: Clock = SYSTEM_CLOCK
 ) -> str:
@@ -520,6 +559,7 @@ __all__ = [
     "RealNetwork",
     "gather_facts",
     "restart_gateway",
+    "restart_replica",
     "run_until_log",
     "up",
     "workers_only",

@@ -11,10 +11,11 @@ In pyinfra's manner, tests give specs and facts and compare the steps with JSON 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..engine import Engine
+from ..plan import Topology
 from ._commands import (
     LaunchPlan,
     ProcessPlan,
@@ -25,6 +26,7 @@ from ._commands import (
     launch_plan,
 )
 from ._prefill_launch import prefill_steps
+from ._replicas import replica_groups
 from ._spec import ClusterSpec
 
 DROP_CACHES_SCRIPT = (
@@ -69,6 +71,8 @@ class LaunchFacts:
     """Per remote worker: its engine as found there."""
     refusal: Exception | None = None
     """The planner's refusal (the spec does not fit), raised as a step."""
+    topology: Topology | None = None
+    """The spec's ``topology`` resolved (``_replicas.spec_topology``); None: one split, unprinted."""
 
 
 def _gateway_port(spec: ClusterSpec, facts: LaunchFacts, notes: list[str]) -> int | None:
@@ -89,6 +93,7 @@ def _gateway_port(spec: ClusterSpec, facts: LaunchFacts, notes: list[str]) -> in
 def _engine_steps(spec: ClusterSpec, facts: LaunchFacts) -> list[Step]:
     steps = []
     head_proto = facts.engines["head"].rpc_protocol
+    leaders = {r.leader for r in replica_groups(spec, facts.topology)} if facts.topology is not None else set()
     for w in spec.workers:
         if not w.remote:
             continue
@@ -126,6 +131,8 @@ def _engine_steps(spec: ClusterSpec, facts: LaunchFacts) -> list[Step]:
                     args={"mode": "copy"},
                 )
             )
+    if leaders:  # a worker that runs a replica's llama-server gets llama-server's files too
+        steps = [replace(s, args={**s.args, "server": True}) if s.node in leaders else s for s in steps]
     return steps
 
 
@@ -174,8 +181,13 @@ def plan_launch(
     port = _gateway_port(spec, facts, notes)
     split = tensor_split if tensor_split is not None else facts.planned_split
     engines = _own_engines(spec, facts)
-    plan = launch_plan(spec, engines, split, gateway_port=port, architecture=facts.architecture)
+    topo = facts.topology
+    replicas = replica_groups(spec, topo) if topo is not None else []
+    if replicas:
+        split = None  # each replica's llama-server splits over its own group
+    plan = launch_plan(spec, engines, split, gateway_port=port, architecture=facts.architecture, replicas=replicas)
     plan.notes = notes
+    plan.topology = topo.lines() if topo is not None else []
     plan.tensor_split = split if spec.server.tensor_split is None else list(spec.server.tensor_split)
     steps: list[Step] = []
     if facts.stale:
@@ -216,21 +228,65 @@ def plan_launch(
                 {"want": want},
             )
         )
-    steps.append(Step("start", "head", f"start llama-server loading {spec.model.name}", plan.head))
-    steps.append(
-        Step(
-            "wait_ready",
-            "head",
-            f"wait for /health 200 and a one-token completion (at most {spec.load_timeout:.0f} s)",
-            plan.head,
-            {"timeout": spec.load_timeout},
+    if plan.replicas:
+        steps += replica_server_steps(plan, spec.model.name, spec.load_timeout)
+    else:
+        steps.append(Step("start", "head", f"start llama-server loading {spec.model.name}", plan.head))
+        steps.append(
+            Step(
+                "wait_ready",
+                "head",
+                f"wait for /health 200 and a one-token completion (at most {spec.load_timeout:.0f} s)",
+                plan.head,
+                {"timeout": spec.load_timeout},
+            )
         )
-    )
     if plan.gateway is not None:
         steps.append(Step("wait_gateway", "gateway", f"wait for {plan.endpoint}/health 200", plan.gateway))
     steps.append(Step("report", "head", "read the load report (memory per device, warnings) from the head's log"))
     plan.steps = steps
     return plan
+
+
+def replica_server_steps(plan: LaunchPlan, model: str, timeout: float) -> list[Step]:
+    """Start every replica's llama-server (they load at once), then wait for each."""
+    steps = []
+    for r in plan.replicas:
+        p = r.server
+        rpc = f" over {', '.join(w.node for w in r.workers)}" if r.workers else ""
+        steps.append(Step("start", p.node, f"start llama-server of replica {r.name} loading {model}{rpc}", p))
+    for r in plan.replicas:
+        steps.append(
+            Step(
+                "wait_ready",
+                r.server.node,
+                f"wait for replica {r.name}'s /health 200 and a one-token completion at {r.url} "
+                f"(at most {timeout:.0f} s)",
+                r.server,
+                {"timeout": timeout, "url": r.url},
+            )
+        )
+    return steps
+
+
+def replica_restart_plan(spec: ClusterSpec, plan: LaunchPlan, name: str, worker_timeout: float = 60.0) -> LaunchPlan:
+    """One replica of a running cluster started again alone (its processes were stopped): its RPC
+    workers, then its llama-server, waiting until it serves; the others and the gateway keep running."""
+    r = next(x for x in plan.replicas if x.name == name)
+    one = LaunchPlan(
+        workers=list(r.workers),
+        head=r.server,
+        state_dir=plan.state_dir,
+        endpoint=plan.endpoint,
+        engine_endpoint=r.url,
+        engines=plan.engines,
+        replicas=[r],
+    )
+    steps = [Step("check_port", p.node, f"port {p.port} on {p.bind} is free", p) for p in [*r.workers, r.server]]
+    steps += _start_workers(r.workers, worker_timeout)
+    steps += replica_server_steps(one, spec.model.name, spec.load_timeout)
+    one.steps = steps
+    return one
 
 
 def gateway_restart_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int, endpoint: str) -> LaunchPlan:
@@ -266,7 +322,7 @@ def workers_plan(spec: ClusterSpec, engines: dict[str, Engine], worker_timeout: 
 
 def format_plan(plan: LaunchPlan) -> str:
     """What `up --dry-run` prints: each step, with the full command line of every process it starts."""
-    lines = []
+    lines = [f"# {t}" for t in plan.topology]
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"# {i}. {step.node}: {step.text}")
         if step.action == "start" and step.process is not None:
@@ -289,6 +345,7 @@ __all__ = [
     "format_plan",
     "gateway_restart_plan",
     "plan_launch",
+    "replica_restart_plan",
     "started_argv",
     "workers_plan",
 ]

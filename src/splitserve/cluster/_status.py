@@ -15,11 +15,8 @@ from typing import Any
 
 from .._errors import ClusterError, EngineError, NotRunningError
 from .._paths import state_dir
-from ..engine import EngineClient
 from ._logparse import load_warnings, parse_load_report
-from ._nodes import transport_for
 from ._state import ClusterState, read_state
-from ._transport_log import parse_transport
 
 
 def find_state_root(name: str | None = None, spec_root: Path | None = None) -> Path:
@@ -200,7 +197,6 @@ def serving_now(root: Path, timeout: float = 3.0) -> ClusterState | None:
         return None
     for rec in state.processes:
         try:
-            if not transport_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
                 return None
         except ClusterError:
             return None
@@ -222,7 +218,6 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     procs = []
     head_log = None
     for rec in state.processes:
-        transport = transport_for(rec.host, state.extra.get("ssh"))
         entry: dict[str, Any] = {
             "node": rec.node,
             "role": rec.role,
@@ -241,7 +236,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
             entry["error"] = str(exc)
         if rec.role == "rpc" and entry["alive"]:  # RDMA or TCP, from the worker's own lines
             try:
-                entry["transport"] = parse_transport(transport.read_log(Path(rec.log), 1 << 20)).as_dict()
+                log_text = transport.read_log(Path(rec.log), 1 << 20)
             except ClusterError:
                 entry["transport"] = None
         procs.append(entry)
@@ -308,12 +303,15 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         from ._engines_run import engine_status
 
         out["engine_backend"] = engine_status(state)
+    if state.extra.get("replicas"):  # topology = "replicas": each one's nodes and health
+        from ._replicas import replica_status
+
+        out["replicas"] = replica_status(state, procs, probe=with_slots)
     head = next((p for p in state.processes if p.role == "server"), None)
     types = _spec_types(head.argv) if head is not None else []
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")
     if with_slots and server_alive:
         try:
-            with EngineClient(state.engine_url, timeout=3.0) as client:
                 out["slots"] = [
                     {
                         "id": s.get("id"),

@@ -27,16 +27,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .._errors import ClusterError, SplitserveError
 from ..engine import Engine
 from ._commands import cluster_state_dir
 from ._edges import REAL_EDGES, Edges
-from ._execute import restart_gateway, up
+from ._execute import restart_gateway, restart_replica, up
 from ._run import SUPERVISOR_STOP_TIMEOUT, Event, OnEvent, death_message, down
 from ._spec import ClusterSpec
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, SupervisorLock
+from ._transport import stop
 
 SUPERVISOR_LOG = "supervisor.log"
 SUPERVISION_FILE = "supervisor.json"
@@ -189,6 +191,8 @@ class Supervisor:
         self.restarts = 0
         self.state: ClusterState | None = None
         self.lock = SupervisorLock(cluster_state_dir(spec), spec.name)
+        self.replica_attempts: dict[str, int] = {}
+        """Restarts of each replica alone (its backoff)."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -321,6 +325,8 @@ class Supervisor:
             death = find_dead(self.state, edges=self.edges)
             if death is not None and death.role == "gateway" and not death.others and self._gateway_back(death):
                 continue
+            if death is not None and self._replica_back(death):
+                continue
             if death is not None:
                 return death
         return None
@@ -340,11 +346,63 @@ class Supervisor:
         self.emit("restarted", "gateway", f"gateway serving {self.state.endpoint} again")
         return True
 
+    def _replica_back(self, death: Death) -> bool:
+        """With replicas: when the dead processes all belong to one replica, stop what is left of it
+        and start that replica alone (the others and the gateway keep serving); False (restart
+        everything) when they span replicas or the restart fails."""
+        assert self.state is not None
+        state = self.state
+        dead = {death.node, *(d.node for d in death.others)}
+        replica = replica_of(state, dead)
+        if replica is None:
+            return False
+        name = str(replica["name"])
+        nodes = {str(replica["server"]), *(str(w) for w in replica.get("workers", []))}
+        self._report(death)
+        attempt = self.replica_attempts.get(name, 0)
+        self.record("restarting", attempt + 1, death.short, death.message)
+        ssh = state.extra.get("ssh")
+        for rec in state.processes:
+            if rec.node in nodes and rec.node not in dead:
+                try:
+                    stop(self.edges.node(rec.host, ssh), rec.ref, grace=DEAD_GRACE, clock=self.clock)
+                except ClusterError:
+                    pass
+        delay = self.backoff.delay(attempt)
+        self.replica_attempts[name] = attempt + 1
+        self.emit(
+            "restarting",
+            name,
+            f"restart of replica {name} ({', '.join(sorted(nodes))}) in {delay:.1f} s; the other replicas keep serving",
+            delay=delay,
+        )
+        if self.clock.wait(self._stop, delay):
+            return True  # asked to stop: the loop ends and everything is stopped
+        try:
+            self.state = restart_replica(self.spec, state, name, edges=self.edges)
+        except SplitserveError as exc:
+            self.emit("restart_failed", name, str(exc))
+            return False
+        self.restarts += 1
+        self.record("serving")
+        self.emit("restarted", name, f"replica {name} serves again at {replica.get('url', '')}")
+        return True
+
     def _down_quietly(self, grace: float = 10.0) -> None:
         try:
             down(self.spec, grace=grace, edges=self.edges)
         except SplitserveError as exc:
             self.emit("stop_failed", "cluster", str(exc))
+
+
+def replica_of(state: ClusterState, nodes: set[str]) -> dict[str, Any] | None:
+    """The replica (its row in the state) that every one of ``nodes`` belongs to, or None (no
+    replicas, a node of none, e.g. the gateway, or nodes of several replicas)."""
+    for row in state.extra.get("replicas", []):
+        own = {str(row.get("server")), *(str(w) for w in row.get("workers", []))}
+        if nodes <= own and "leader" in row:
+            return dict(row)
+    return None
 
 
 def supervise(

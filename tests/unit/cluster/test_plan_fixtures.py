@@ -30,7 +30,16 @@ from typing import Any
 import pytest
 
 from splitserve import ClusterError
-from splitserve.cluster import ClusterSpec, LaunchFacts, LaunchPlan, Step, format_plan, parse_spec, plan_launch
+from splitserve.cluster import (
+    ClusterSpec,
+    LaunchFacts,
+    LaunchPlan,
+    Step,
+    format_plan,
+    parse_spec,
+    plan_launch,
+    spec_topology,
+)
 from splitserve.cluster._launch import EngineFact
 from splitserve.engine import Engine
 
@@ -46,6 +55,8 @@ WANTED = {
     "ssh-drop-caches",
     "gateway-port-taken",
     "stale-earlier-run",
+    "replicas-of-1",
+    "replicas-of-2",
 }
 
 
@@ -104,16 +115,26 @@ def step_json(step: Step) -> dict[str, Any]:
 
 
 def plan_json(plan: LaunchPlan) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "endpoint": plan.endpoint,
         "engine_endpoint": plan.engine_endpoint,
         "tensor_split": plan.tensor_split,
-        "steps": [step_json(s) for s in plan.steps],
     }
+    if plan.replicas:
+        out["topology"] = plan.topology
+        out["replicas"] = [r.to_dict() for r in plan.replicas]
+    out["steps"] = [step_json(s) for s in plan.steps]
+    return out
 
 
 def plan_of(fixture: dict[str, Any]) -> LaunchPlan:
-    return plan_launch(load_spec_of(fixture), load_facts(fixture["facts"]), **fixture.get("options", {}))
+    """``facts.topology: true``: the spec's topology as `up` resolves it (no model file here, so as
+    the spec asks)."""
+    spec = load_spec_of(fixture)
+    facts = load_facts(fixture["facts"])
+    if fixture["facts"].get("topology"):
+        facts.topology = spec_topology(spec)
+    return plan_launch(spec, facts, **fixture.get("options", {}))
 
 
 def fixture_files() -> list[Path]:
