@@ -1,7 +1,8 @@
 """Two real llama-servers (SmolLM2, loopback) as replicas behind one gateway (``--engine-url``
 with two URLs): a session stays on the replica that holds its prompt in its cache, a new session
-goes to the other, and when one replica is killed with SIGKILL the requests that had not started
-are served by the other (no 5xx); when it is back, the gateway's probe sends it work again."""
+goes to the other, the live page (real headless Chromium) shows a row per replica, and when one
+replica is killed with SIGKILL the requests that had not started are served by the other (no 5xx);
+when it is back, the gateway's probe sends it work again."""
 
 from __future__ import annotations
 
@@ -26,6 +27,31 @@ from splitserve.gateway import GatewayConfig
 pytestmark = [pytest.mark.engine]
 
 PROMPT = " ".join(f"word{i}" for i in range(300))
+CHROMIUM = Path("/usr/bin/chromium")
+SHOT = Path(__file__).resolve().parents[2] / "docs" / "ui" / "replicas-1400.png"
+
+
+def page_rows(url: str) -> dict[str, dict[str, str]]:
+    """The live page's replica rows in headless Chromium (name -> health, load, cached cell
+    text); a screenshot goes to docs/ui/replicas-1400.png."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}/ui")
+            page.wait_for_selector("#replicas tbody tr[data-replica]", timeout=30_000)
+            page.wait_for_timeout(1200)  # a second poll: the tokens/s window has two readings
+            page.screenshot(path=str(SHOT), full_page=True)
+            rows = page.eval_on_selector_all(
+                "#replicas tbody tr[data-replica]",
+                "rs => rs.map(r => [r.dataset.replica, r.dataset.health,"
+                " r.querySelector('.load').textContent, r.querySelector('.cached').textContent])",
+            )
+        finally:
+            browser.close()
+    return {name: {"health": h, "load": load, "cached": cached} for name, h, load, cached in rows}
 
 
 @contextmanager
@@ -111,6 +137,12 @@ def test_sessions_stick_fail_over_and_come_back(engine: Engine, smollm2: Path) -
             assert prompt_tokens(p2) == 0
             other = ask(url, "agent-b")
             assert other.status_code == 200 and prompt_tokens(p2) > 200  # a new session: the other one
+
+            if CHROMIUM.exists():  # the live page: a row per replica, with its health and cache
+                rows = page_rows(url)
+                assert set(rows) == {"r1", "r2"} and {r["health"] for r in rows.values()} == {"up"}
+                assert rows["r1"]["cached"].strip().endswith("%"), rows  # agent-a's second turn hit
+                assert rows["r1"]["load"].startswith("0"), rows
 
             os.killpg(r1.pid, signal.SIGKILL)
             r1.wait()

@@ -35,6 +35,7 @@ from .._errors import EngineError, SplitserveError
 from ..cluster import STATE_FILE, ClusterState, read_state
 from ..cluster import read_tail as cluster_read_tail
 from ._errors import APIError
+from ._router import ReplicaBackend
 from ._ui_state import History, Sample, Snapshot, assemble
 from ._upstream import api_error
 
@@ -425,10 +426,18 @@ class Dashboard:
 
     async def _compute(self) -> dict[str, Any]:
         snap = Snapshot(now=time.time(), gateway_url=None)
-        try:
-            snap.slots = await self.gw.backend.slots(timeout=1.0)
-        except EngineError as exc:
-            snap.slots_error = api_error(exc).message
+        backend = self.gw.backend
+        if isinstance(backend, ReplicaBackend):
+            # every replica's slots (named NAME/ID), which also updates each one's busy count
+            await backend.health()  # each replica's status, as the router will use it
+            by_replica = await backend.all_slots(timeout=1.0)
+            snap.slots = [s | {"id": f"{name}/{s.get('id')}"} for name, slots in by_replica.items() for s in slots]
+            snap.replicas = backend.state()
+        else:
+            try:
+                snap.slots = await backend.slots(timeout=1.0)
+            except EngineError as exc:
+                snap.slots_error = api_error(exc).message
         snap.samples = samples_of(self.gw.metrics.registry)
         await anyio.to_thread.run_sync(self.reader.read, snap)
         self.history.update(snap)

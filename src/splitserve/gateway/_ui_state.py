@@ -22,6 +22,8 @@ Sample = tuple[str, dict[str, str], float]
 
 HISTORY_SECONDS = 300.0
 """How far back the throughput chart reaches."""
+REPLICA_TPS_SECONDS = 10.0
+"""The window of each replica's tokens/s on the page."""
 
 EVENT_KINDS = ("died", "restarting", "restarted", "restart_failed", "start_failed", "gave_up", "stop_failed", "warning")
 """Supervisor log lines shown among the warnings."""
@@ -53,6 +55,9 @@ class Snapshot:
     samples: list[Sample] = field(default_factory=list)
     runs: dict[str, Any] = field(default_factory=dict)
     gateway_url: str | None = None
+    replicas: list[dict[str, Any]] | None = None
+    """Behind replicas: :meth:`ReplicaBackend.state` (name, url, status, running, busy_slots,
+    sessions, served, errors); None when the gateway fronts one engine."""
 
 
 # -- rates over time ---------------------------------------------------------------------------
@@ -76,6 +81,8 @@ class History:
         self._slots: dict[Any, _SlotMark] = {}
         self._links: dict[str, tuple[float, float]] = {}
         self.link_rate: dict[str, float] = {}
+        self._replica_tokens: dict[str, deque[tuple[float, float]]] = {}
+        self.replica_tps: dict[str, float] = {}
 
     def update(self, snap: Snapshot) -> None:
         if snap.slots is not None:
@@ -84,6 +91,21 @@ class History:
         while self.series and snap.now - self.series[0][0] > self.seconds:
             self.series.popleft()
         self._update_links(snap.links, snap.now)
+        self._update_replicas(snap)
+
+    def _update_replicas(self, snap: Snapshot) -> None:
+        """Completion tokens per second of each replica over the last :data:`REPLICA_TPS_SECONDS`,
+        from the gateway's own ``splitserve_replica_tokens_total{kind="completion"}`` (counted
+        when a request ends)."""
+        for r in snap.replicas or []:
+            name = str(r.get("name"))
+            total = _replica_tokens(snap.samples, name).get("completion", 0.0)
+            marks = self._replica_tokens.setdefault(name, deque())
+            marks.append((snap.now, total))
+            while len(marks) > 2 and snap.now - marks[1][0] >= REPLICA_TPS_SECONDS:
+                marks.popleft()
+            (t0, v0), (t1, v1) = marks[0], marks[-1]
+            self.replica_tps[name] = max(0.0, v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
 
     def _update_slots(self, slots: list[dict[str, Any]], now: float) -> tuple[float, float]:
         decode = prefill = 0.0
@@ -195,6 +217,54 @@ def gateway_view(samples: list[Sample]) -> dict[str, Any]:
         "parse_warnings": _value(samples, "splitserve_parse_warnings_total"),
         "disconnects": _value(samples, "splitserve_client_disconnects_total"),
     }
+
+
+# -- replicas behind the gateway ----------------------------------------------------------------
+
+HEALTH = {"ok": "up", "loading": "loading"}
+"""A replica's router status as the page says it (anything else: ``down``)."""
+
+
+def _replica_tokens(samples: list[Sample], replica: str) -> dict[str, float]:
+    return {
+        labels.get("kind", "?"): value
+        for _, labels, value in _find(samples, "splitserve_replica_tokens_total", replica=replica)
+    }
+
+
+def replicas_view(snap: Snapshot, history: History) -> list[dict[str, Any]] | None:
+    """One row per replica: name, URL, health (up, loading, down), load (running + queued: the
+    engine's busy slots and the gateway's requests there beyond them), completion tokens/s and the
+    fraction of prompt tokens served from its cache (the gateway's own counters); None when the
+    gateway fronts one engine."""
+    if snap.replicas is None:
+        return None
+    out = []
+    for r in snap.replicas:
+        name = str(r.get("name"))
+        in_flight, busy = int(r.get("running") or 0), r.get("busy_slots")
+        running = int(busy) if isinstance(busy, int) and busy > 0 else in_flight
+        queued = max(0, in_flight - running)
+        tokens = _replica_tokens(snap.samples, name)
+        prompt, cached = tokens.get("prompt", 0.0), tokens.get("cached", 0.0)
+        out.append(
+            {
+                "name": name,
+                "url": r.get("url"),
+                "health": HEALTH.get(str(r.get("status")), "down"),
+                "status": r.get("status"),
+                "running": running,
+                "queued": queued,
+                "load": running + queued,
+                "sessions": r.get("sessions"),
+                "served": r.get("served"),
+                "errors": r.get("errors"),
+                "tokens_per_s": history.replica_tps.get(name),
+                "tokens": {k: tokens.get(k, 0.0) for k in ("prompt", "cached", "completion")},
+                "cached_fraction": cached / (prompt + cached) if prompt + cached else None,
+            }
+        )
+    return out
 
 
 # -- nodes, devices, memory, links, load ---------------------------------------------------------
@@ -447,9 +517,19 @@ def assemble(snap: Snapshot, history: History) -> dict[str, Any]:
         "slots_error": snap.slots_error,
         "throughput": throughput_view(snap, history),
         "gateway": gateway,
+        "replicas": replicas_view(snap, history),
         "warnings": warnings_view(snap, gateway),
         "runs": snap.runs,
     }
 
 
-__all__ = ["EVENT_KINDS", "History", "Sample", "Snapshot", "assemble", "gateway_view", "histogram"]
+__all__ = [
+    "EVENT_KINDS",
+    "History",
+    "Sample",
+    "Snapshot",
+    "assemble",
+    "gateway_view",
+    "histogram",
+    "replicas_view",
+]

@@ -115,3 +115,47 @@ def test_models_lists_one_model_over_replicas() -> None:
 
     data = run(go)
     assert [m["id"] for m in data["data"]] == ["fake"]
+
+
+def test_ui_state_has_a_row_per_replica() -> None:
+    engines = fakes()
+    engines["r1"].slots_answer = [{"id": 0, "n_ctx": 4096, "is_processing": True}]
+    rb = ReplicaBackend(engines, probe_interval=60)
+    app = create_app(GatewayConfig(engine_url="fake://replicas"), rb)
+    ask_all(app, "agent-1")
+    engines["r1"].down = True
+
+    async def go() -> Any:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+            return (await c.get("/ui/state")).json()
+
+    state = run(go)
+    r0, r1 = state["replicas"]
+    assert (r0["name"], r0["url"], r0["health"]) == ("r0", "fake://r0", "up")
+    assert r0["served"] == len(REQUESTS) and r0["load"] == 0 and r0["sessions"] == 1
+    assert r0["cached_fraction"] == pytest.approx(4 / 6)  # 4 of each 6 prompt tokens were cached
+    assert r0["tokens"] == {"prompt": 10.0, "cached": 20.0, "completion": 10.0}
+    # the page asks each replica's health: r1 is down, served nothing, has no slots to show
+    assert (r1["name"], r1["health"], r1["served"], r1["cached_fraction"]) == ("r1", "down", 0, None)
+    assert [s["id"] for s in state["slots"]] == ["r0/0"]
+
+
+def test_replica_tokens_per_second_is_a_rate_over_the_window() -> None:
+    from splitserve.gateway._ui_state import History, Snapshot, replicas_view
+
+    h = History()
+    reps = [{"name": "a", "url": "u", "status": "loading", "running": 3, "busy_slots": 1}]
+
+    def snap(t: float, completion: float) -> Snapshot:
+        samples = [("splitserve_replica_tokens_total", {"replica": "a", "kind": "completion"}, completion)]
+        return Snapshot(now=t, samples=samples, replicas=reps)  # type: ignore[arg-type]
+
+    for t, n in ((0.0, 0.0), (1.0, 50.0), (2.0, 100.0), (4.0, 100.0)):
+        s = snap(t, n)
+        h.update(s)
+    view = replicas_view(s, h)
+    assert view is not None
+    (a,) = view
+    assert a["tokens_per_s"] == pytest.approx(25.0)  # 100 tokens over 4 s
+    assert (a["health"], a["running"], a["queued"], a["load"]) == ("loading", 1, 2, 3)
+    assert replicas_view(Snapshot(now=0.0), h) is None

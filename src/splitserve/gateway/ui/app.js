@@ -118,6 +118,23 @@
     $("slots-error").textContent = st.slots_error ? "engine: " + st.slots_error : "";
   }
 
+  function drawReplicas(st) {
+    const reps = st.replicas;
+    $("replicas-card").hidden = !reps;
+    if (!reps) return;
+    const rows = reps.map((r) => {
+      const cf = r.cached_fraction;
+      return `<tr data-replica="${esc(r.name)}" data-health="${esc(r.health)}">
+        <td class="who"><b>${esc(r.name)}</b><br><span class="muted small">${esc(r.url)}</span></td>
+        <td><span class="badge status ${esc(r.health)}">${esc(r.health)}</span></td>
+        <td class="num load">${r.load} <span class="muted small">(${r.running} + ${r.queued})</span></td>
+        <td class="num">${r.sessions ?? "–"}</td><td class="num">${r.served ?? "–"}</td><td class="num">${r.errors ?? "–"}</td>
+        <td class="num tps">${fix(r.tokens_per_s)}</td>
+        <td class="cached">${num(cf) ? bar([[cf, "fill"]], 1, "bar slot") + `<span class="small">${cf > 0 ? pct(cf) : "0 %"}</span>` : "–"}</td></tr>`;
+    });
+    $("replicas").tBodies[0].innerHTML = rows.join("");
+  }
+
   function drawGateway(st) {
     const g = st.gateway || {};
     const t = g.ttft_seconds || {};
@@ -233,7 +250,7 @@
     $("phase").textContent = c ? (phase === "loading" ? "loading: " + c.load_stage : phase) : phase;
     $("phase").className = "badge " + (c ? phase : "");
     $("model").textContent = c ? c.model.split("/").pop() + (num(c.uptime_seconds) ? ` · up ${dur(c.uptime_seconds)}` : "") + (c.restarts ? ` · ${c.restarts} restart(s)` : "") : "";
-    drawNodes(st); drawSlots(st); drawGateway(st); drawThroughput(st); drawWarnings(st);
+    drawNodes(st); drawReplicas(st); drawSlots(st); drawGateway(st); drawThroughput(st); drawWarnings(st);
     drawRun("bench", (st.runs || {}).bench, $("run-bench"));
     drawRun("eval", (st.runs || {}).eval, $("run-eval"));
     $("updated").textContent = "updated " + new Date(st.time * 1000).toLocaleTimeString();
