@@ -297,6 +297,10 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         "cause": cause,
         "next": None,
     }
+    if state.extra.get("replicas"):  # topology = "replicas": each one's nodes and health
+        from ._replicas import replica_status
+
+        out["replicas"] = replica_status(state, procs, probe=with_slots)
     if sup is None and phase != "ready":  # `up` stops what is left and starts it again, supervised
         out["next"] = f"splitserve up -c {state.spec_file or 'SPEC'}"
     if state.extra.get("backend") not in (None, "llama.cpp"):  # vLLM / SGLang: ranks, fixes, Ray
