@@ -15,7 +15,10 @@ from typing import Any
 
 from .._errors import ClusterError, EngineError, NotRunningError
 from .._paths import state_dir
+from ..engine import connect
 from ._logparse import load_warnings, parse_load_report
+from ._nodes import node_for
+from ._rdma_node import worker_transport
 from ._state import ClusterState, read_state
 
 
@@ -197,6 +200,7 @@ def serving_now(root: Path, timeout: float = 3.0) -> ClusterState | None:
         return None
     for rec in state.processes:
         try:
+            if not node_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
                 return None
         except ClusterError:
             return None
@@ -218,6 +222,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     procs = []
     head_log = None
     for rec in state.processes:
+        transport = node_for(rec.host, state.extra.get("ssh"))
         entry: dict[str, Any] = {
             "node": rec.node,
             "role": rec.role,
@@ -237,6 +242,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         if rec.role == "rpc" and entry["alive"]:  # RDMA or TCP, from the worker's own lines
             try:
                 log_text = transport.read_log(Path(rec.log), 1 << 20)
+                entry["transport"] = worker_transport(transport, rec.ref, log_text, rec.bind).as_dict()
             except ClusterError:
                 entry["transport"] = None
         procs.append(entry)
@@ -307,15 +313,12 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
         from ._engines_run import engine_status
 
         out["engine_backend"] = engine_status(state)
-    if state.extra.get("replicas"):  # topology = "replicas": each one's nodes and health
-        from ._replicas import replica_status
-
-        out["replicas"] = replica_status(state, procs, probe=with_slots)
     head = next((p for p in state.processes if p.role == "server"), None)
     types = _spec_types(head.argv) if head is not None else []
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")
     if with_slots and server_alive:
         try:
+            with connect(state.engine_url, timeout=3.0) as client:
                 out["slots"] = [
                     {
                         "id": s.get("id"),
