@@ -11,6 +11,8 @@ protocol), ``memory`` (free memory against the node's share of the weights),
 ``oom-killer`` (earlyoom / systemd-oomd would SIGTERM the server mid-load),
 ``link`` (the link RTT: the lowest of 5 TCP handshakes from the head to the worker's bind address;
 see :data:`._checks.LINK_RTT_MEANING`),
+``link-rate`` / ``link-mtu`` / ``link-route`` (`preflight` only: a short bulk transfer to each
+remote worker's bind address and the traps of fast links; see :mod:`._link`),
 ``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
 address of the node, not public or wildcard unless allowed; llama-server and
 the gateway beyond loopback only with a key), ``smoke`` (the
@@ -188,8 +190,14 @@ def _local_port_busy(bind: str, port: int) -> bool | None:
 # -- the checks ------------------------------------------------------------------------------
 
 
-def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None, skip: Iterable[str] = ()) -> list[CheckRow]:
-    """Every preflight check for ``spec``; nothing is started or changed."""
+def run_checks(
+    spec: ClusterSpec,
+    engines: dict[str, Engine] | None = None,
+    skip: Iterable[str] = (),
+    link_transfer: bool = False,
+) -> list[CheckRow]:
+    """Every preflight check for ``spec``; nothing is started or changed. With ``link_transfer``
+    (`preflight`, not `up`), a short bulk transfer measures each remote worker's link."""
     from ._run import resolve_engines
 
     skipped = set(skip)
@@ -254,6 +262,10 @@ def run_checks(spec: ClusterSpec, engines: dict[str, Engine] | None = None, skip
         else:
             rows.extend(_per_node("oom-killer", nodes, "pass", "no earlyoom / systemd-oomd"))
     rows += _link_rows(spec, facts, host_of)
+    if link_transfer:
+        from ._link import link_check_rows
+
+        rows += link_check_rows(spec, [w for w in spec.workers if facts.get(host_of(w)) is not None])
     if "ports" not in skipped:
         rows += _port_rows(spec, facts, host_of)
     rows += _disk_rows(spec, facts, host_of)
@@ -855,7 +867,7 @@ def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]
         engines = resolve_engines(spec, engine)
     except SplitserveError as exc:
         return [*model_rows(spec), CheckRow("engine", "head", "fail", str(exc), "build one: splitserve engine build")]
-    return run_checks(spec, engines)
+    return run_checks(spec, engines, link_transfer=True)
 
 
 def drop_page_caches(spec: ClusterSpec) -> list[tuple[str, str]]:
