@@ -96,6 +96,13 @@ def serve_cmd(
             "the header limits hold for both"
         ),
     ] = "auto",
+    route: Annotated[
+        str,
+        typer.Option(
+            help="over replicas: affinity (a session sticks to the replica holding its cache, new "
+            "ones go to the least loaded), round-robin or least-loaded (both ignore sessions)"
+        ),
+    ] = "affinity",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
     access_log: Annotated[
         bool,
@@ -144,7 +151,10 @@ def serve_cmd(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         keep_alive_timeout=keep_alive_timeout,
+        route=route,
     )
+    if route not in ("affinity", "round-robin", "least-loaded"):
+        raise UsageError(f"--route {route}: choose affinity, round-robin or least-loaded")
     if max_header_bytes < 1024 or max_headers < 8:
         raise UsageError("--max-header-bytes must be at least 1024 and --max-headers at least 8")
     if min(header_timeout, body_timeout, keep_alive_timeout) <= 0:

@@ -92,6 +92,8 @@ class GatewayConfig:
     """Seconds a client has to send the whole body (408 beyond)."""
     keep_alive_timeout: float = 5.0
     """Seconds an idle kept-alive connection stays open."""
+    route: str = "affinity"
+    """Over replicas: ``affinity``, ``round-robin`` or ``least-loaded`` (see ``_router.ROUTES``)."""
 
 
 class EngineStream(Response):
@@ -174,7 +176,9 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.limiter = KeyLimiter(config.max_concurrent, config.max_queue, on_change=self.metrics.on_limits)
-        self.backend: EngineBackend = backend or engines_backend(config.engine_url, api_key=config.engine_api_key)
+        self.backend: EngineBackend = backend or engines_backend(
+            config.engine_url, api_key=config.engine_api_key, route=config.route
+        )
         if isinstance(self.backend, ReplicaBackend):
             self.backend.on_error = self.metrics.on_replica_error
         self._model: ServedModel | None = None

@@ -8,6 +8,8 @@ prompt's first characters when none is given) sticks to the replica that served 
 agent loop finds its prompt in that engine's cache. A new session goes to the least-loaded replica
 that is up: load is the larger of the gateway's own requests in flight there and the engine's busy
 slots (the two count the same requests), then the fewer sessions held, then the spec's order.
+That is the ``affinity`` policy; ``round-robin`` and ``least-loaded`` (:data:`ROUTES`) ignore
+sessions, for comparison (``serve --route``).
 
 A replica that is down or loading gets no new request. A request that never reached its engine
 (the connection was refused, or the engine answered 503 while loading) is sent once to another
@@ -82,7 +84,7 @@ class ReplicaState:
         }
 
 
-class NoReplica(Exception):
+class NoReplica(EngineError):
     """No replica can take a request now; ``loading`` when at least one is loading."""
 
     def __init__(self, message: str, loading: bool) -> None:
@@ -90,15 +92,26 @@ class NoReplica(Exception):
         self.loading = loading
 
 
+ROUTES = ("affinity", "round-robin", "least-loaded")
+"""The routing policies (``serve --route``): ``affinity`` (a session sticks to its replica, a new
+one goes to the least loaded: the default), ``round-robin`` (each request to the next replica that
+is up, sessions ignored) and ``least-loaded`` (each request to the least loaded, sessions ignored,
+ties taken in turn); the last two are there to compare against."""
+
+
 class Router:
     """Replica choice (see the module); pure and synchronous, the caller does the I/O."""
 
-    def __init__(self, names: list[str], max_sessions: int = 4096) -> None:
+    def __init__(self, names: list[str], max_sessions: int = 4096, policy: str = "affinity") -> None:
         if not names:
             raise ValueError("Router: no replicas")
+        if policy not in ROUTES:
+            raise ValueError(f"Router: no routing policy {policy!r} (choose {', '.join(ROUTES)})")
         self.replicas = [ReplicaState(n) for n in names]
         self.max_sessions = max_sessions
+        self.policy = policy
         self._affinity: OrderedDict[str, int] = OrderedDict()
+        self._turn = 0  # the next replica in turn (round-robin, and least-loaded's ties)
 
     def index(self, name: str) -> int:
         return [r.name for r in self.replicas].index(name)
@@ -112,6 +125,14 @@ class Router:
             states = ", ".join(f"{r.name} {r.status}" for r in self.replicas)
             loading = any(r.status == "loading" for r in self.replicas)
             raise NoReplica(f"no replica can take the request ({states})", loading)
+        if self.policy != "affinity":
+            n = len(self.replicas)
+            if self.policy == "round-robin":
+                choice = min(up, key=lambda i: (i - self._turn) % n)
+            else:
+                choice = min(up, key=lambda i: (self.replicas[i].load, (i - self._turn) % n))
+            self._turn = (choice + 1) % n
+            return choice
         if key is not None:
             held = self._affinity.get(key)
             if held is not None and held in up:
@@ -239,12 +260,14 @@ class _RoutedStream(CompletionStream):
 class ReplicaBackend(EngineBackend):
     """One :class:`EngineBackend` over several replicas of the same model (see the module)."""
 
-    def __init__(self, backends: Mapping[str, EngineBackend], *, probe_interval: float = 1.0) -> None:
+    def __init__(
+        self, backends: Mapping[str, EngineBackend], *, probe_interval: float = 1.0, route: str = "affinity"
+    ) -> None:
         if not backends:
             raise ValueError("ReplicaBackend: no replicas")
         self.names = list(backends)
         self.backends = [backends[n] for n in self.names]
-        self.router = Router(self.names)
+        self.router = Router(self.names, policy=route)
         self.url = ", ".join(f"{n}={b.url}" for n, b in zip(self.names, self.backends, strict=True))
         self.probe_interval = probe_interval
         self._probe: asyncio.Task[None] | None = None
@@ -469,9 +492,10 @@ def label_sample(line: bytes, replica: str) -> bytes:
     return name + b"{" + label + b"}" + sep + rest
 
 
-def engines_backend(url: str, api_key: str | None = None) -> EngineBackend:
+def engines_backend(url: str, api_key: str | None = None, route: str = "affinity") -> EngineBackend:
     """The backend of the gateway's ``--engine-url``: one engine, or replicas given as a
-    comma-separated list (``http://a:8080,http://b:8080``, or ``NAME=URL`` items to name them)."""
+    comma-separated list (``http://a:8080,http://b:8080``, or ``NAME=URL`` items to name them),
+    routed by ``route`` (one of :data:`ROUTES`)."""
     items = [u.strip() for u in url.split(",") if u.strip()]
     if len(items) <= 1:
         return backend_for(url.strip(), api_key=api_key)
@@ -484,4 +508,4 @@ def engines_backend(url: str, api_key: str | None = None) -> EngineBackend:
             named[f"r{i}"] = backend_for(item, api_key=api_key)
     if len(named) != len(items):
         raise UsageError(f"--engine-url {url}: a replica name is given twice")
-    return ReplicaBackend(named)
+    return ReplicaBackend(named, route=route)

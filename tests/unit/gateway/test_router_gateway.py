@@ -159,3 +159,38 @@ def test_replica_tokens_per_second_is_a_rate_over_the_window() -> None:
     assert a["tokens_per_s"] == pytest.approx(25.0)  # 100 tokens over 4 s
     assert (a["health"], a["running"], a["queued"], a["load"]) == ("loading", 1, 2, 3)
     assert replicas_view(Snapshot(now=0.0), h) is None
+
+
+def test_routing_policies_for_comparison() -> None:
+    from splitserve.gateway._router import Router
+
+    def picks(policy: str, keys: list[str | None], busy: int | None = None) -> list[int]:
+        r = Router(["a", "b", "c"], policy=policy)
+        if busy is not None:
+            r.started(busy)  # one request in flight there, for the whole run
+        return [r.pick(k) for k in keys]
+
+    same = ["s1"] * 4
+    assert picks("affinity", same) == [0, 0, 0, 0]  # the default: a session sticks
+    assert picks("round-robin", same) == [0, 1, 2, 0]  # sessions ignored, in turn
+    assert picks("round-robin", same, busy=1) == [0, 1, 2, 0]  # load ignored too
+    assert picks("least-loaded", same, busy=1) == [0, 2, 0, 2]  # never the busy one, ties in turn
+    assert Router(["a"]).policy == "affinity"
+    down = Router(["a", "b", "c"], policy="round-robin")
+    down.set_status(1, "down")
+    assert [down.pick(None) for _ in range(3)] == [0, 2, 0]
+    with pytest.raises(ValueError, match="no routing policy 'random'"):
+        Router(["a"], policy="random")
+
+
+def test_serve_route_reaches_the_router_and_is_checked() -> None:
+    from typer.testing import CliRunner
+
+    from splitserve.cli import _gateway  # noqa: F401  (registers the commands)
+    from splitserve.cli._app import app as cli
+    from splitserve.gateway import Gateway
+
+    gw = Gateway(GatewayConfig(engine_url="http://127.0.0.1:1,http://127.0.0.1:2", route="round-robin"))
+    assert isinstance(gw.backend, ReplicaBackend) and gw.backend.router.policy == "round-robin"
+    res = CliRunner().invoke(cli, ["serve", "--engine", "http://127.0.0.1:1,http://127.0.0.1:2", "--route", "nope"])
+    assert res.exit_code == 2 and "--route nope: choose affinity, round-robin or least-loaded" in res.output
