@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 
 need_apt=()
-for tool in cmake:cmake ninja:ninja-build g++:g++ git:git ccache:ccache stdbuf:coreutils readelf:binutils ssh:openssh-client /usr/sbin/sshd:openssh-server ip:iproute2 node:nodejs npm:npm; do
+for tool in cmake:cmake ninja:ninja-build g++:g++ git:git ccache:ccache stdbuf:coreutils readelf:binutils ssh:openssh-client /usr/sbin/sshd:openssh-server ip:iproute2 tc:iproute2 iperf3:iperf3 node:nodejs npm:npm; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
+# iperf3: preflight's link check measures each worker's link with it when both ends have it (else
+# a built-in Python transfer); tests/multihost/test_link_check.py uses it for the 10 Gbit/s shaping.
 # Headless Chromium for the dashboard's browser test (tests/integration/test_ui_browser.py drives
 # Debian's chromium through Playwright; never `playwright install`, which downloads its own).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
