@@ -20,7 +20,16 @@ import pytest
 
 from gguf_factory import Q, dense_llama
 from helpers import died_message, free_ports, greedy
-from splitserve.cluster import cached_tensors, prefill_cache
+from splitserve.cluster import (
+    Event,
+    cached_tensors,
+    cluster_state_dir,
+    down,
+    parse_spec,
+    prefill_cache,
+    read_state,
+    up,
+)
 from splitserve.engine import Engine
 from splitserve.model import read_gguf
 from splitserve.plan import layer_devices
@@ -140,18 +149,35 @@ def serve_once(engine: Engine, model: Path, caches: list[Path], folder: Path) ->
     return Run(tokens, [p.read_text(errors="replace") for p in logs])
 
 
-def test_prefilled_worker_gets_no_tensor_bytes_and_the_answer_is_the_same(engine: Engine, tmp_path: Path) -> None:
-    model = random_model(tmp_path / "rand.gguf")
+@dataclass
+class Cold:
+    model: Path
+    run: Run
+    caches: list[Path]
+
+
+@pytest.fixture(scope="module")
+def cold(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Cold:
+    """The model and its cold load (empty caches: the engine sends the big tensors and each
+    worker saves them), shared by the tests of this module."""
+    tmp = tmp_path_factory.mktemp("prefill")
+    model = random_model(tmp / "rand.gguf")
+    caches = [tmp / f"cold{i}" / "rpc" for i in range(2)]
+    return Cold(model, serve_once(engine, model, caches, tmp / "cold"), caches)
+
+
+def test_prefilled_worker_gets_no_tensor_bytes_and_the_answer_is_the_same(
+    engine: Engine, cold: Cold, tmp_path: Path
+) -> None:
+    model = cold.model
     devs = layer_devices(N_LAYER, [1, 1])
     second = [il for il, d in enumerate(devs) if d == 1]  # worker 1's layers (the output layer is N_LAYER)
     layers = (second[0], second[-1])
     entries, _ = cached_tensors(model, layers)
     assert len(entries) >= 4  # 3 FFN matrices per layer and output.weight: the test has something to hit
 
-    # cold: empty caches; the engine sends the big tensors and each worker saves them
-    cold_caches = [tmp_path / f"cold{i}" / "rpc" for i in range(2)]
-    cold = serve_once(engine, model, cold_caches, tmp_path / "cold")
-    assert cold.tokens.strip()
+    cold_caches = cold.caches
+    assert cold.run.tokens.strip()
 
     # pre-filled: worker 1's cache filled from the local file, worker 0's left empty
     caches = [tmp_path / f"pre{i}" / "rpc" for i in range(2)]
@@ -173,4 +199,55 @@ def test_prefilled_worker_gets_no_tensor_bytes_and_the_answer_is_the_same(engine
     assert log0.count("saved to") == len(cached_tensors(model, (0, layers[0] - 1))[0]) > 0
     assert not _HASH_HIT.findall(log0)
     # the same model: the same greedy tokens
-    assert warm.tokens == cold.tokens
+    assert warm.tokens == cold.run.tokens
+
+
+def test_up_prefills_its_workers_and_the_load_sends_no_tensor_bytes(  # type: ignore[no-untyped-def]
+    engine: Engine, cold: Cold, state_home, tmp_path: Path
+) -> None:
+    """`up` itself: worker w1 fills its cache from the head's path (the same machine), w2 from its
+    own copy (``model``); the load is all cache hits and answers what a cold load answers."""
+
+    model = cold.model
+    copy = tmp_path / "w2disk" / "rand.gguf"
+    copy.parent.mkdir()
+    copy.write_bytes(model.read_bytes())
+
+    p1, p2, head = free_ports(3)
+    caches = [tmp_path / f"up{i}" for i in range(2)]
+    spec = parse_spec(
+        {
+            "name": "prefill",
+            "model": str(model),
+            "workers": [
+                {"name": "w1", "port": p1, "env": {"LLAMA_CACHE": str(caches[0]), "GGML_RPC_DEBUG": "1"}},
+                {
+                    "name": "w2",
+                    "port": p2,
+                    "model": str(copy),
+                    "env": {"LLAMA_CACHE": str(caches[1]), "GGML_RPC_DEBUG": "1"},
+                },
+            ],
+            "server": {"port": head, "ctx_size": 512, "tensor_split": [1, 1]},
+            "gateway": {"enabled": False},
+        }
+    )
+    events: list[Event] = []
+    state = up(spec, engine=engine, preflight=False, on_event=events.append)
+    try:
+        tokens = greedy(state.engine_url, "The quick brown fox", n_predict=24)
+        saved = read_state(cluster_state_dir(spec))
+        assert saved is not None
+        logs = {p.node: Path(p.log).read_text(errors="replace") for p in saved.processes if p.role == "rpc"}
+    finally:
+        down(spec)
+    done = [e for e in events if e.kind == "prefill" and "written" in e.message]
+    assert [e.node for e in done] == ["w1", "w2"]
+    for i, name in enumerate(("w1", "w2")):
+        filled = sorted(p.name for p in (caches[i] / "rpc").iterdir())
+        assert filled  # the worker has big tensors, all pre-filled
+        hits = {int(h, 16) for _, h in _HASH_HIT.findall(logs[name])}
+        assert hits == {int(f, 16) for f in filled}  # every big tensor was a cache hit
+        assert "saved to" not in logs[name]
+        assert [int(n) for n in _SET.findall(logs[name]) if int(n) > THRESHOLD] == []  # no tensor bytes sent
+    assert tokens == cold.run.tokens
