@@ -6,23 +6,35 @@ where there is one, what to do.  The CLI prints that line and exits non-zero.
 Other libraries' errors are converted at the boundary where they occur.
 
     SplitserveError
-    ├── SpecError            a cluster spec that cannot be used (file, key, allowed values)
-    ├── EngineError          building, locating or running llama.cpp
-    │   ├── BuildError       cmake / compiler / source fetch / PR merge failed
-    │   ├── EngineUnavailable    (engine._client) the engine did not answer
-    │   └── EngineHTTPError      (engine._client) the engine answered with an error status
-    ├── ClusterError         starting, stopping or reaching the processes of a cluster
-    │   ├── NodeError        one node failed (its name and the cause)
-    │   └── NotRunningError  a command that needs a running cluster found none
-    ├── ModelError           a model file that cannot be read (path and cause)
-    ├── UsageError           a bad command-line argument
-    │   └── AuthError        an endpoint answered 401: the key is missing or wrong
-    ├── TemplateError        (chat._errors) a chat template that cannot be read or rendered
-    │   └── TransplantError  a recipe block that did not match exactly once
-    ├── UnknownFormatError   (chat._registry) a tool-call format name that is not registered
-    └── FetchError           (fetch._errors) a download that failed
-        ├── HubError, DiskSpaceError, VerifyError
-        └── FetchFailed      (fetch._fetch) files that could not be fetched after retries
+    ├── SpecError                a cluster spec that cannot be used (file, key, allowed values)
+    ├── UsageError               a bad command-line argument
+    │   └── AuthError            an endpoint answered 401: the key is missing or wrong
+    ├── EngineError              building, locating, running or asking llama.cpp / vLLM
+    │   ├── BuildError           cmake / compiler / source fetch / PR merge failed
+    │   ├── EngineUnavailable    (engine._backend) the engine did not answer
+    │   ├── EngineHTTPError      (engine._backend) the engine answered with an error status
+    │   ├── EngineStreamError    (engine._backend) a started stream broke off or sent a bad event
+    │   └── NoReplica            (gateway._router) no replica can take a request now
+    ├── ClusterError             starting, stopping or reaching the processes of a cluster
+    │   ├── NodeError            one node failed (its name and the cause)
+    │   └── NotRunningError      a command that needs a running cluster found none
+    ├── ModelError               a model file that cannot be read (path and cause)
+    ├── TemplateError            (chat._errors) a chat template that cannot be read or rendered
+    │   └── TransplantError      (chat._errors) a recipe block that did not match exactly once
+    ├── GrammarError             (chat._grammar) no grammar for this request; a ValueError too
+    ├── UnknownFormatError       (chat._registry) a tool-call format name that is not registered
+    ├── FetchError               (fetch._errors) a download that failed
+    │   ├── HubError             (fetch._errors) the hub refused the request or could not be reached
+    │   ├── DiskSpaceError       (fetch._errors) not enough room for the files
+    │   ├── VerifyError          (fetch._errors) a file whose size or hash is wrong
+    │   └── FetchFailed          (fetch._fetch) files that could not be fetched after retries
+    ├── EvalError                (eval._run) an eval that cannot start
+    ├── ToolError                (eval._sandbox) a bad tool call: the model gets it as the result
+    └── APIError                 (gateway._errors) the gateway's error answer: status, OpenAI body
+
+Every exception class with a public name is in this tree (tests/unit/test_errors.py checks the
+tree against the classes and their bases). Classes with a private name (``_Retry``,
+``_BudgetSpent``, ...) are signals raised and caught inside one module, never errors a caller sees.
 
 Errors of one layer live in that layer; this tree is the map.
 """

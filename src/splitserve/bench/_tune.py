@@ -56,7 +56,6 @@ from ._tune_metrics import (
 )
 from ._tune_report import compare, plot_tune, scores_of_run, tune_markdown, write_tune_report
 from ._tune_search import (
-    BudgetSpent,
     Feasible,
     Measure,
     OnStep,
@@ -120,7 +119,6 @@ __all__ = [  # every public name, as before the split
     "PATH_KEYS",
     "UNSET",
     "Axis",
-    "BudgetSpent",
     "Feasible",
     "Measure",
     "Measurement",

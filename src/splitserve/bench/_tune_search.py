@@ -140,8 +140,8 @@ class SearchResult:
         }
 
 
-class BudgetSpent(Exception):
-    pass
+class _BudgetSpent(Exception):
+    """The search's budget of measurements is spent: a signal caught in this module, not an error."""
 
 
 Measure = Callable[[dict[str, Any]], Measurement]
@@ -178,7 +178,7 @@ class _Book:
 
     def _run(self, point: dict[str, Any]) -> Measurement:
         if self.budget is not None and len(self.steps) >= self.budget:
-            raise BudgetSpent
+            raise _BudgetSpent
         own = self.measure(dict(point))
         self.last = own
         return own
@@ -358,7 +358,7 @@ def coordinate_search(
             if inc == before:
                 stopped = "converged"
                 break
-    except BudgetSpent:
+    except _BudgetSpent:
         stopped = "budget"
     except KeyboardInterrupt:
         return SearchResult(
@@ -404,7 +404,7 @@ def grid_search(
             if m.ok and (best_m is None or better_score(m.score, best_m.score, metric)):
                 best, best_m = point, m
             book.record(point, None, "grid" if m.ok else "failed", best or point)
-    except BudgetSpent:
+    except _BudgetSpent:
         stopped = "budget"
     except KeyboardInterrupt:
         stopped = "interrupted"

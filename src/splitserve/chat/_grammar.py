@@ -29,13 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import SplitserveError
+
 _MAX_DEPTH = 6
 _JSON_BAD = frozenset('"\\') | frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
 _ESCAPE_LAST = frozenset('"\\/bfnrtu0123456789abcdefABCDEF')
 
 
-class GrammarError(ValueError):
-    """A grammar cannot be built for this request (no allowed tool, a bad forbid string)."""
+class GrammarError(SplitserveError, ValueError):
+    """A grammar cannot be built for this request (no allowed tool, a bad forbid string); a
+    ``ValueError`` too, as it was before it joined the tree."""
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import SplitserveError
 from ._checks import register
 from ._trace import CheckResult, ResultKind, Trace
 
@@ -196,8 +197,8 @@ _DESTRUCTIVE = re.compile(
 )
 
 
-class ToolError(Exception):
-    """A bad call: becomes an ("error: ...", "error") result."""
+class ToolError(SplitserveError):
+    """A bad tool call by the model: becomes an ("error: ...", "error") result."""
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._errors import SplitserveError
 
-class APIError(Exception):
+
+class APIError(SplitserveError):
     """An error response: status, OpenAI error body and extra headers (``Retry-After``)."""
 
     def __init__(
