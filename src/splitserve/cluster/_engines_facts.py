@@ -29,6 +29,7 @@ from ._engines_plan import (
     parse_ip_addr,
 )
 from ._model_rows import MODEL_FACT, engine_model_row, is_model_path, model_fact_command
+from ._rdma_node import sysfs_script
 from ._spec import ClusterSpec
 from ._spec_engines import SglangSpec, VllmSpec, engine_table
 
@@ -83,6 +84,7 @@ def parse_facts_output(text: str) -> dict[str, tuple[int, str]]:
 def _node_outputs(spec: ClusterSpec, name: str, host: str, edges: Edges) -> dict[str, tuple[int, str]]:
     commands = dict(fact_commands(spec, node_python(spec, name)))
     commands["gds"] = GDS_COMMAND
+    commands["rdma"] = ["sh", "-c", sysfs_script()]  # verbs ports and GIDs: the Spark NCCL block
     model = _table(spec).model
     if is_model_path(model):  # every node loads the model itself: is it there, whole?
         commands[MODEL_FACT] = model_fact_command(model)

@@ -18,7 +18,10 @@ The known fixes (``fixes = true``, the default; each comes back as a note for ``
 ``NCCL_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME`` / ``UCX_NET_DEVICES`` set to the private link's
 interface and ``VLLM_HOST_IP`` to the node's own address on every node; ``--object-store-memory``
 capped on every ``ray start``; ``RAY_memory_monitor_refresh_ms=0`` on every node; ``--load-format
-safetensors`` for vLLM where a node has no GPUDirect Storage (shared/research/round2.md §3.2).
+safetensors`` for vLLM where a node has no GPUDirect Storage (shared/research/round2.md §3.2); on
+nodes with RDMA ports, the Spark NCCL block: ``NCCL_IB_HCA`` with every active HCA,
+``NCCL_IB_MERGE_NICS=1`` for two, ``NCCL_IB_GID_INDEX`` from sysfs, ``NCCL_NET_GDR_LEVEL=0`` on
+unified memory (shared/research/round3.md §3.2).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 from .._errors import ClusterError
 from ._checks import CheckRow
 from ._commands import ProcessPlan, base_url, cluster_state_dir
+from ._rdma_node import gid_for_address, parse_sysfs
 from ._spec import ClusterSpec
 from ._spec_engines import (
     DEFAULT_OBJECT_STORE_BYTES,
@@ -84,6 +88,12 @@ class EngineNode:
     """GPUDirect Storage available; None: unknown."""
     unified_memory: bool | None = None
     """GPU memory is system memory (GB10); None: unknown (read from ``gpu_names`` when given)."""
+    rdma_hcas: tuple[str, ...] = ()
+    """Verbs ports that are up (``rocep1s0f0:1``) under ``/sys/class/infiniband``; a DGX Spark's
+    QSFP port is two of them (two x4 halves). Empty: none, or not read."""
+    rdma_gid_index: int | None = None
+    """The GID index holding the node's address (RoCE v2 preferred), read from sysfs: what
+    ``NCCL_IB_GID_INDEX`` names."""
 
     @property
     def bin_dir(self) -> PurePosixPath:
@@ -101,11 +111,13 @@ class EngineNode:
     def from_dict(cls, data: Mapping[str, Any]) -> EngineNode:
         values = dict(data)
         values["gpu_names"] = tuple(values.get("gpu_names") or ())
+        values["rdma_hcas"] = tuple(values.get("rdma_hcas") or ())
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["gpu_names"] = list(self.gpu_names)
+        out["rdma_hcas"] = list(self.rdma_hcas)
         return out
 
 
@@ -261,6 +273,7 @@ class _Builder:
             if isinstance(t, VllmSpec):
                 env["VLLM_HOST_IP"] = node.address
                 self.note("fix: VLLM_HOST_IP = each node's own private-link address (Ray and vLLM agree on the IP)")
+            env.update(self.nccl_rdma_env(node))
         if ray and self.memory_monitor_off():
             env["RAY_memory_monitor_refresh_ms"] = "0"
             self.note(
@@ -272,6 +285,45 @@ class _Builder:
         if engine:
             env.update(t.env)
         return env
+
+    def nccl_rdma_env(self, node: EngineNode) -> dict[str, str]:
+        """The Spark NCCL block, for a node with RDMA ports: every active HCA in ``NCCL_IB_HCA``
+        (both x4 halves of a Spark's QSFP port, merged into one NIC), the GID index of the node's
+        address from sysfs, and no GPUDirect RDMA on unified memory (round3.md §3.2)."""
+        env: dict[str, str] = {}
+        if not node.rdma_hcas:
+            return env
+        env["NCCL_IB_HCA"] = "=" + ",".join(node.rdma_hcas)
+        self.note(
+            f"fix: NCCL_IB_HCA = every RDMA port that is up, so NCCL uses both HCAs ({self._per_node(_hca_text)})"
+        )
+        if len(node.rdma_hcas) > 1:
+            env["NCCL_IB_MERGE_NICS"] = "1"
+            self.note(
+                "fix: NCCL_IB_MERGE_NICS=1 where a node has two HCAs (a Spark's QSFP port is two x4 halves): "
+                "NCCL drives them as one NIC (nccl-tests busbw 98 -> 161 Gb/s)"
+            )
+        if node.rdma_gid_index is not None:
+            env["NCCL_IB_GID_INDEX"] = str(node.rdma_gid_index)
+            self.note(
+                "fix: NCCL_IB_GID_INDEX = the RoCE v2 GID of the node's address, read from "
+                f"/sys/class/infiniband ({self._per_node(_gid_text)})"
+            )
+        else:
+            self.note(
+                f"fix not written on {node.name}: no RDMA GID holds {node.address}; NCCL_IB_GID_INDEX is left to "
+                "NCCL (give the node's address on the RDMA link)"
+            )
+        if node.is_unified:
+            env["NCCL_NET_GDR_LEVEL"] = "0"
+            self.note(
+                "fix: NCCL_NET_GDR_LEVEL=0 on unified-memory nodes (GB10): no GPUDirect RDMA there, and "
+                "NCCL's default hangs its init"
+            )
+        return env
+
+    def _per_node(self, text: Any) -> str:
+        return ", ".join(f"{n.name}: {text(n)}" for n in self.nodes if n.rdma_hcas)
 
     def _iface_list(self) -> str:
         return ", ".join(f"{n.name}: {self.interface(n) or '?'}" for n in self.nodes)
@@ -599,6 +651,7 @@ def node_facts(
     names = parse_gpu_list(gpus_out) if gpus_out is not None else ()
     engine = ok("engine")
     ray = ok("ray")
+    hcas, gid_index = rdma_facts(ok("rdma"), address)
     return EngineNode(
         name=name,
         address=address,
@@ -611,7 +664,20 @@ def node_facts(
         engine_version=parse_version(engine) if engine is not None else None,
         ray_version=parse_version(ray) if ray is not None else None,
         gds=gds,
+        rdma_hcas=hcas,
+        rdma_gid_index=gid_index,
     )
+
+
+def rdma_facts(sysfs: str | None, address: str) -> tuple[tuple[str, ...], int | None]:
+    """The active verbs ports (``dev:port``) and the GID index of ``address`` from the output of
+    :func:`._rdma_node.sysfs_script` (None: not read)."""
+    if not sysfs:
+        return (), None
+    ports = parse_sysfs(sysfs)
+    hcas = tuple(f"{p.device}:{p.port}" for p in ports if (p.state or "").upper().endswith("ACTIVE"))
+    found = gid_for_address(ports, address) if hcas else None
+    return hcas, found[1].index if found else None
 
 
 # -- preflight rows ----------------------------------------------------------------------------
@@ -746,6 +812,14 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
             else:
                 rows.append(CheckRow("ray", n.name, "pass", f"ray {n.ray_version}"))
     return rows
+
+
+def _hca_text(node: EngineNode) -> str:
+    return "=" + ",".join(node.rdma_hcas)
+
+
+def _gid_text(node: EngineNode) -> str:
+    return str(node.rdma_gid_index) if node.rdma_gid_index is not None else "none"
 
 
 def _majority(values: list[str]) -> str | None:
