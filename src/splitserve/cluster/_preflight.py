@@ -13,6 +13,7 @@ protocol), ``memory`` (free memory against the node's share of the weights),
 see :data:`._checks.LINK_RTT_MEANING`),
 ``link-rate`` / ``link-mtu`` / ``link-route`` (`preflight` only: a short bulk transfer to each
 remote worker's bind address and the traps of fast links; see :mod:`._link`),
+``gpu-state`` (each NVIDIA GPU's clocks and power state: throttled or held low is a warning),
 ``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
 address of the node, not public or wildcard unless allowed; llama-server and
 the gateway beyond loopback only with a key), ``smoke`` (the
@@ -261,6 +262,8 @@ def run_checks(
             )
         else:
             rows.extend(_per_node("oom-killer", nodes, "pass", "no earlyoom / systemd-oomd"))
+    if "gpu-state" not in skipped:
+        rows += _gpu_state_rows(spec, hosts, facts, node_of_host)
     rows += _link_rows(spec, facts, host_of)
     if link_transfer:
         from ._link import link_check_rows
@@ -298,6 +301,24 @@ def run_checks(
                     )
                 )
     return rows
+
+
+def _gpu_state_rows(
+    spec: ClusterSpec, hosts: list[str], facts: dict[str, NodeFacts | None], node_of_host: dict[str, list[str]]
+) -> list[CheckRow]:
+    """Per node: its GPUs' clocks and power state (``gpu-state``: see :mod:`._gpu`)."""
+    from ._gpu import gpu_rows, read_gpu_state
+    from ._nodes import node_for
+
+    reports = {}
+    for host in hosts:
+        if facts.get(host) is None:
+            continue
+        try:
+            reports[host] = read_gpu_state(node_for(host, spec.ssh))
+        except ClusterError:
+            continue
+    return gpu_rows(reports, node_of_host)
 
 
 def _per_node(check: str, nodes: list[str], status: str, message: str, fix: str = "") -> list[CheckRow]:

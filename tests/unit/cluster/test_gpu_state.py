@@ -116,3 +116,13 @@ def test_the_query_script_on_a_machine_without_nvidia_smi(tmp_path: Path, monkey
     (tmp_path / "sh").symlink_to(shutil.which("sh") or "/bin/sh")
     monkeypatch.setenv("PATH", str(tmp_path))  # sh and nothing else: no nvidia-smi
     assert read_gpu_state(LocalNode()).note == "no NVIDIA GPU (nvidia-smi not found)"
+
+
+def test_preflight_reads_each_reachable_nodes_gpus(fake_smi_path: Path) -> None:
+    from splitserve.cluster import parse_spec
+    from splitserve.cluster._preflight import _gpu_state_rows
+
+    spec = parse_spec({"model": "/m.gguf", "workers": [{"name": "w1", "host": "local", "bind": "127.0.0.1"}]})
+    rows = _gpu_state_rows(spec, ["local", "gone"], {"local": object(), "gone": None}, {"local": ["head", "w1"]})  # type: ignore[dict-item]
+    assert [(r.node, r.status) for r in rows] == [("head", "warn"), ("w1", "warn")]  # the V100 at P8, busy
+    assert "GPU1 (Tesla V100-SXM2-32GB) is in a low power state" in rows[0].message
