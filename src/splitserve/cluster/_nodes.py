@@ -33,5 +33,3 @@ def node_for(host: str, ssh: Any = None) -> Node:
 
 
 __all__ = ["LOCAL_HOSTS", "node_for"]
-
-transport_for = node_for  # goes once cluster/_status.py's use of it is committed (issue 31)

@@ -12,7 +12,7 @@ from ._backend import (
     engine_message,
 )
 from ._build import BuildOptions, BuildPlan, build_engine, cmake_arguments, plan_build
-from ._client import EngineClient, EngineHTTPError, EngineUnavailable, SyncEngine, connect
+from ._client import EngineHTTPError, EngineUnavailable, SyncEngine, connect
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
 from ._llamacpp import LlamaCppBackend
@@ -39,7 +39,6 @@ __all__ = [
     "CompletionStream",
     "Engine",
     "EngineBackend",
-    "EngineClient",
     "EngineHTTPError",
     "EngineHealth",
     "EngineReply",

@@ -7,7 +7,6 @@ anyio blocking portal, started on the first call) and offers its calls as plain 
         engine.slots()
 
 Connection failures and HTTP errors are :class:`EngineUnavailable` / :class:`EngineHTTPError`.
-:class:`EngineClient` is the older name, kept: a :class:`SyncEngine` of llama-server at a URL.
 """
 
 from __future__ import annotations
@@ -98,16 +97,4 @@ def connect(url: str, api_key: str | None = None, timeout: float = 30.0) -> Sync
     return SyncEngine(LlamaCppBackend(url, api_key=api_key, connect_timeout=timeout, timeout=timeout))
 
 
-class EngineClient(SyncEngine):
-    """llama-server at ``base_url`` (e.g. ``http://127.0.0.1:8080``): :func:`connect` under its
-    older name."""
-
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
-        super().__init__(LlamaCppBackend(base_url, api_key=api_key, connect_timeout=timeout, timeout=timeout))
-        self.base_url = self.backend.url
-
-    def __enter__(self) -> EngineClient:
-        return self
-
-
-__all__ = ["EngineClient", "EngineHTTPError", "EngineUnavailable", "SyncEngine", "connect"]
+__all__ = ["EngineHTTPError", "EngineUnavailable", "SyncEngine", "connect"]
