@@ -19,6 +19,7 @@ from ._engines_run import dry_run_lines as engine_dry_run_lines
 from ._engines_run import engine_status, engine_up, first_token
 from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, restart_replica, up, workers_only
 from ._fake import FakeNetwork, FakeNode, Program
+from ._gpu import GpuReport, GpuState, local_gpu_state, parse_nvidia_smi, read_gpu_state
 from ._launch import LaunchFacts, Step, format_plan, plan_launch, started_argv
 from ._logparse import DeviceMemory, LoadReport, LoadWarning, load_progress, load_warnings, parse_load_report
 from ._measure import measure_spec
@@ -99,6 +100,8 @@ __all__ = [
     "FakeNetwork",
     "FakeNode",
     "GatewaySpec",
+    "GpuReport",
+    "GpuState",
     "HeadSpec",
     "LaunchFacts",
     "LaunchPlan",
@@ -149,6 +152,7 @@ __all__ = [
     "load_progress",
     "load_spec",
     "load_warnings",
+    "local_gpu_state",
     "lock_holder",
     "measure_spec",
     "measured_spec",
@@ -157,6 +161,7 @@ __all__ = [
     "node_for",
     "parse_layers",
     "parse_load_report",
+    "parse_nvidia_smi",
     "parse_spec",
     "parse_spec_metrics",
     "parse_transport",
@@ -167,6 +172,7 @@ __all__ = [
     "port_in_use",
     "prefill_cache",
     "preflight",
+    "read_gpu_state",
     "read_state",
     "read_supervision",
     "read_supervisor_log",

@@ -253,3 +253,10 @@ def gpu_rows(reports: dict[str, GpuReport], nodes_of: dict[str, list[str]]) -> l
             else:
                 rows.append(CheckRow("gpu-state", node, "pass", summary))
     return rows
+
+
+def local_gpu_state() -> GpuReport:
+    """This machine's GPUs (what ``bench`` records in its run header)."""
+    from ._transport import LocalNode
+
+    return read_gpu_state(LocalNode())
