@@ -55,5 +55,33 @@ def machine_info() -> dict[str, Any]:
         "cpu_cores": psutil.cpu_count(logical=True),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "gpus": gpus(),
+        "gpu_state": gpu_state(),
         "label": os.environ.get("SPLITSERVE_MACHINE", ""),
     }
+
+
+def gpu_state() -> dict[str, Any]:
+    """Each GPU's clocks and power state when the run starts (``gpus`` empty and a ``note`` on a
+    machine without NVIDIA GPUs), with the throttle / low-power warnings."""
+    from ..cluster import local_gpu_state
+
+    return local_gpu_state().as_dict()
+
+
+def gpu_clocks_text(machine: dict[str, Any]) -> str:
+    """The run header's line: each GPU's pstate, SM clock and power, or why there are none."""
+    state = machine.get("gpu_state")
+    if not isinstance(state, dict):
+        return "not recorded"
+    rows = state.get("gpus") or []
+    if not rows:
+        return f"none ({state.get('note') or 'no GPU'})"
+    parts = []
+    for g in rows:
+        sm = g.get("sm_mhz")
+        top = g.get("max_sm_mhz")
+        clock = f"SM {sm:.0f}" + (f"/{top:.0f}" if top else "") + " MHz" if sm is not None else "SM n/a"
+        power = f", {g['power_w']:.0f} W" if g.get("power_w") is not None else ""
+        reasons = f" ({', '.join(g['reason_names'])})" if g.get("reason_names") else ""
+        parts.append(f"GPU{g.get('index')} {g.get('name')} {g.get('pstate') or 'P?'}, {clock}{power}{reasons}")
+    return "; ".join(parts)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._describe import build_text, engine_version, machine_text, model_text
+from ._machine import gpu_clocks_text
 from ._records import BenchRun
 from ._tables import (
     TTFT_AT,
@@ -87,6 +88,9 @@ def _header(run: BenchRun) -> str:
         f"- machine (client): {m.get('label') or m.get('hostname', '?')}, {m.get('cpu', '?')}, "
         f"{m.get('cpu_cores', '?')} cores, {m.get('memory_gib', '?')} GiB, GPUs: {gpus}"
     )
+    lines.append(f"- GPU clocks at the start: {gpu_clocks_text(m)}")
+    for w in (m.get("gpu_state") or {}).get("warnings") or []:
+        lines.append(f"- warning: {w}")
     if run.calibration:
         c = run.calibration
         lines.append(

@@ -111,6 +111,7 @@ def resolve_target(
         raise UsageError(f"--api {api!r}: use chat, completions, messages or responses")
     if (url is None) == (spec is None):
         raise UsageError("give exactly one of --url URL or -c cluster.toml")
+    gpu_warnings()
     if url is not None:
         kind = cast(Literal["chat", "completions", "messages", "responses"], api)  # checked above
         return Target(url=url, model=model, api_key=api_key, api=kind), {}, None
@@ -122,6 +123,15 @@ def resolve_target(
     if api_key:
         target.api_key = api_key
     return target, engine, cluster_facts(cluster)
+
+
+def gpu_warnings() -> None:
+    """Before a benchmark: a GPU here that is throttled or held in a low power state is said
+    (the run header records every GPU's clocks)."""
+    from ..cluster import local_gpu_state
+
+    for w in local_gpu_state().warnings():
+        err.print(f"warning: {w}", markup=False)
 
 
 @contextmanager
