@@ -91,7 +91,7 @@ def node_engine(worker: WorkerSpec, local: Engine | None, path: str | None = Non
             provenance={
                 "key": f"{worker.name}:{path}",
                 "backend": "unknown",
-                "binaries": {"rpc_server": rpc},
+                "binaries": {"rpc_server": rpc, "server": "llama-server"},
                 "node_path": path,
             },
         )

@@ -145,8 +145,8 @@ def _own_engines(spec: ClusterSpec, facts: LaunchFacts) -> dict[str, Engine]:
         if eng is None or found is None or not eng.provenance.get("node_path") or not found.present:
             continue
         prov = dict(eng.provenance)
-        if found.binary:
-            prov["binaries"] = {"rpc_server": found.binary}
+        if found.binary:  # llama-server keeps its name (a worker that serves a replica runs it)
+            prov["binaries"] = {**prov.get("binaries", {}), "rpc_server": found.binary}
         if found.protocol:
             prov["rpc_protocol"] = found.protocol
         out[w.name] = Engine(root=eng.root, bin_dir=eng.bin_dir, provenance=prov)
@@ -187,7 +187,8 @@ def plan_launch(
         split = None  # each replica's llama-server splits over its own group
     plan = launch_plan(spec, engines, split, gateway_port=port, architecture=facts.architecture, replicas=replicas)
     plan.notes = notes
-    plan.topology = topo.lines() if topo is not None else []
+    if topo is not None and (topo.kind == "replicas" or len(topo.replicas[0]) > 1):
+        plan.topology = topo.lines()  # one node: nothing to choose
     plan.tensor_split = split if spec.server.tensor_split is None else list(spec.server.tensor_split)
     steps: list[Step] = []
     if facts.stale:

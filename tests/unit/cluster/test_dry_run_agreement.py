@@ -91,7 +91,47 @@ name = "w1"
 port = 50100
 """
 
-SPECS = {"local-2workers": LOCAL_2, "planner-split": PLANNER_SPLIT, "3-nodes": THREE_NODES, "speculation": SPECULATION}
+REPLICAS_1 = """
+topology = "replicas"
+
+[[workers]]
+name = "spark2"
+host = "spark2"
+bind = "10.20.20.2"
+
+[[workers]]
+name = "spark3"
+host = "spark3"
+bind = "10.20.20.3"
+"""
+
+REPLICAS_2 = """
+topology = "replicas:2"
+
+[[workers]]
+name = "spark2"
+host = "spark2"
+bind = "10.20.20.2"
+
+[[workers]]
+name = "spark3"
+host = "spark3"
+bind = "10.20.20.3"
+
+[[workers]]
+name = "spark4"
+host = "spark4"
+bind = "10.20.20.4"
+"""
+
+SPECS = {
+    "local-2workers": LOCAL_2,
+    "planner-split": PLANNER_SPLIT,
+    "3-nodes": THREE_NODES,
+    "speculation": SPECULATION,
+    "replicas-of-1": REPLICAS_1,
+    "replicas-of-2": REPLICAS_2,
+}
 
 
 def engine_folder(root: Path) -> Path:
@@ -137,6 +177,11 @@ def fake_network() -> FakeNetwork:
     sums = "".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in ENGINE_FILES.items() if n != "llama-server")
     for host in ("spark2", "spark3"):
         net.node(host).answers.append(("sha256sum", subprocess.CompletedProcess([], 0, sums.encode(), b"")))
+    # spark4 (and a worker that serves a replica, which needs llama-server's files): every file there
+    every = "".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in ENGINE_FILES.items())
+    for host in ("spark2", "spark3", "spark4"):
+        net.node(host).answers.insert(0, ("llama-server", subprocess.CompletedProcess([], 0, every.encode(), b"")))
+        net.node(host).answers.append(("sha256sum", subprocess.CompletedProcess([], 0, every.encode(), b"")))
     return net
 
 
@@ -255,3 +300,22 @@ def test_a_remote_line_expands_the_tilde_on_the_node(
     assert "'~" not in line and "~/" not in line, line
     assert line.startswith('LD_LIBRARY_PATH="$HOME"/.cache/splitserve/engines/b4000-cpu"${LD_LIBRARY_PATH:+')
     assert shell_words(line)[0] == f"{HOME}/.cache/splitserve/engines/b4000-cpu/ggml-rpc-server"
+
+
+def test_replicas_dry_run_prints_the_topology_and_starts_a_server_per_replica(
+    write_spec: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed, _ = dry_run(monkeypatch, write_spec(REPLICAS_2), fake_network())
+    lines = printed.splitlines()
+    assert lines[0] == "# topology: 2 replicas of 2 (head+spark2, spark3+spark4)"
+    assert lines[1].startswith("#   why: asked for in the spec")
+    started = [(h, argv) for h, _l, argv in printed_commands(printed)]
+    gateway = next(argv for _h, argv in started if "serve" in argv)
+    assert gateway[gateway.index("--engine") + 1] == "head=http://127.0.0.1:8080,spark3=http://10.20.20.3:50052"
+    servers = [(h, argv) for h, argv in started if argv[0].endswith("llama-server")]
+    assert [(h, a[a.index("--host") + 1], a[a.index("--rpc") + 1]) for h, a in servers] == [
+        ("local", "127.0.0.1", "10.20.20.2:50052"),
+        ("spark3", "10.20.20.3", "10.20.20.4:50052"),
+    ]
+    rpc = [h for h, argv in started if argv[0].endswith("ggml-rpc-server")]
+    assert rpc == ["spark2", "spark4"], "spark3 serves its replica instead of RPC"
