@@ -19,13 +19,14 @@ from pydantic import ValidationError
 
 from .._errors import UsageError
 from ..cluster import (
+    REAL_EDGES,
     ClusterSpec,
+    Edges,
     Event,
     ServerSpec,
     cluster_state_dir,
     down,
     load_spec,
-    node_for,
     read_state,
     require_state,
     resolve_engines,
@@ -80,6 +81,9 @@ SET_SHOWN = (
 )
 NOT_SWEPT = {"host", "port", "api_key", "env", "extra_args", "chat_template_file", "draft_model"}
 """ServerSpec fields a sweep does not change (they are not speed settings)."""
+SPEC_KEYS = ("topology", "replica_nodes")
+"""Top-level spec keys a sweep may set besides the server options (``--set topology=split,replicas``
+compares one split over every node with replicas behind the gateway, on the same nodes)."""
 
 
 def server_field(name: str) -> str:
@@ -90,8 +94,14 @@ def server_field(name: str) -> str:
     if key is None and norm in ServerSpec.model_fields and norm not in NOT_SWEPT:
         key = norm
     if key is None:
-        raise UsageError(f"--set {name}: unknown server option; use one of " + ", ".join(SET_SHOWN))
+        raise UsageError(f"--set {name}: unknown server option; use one of " + ", ".join(SET_SHOWN + SPEC_KEYS))
     return key
+
+
+def spec_key(name: str) -> str | None:
+    """The top-level spec key of a --set name (one of :data:`SPEC_KEYS`), None for a server option."""
+    norm = name.strip().lower().replace("-", "_")
+    return norm if norm in SPEC_KEYS else None
 
 
 def set_value(field: str, value: Any) -> Any:
@@ -104,9 +114,13 @@ def set_value(field: str, value: Any) -> Any:
 
 
 def with_server(spec: ClusterSpec, values: dict[str, Any]) -> ClusterSpec:
-    """A copy of ``spec`` with server options changed (validated like the spec file)."""
+    """A copy of ``spec`` with server options and top-level spec keys (:data:`SPEC_KEYS`) changed,
+    validated like the spec file."""
+    top = {str(spec_key(n)): v for n, v in values.items() if spec_key(n) is not None}
     data = spec.server.model_dump()
     for name, value in values.items():
+        if spec_key(name) is not None:
+            continue
         key = server_field(name)
         data[key] = set_value(key, value)
     try:
@@ -119,6 +133,17 @@ def with_server(spec: ClusterSpec, values: dict[str, Any]) -> ClusterSpec:
     out = spec.model_copy(deep=True)
     out.server = server
     out.source_file = spec.source_file
+    topology = top.get("topology")
+    if isinstance(topology, str) and "replica_nodes" not in top and (topology == "split" or ":" in topology):
+        out.replica_nodes = None  # the file's group size does not hold for this point's topology
+    for key, value in top.items():
+        setattr(out, str(key), value)  # all first: the checks across fields see the whole point
+    for key, value in top.items():
+        try:  # the field's own check and the spec's checks across fields, as when loaded
+            type(out).__pydantic_validator__.validate_assignment(out, str(key), value)
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise UsageError(f"--set {key}={value}: {msg}") from None
     return out
 
 
@@ -157,6 +182,8 @@ def cluster_facts(spec: ClusterSpec) -> dict[str, Any]:
         "model": str(spec.model),
         "workers": [f"{w.name}@{w.host}:{w.bind}:{w.port}" for w in spec.workers],
         "server": spec.server.model_dump(mode="json", exclude={"api_key"}),
+        "topology": spec.topology,
+        "replica_nodes": spec.replica_nodes,
         "gateway": spec.gateway.model_dump(mode="json", exclude={"api_key"}),
     }
     try:
@@ -193,8 +220,13 @@ class ClusterRestarter:
         on_event: Callable[[Event], None] | None = None,
         ignore_eos: bool | None = None,
         api_key: str | None = None,
+        edges: Edges = REAL_EDGES,
+        preflight: bool = True,
     ) -> None:
         self.spec = spec
+        self.edges = edges
+        """The cluster layer's I/O (a :class:`~splitserve.cluster.FakeNetwork`'s in tests)."""
+        self.preflight = preflight
         self.api_key = api_key
         """The key to send (`--api-key`), else the spec's own (a gateway with a keys file has none)."""
         self.ignore_eos = True if ignore_eos is None else ignore_eos
@@ -206,17 +238,18 @@ class ClusterRestarter:
     def start(self, values: dict[str, Any]) -> tuple[Target, dict[str, Any]]:
         point = with_server(self.spec, values)
         self.stop()
-        state = up(point, engine=self.engine, on_event=self.on_event)
+        state = up(point, engine=self.engine, on_event=self.on_event, preflight=self.preflight, edges=self.edges)
         self.current = point
         head = [p for p in state.processes if p.role == "server"]
         effective: dict[str, Any] = {}
         if head:
-            effective = effective_settings(node_for(head[0].host).read_log(Path(head[0].log)))
+            effective = effective_settings(self.edges.node(head[0].host, point.ssh).read_log(Path(head[0].log)))
         facts = cluster_facts(point) | {
             "load_seconds": state.load_seconds,
             "engine": state.engine,
             "head_argv": head[0].argv if head else [],
             "effective": effective,
+            "servers": len(head),  # llama-servers behind the endpoint: 1 for a split, N for N replicas
         }
         return (
             Target(url=state.endpoint, api_key=self.api_key or point.client_api_key, ignore_eos=self.ignore_eos),
@@ -225,16 +258,16 @@ class ClusterRestarter:
 
     def stop(self) -> None:
         if self.current is not None:
-            down(self.current)
+            down(self.current, edges=self.edges)
             self.current = None
         else:
-            down(self.spec)
+            down(self.spec, edges=self.edges)
 
     def finish(self) -> str:
         """Stop the last point; bring the original cluster back if it was running before."""
         self.stop()
         if self.was_running:
-            up(self.spec, engine=self.engine, on_event=self.on_event)
+            up(self.spec, engine=self.engine, on_event=self.on_event, preflight=self.preflight, edges=self.edges)
             return "the cluster was restarted with its own settings"
         return "the cluster is down (it was not running before the sweep)"
 

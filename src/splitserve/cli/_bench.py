@@ -355,7 +355,8 @@ def sweep_cmd(
         typer.Option(
             "--set",
             help="NAME=V1,V2,... (ubatch, batch, ctx, parallel, fa, "
-            "ctk, ctv, threads, speculation, spec_* fields); "
+            "ctk, ctv, threads, speculation, spec_* fields; the spec's topology and replica_nodes: "
+            "topology=split,replicas compares the two on the same nodes); "
             "repeat for a grid",
         ),
     ],
@@ -384,6 +385,8 @@ def sweep_cmd(
     Example: splitserve bench sweep -c cluster.toml --set ubatch=512,1024,2048 --prompt-tokens 4096
 
     Example: splitserve bench sweep -c cluster.toml --set speculation=none,ngram-simple,ngram-mod --workload copy,edit,agent
+
+    Example: splitserve bench sweep -c cluster.toml --set topology=split,replicas --concurrency 1,4,16
     """
     from ..bench import (
         ClusterRestarter,
