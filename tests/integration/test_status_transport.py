@@ -1,4 +1,4 @@
-"""`status` says which transport each RPC worker ended on, read from the worker's own log."""
+"""`up` and `status` say which transport each RPC worker ended on, read from the worker's own log."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def test_status_shows_each_workers_transport(engine, smollm2, state_home, tmp_pa
         t = p["transport"]
         assert t["transport"] == "TCP" and t["cause"] in TCP_CAUSES, t
         assert f"{name} transport: TCP ({t['cause']})" in text
+        assert f"{name} transport: TCP ({t['cause']})" in res.stdout  # up says it too, once ready
         # an engine built with RDMA (libibverbs-dev installed, as setup.sh does) falls back to
         # TCP on loopback, and the worker's banner says RDMA was compiled in
         if engine.rdma == "on":

@@ -33,6 +33,7 @@ from ..cluster import (
     serving_now,
     supervised_message,
     up,
+    worker_transports,
 )
 from ._app import SPEC_HELP, app, make_console, maps_errors
 
@@ -159,6 +160,10 @@ def _print_ready(spec: ClusterSpec, state: Any, config: Path) -> None:
     if state.gateway is not None:
         engine_name = "llama-server" if spec.backend == "llama.cpp" else spec.backend
         console.print(f"{engine_name} itself: {state.engine_url.split('+', 1)[-1]}", markup=False)
+    for node, reading in worker_transports(state).items():  # RDMA or TCP, from each worker's own lines
+        console.print(f"{node} transport: {reading.text()}", markup=False)
+        for w in reading.warnings:
+            console.print(f"  warning: {w}", markup=False)
     console.print(f"stop with: splitserve down -c {config}", markup=False)
 
 

@@ -47,6 +47,7 @@ from ._prefill import (
     rpc_cache_dir,
 )
 from ._preflight import CheckRow, preflight
+from ._rdma_node import worker_transports
 from ._replicas import Replica, replica_groups, replica_status, spec_boxes, spec_topology
 from ._run import Event, check_serving, check_startable, down, port_in_use, require_state, resolve_engines
 from ._spec import (
@@ -201,5 +202,6 @@ __all__ = [
     "supervised_message",
     "systemd_units",
     "up",
+    "worker_transports",
     "workers_only",
 ]

@@ -23,6 +23,7 @@ from ._transport import sh_path
 from ._transport_log import GOOD_MTU, TransportReading, parse_transport
 
 if TYPE_CHECKING:
+    from ._state import ClusterState
     from ._transport import Node, ProcessRef
 
 SYSFS = "/sys/class/infiniband"
@@ -299,3 +300,23 @@ def worker_transport(
     reading = parse_transport(log_text, env=facts.env)
     check_transport(reading, facts, bind, engine_rdma)
     return reading
+
+
+def worker_transports(state: ClusterState, max_bytes: int = 1 << 20) -> dict[str, TransportReading]:
+    """Each live RPC worker's transport (by node name), read from its log and checked against
+    its node's RDMA devices; a worker that cannot be read is left out."""
+    from .._errors import ClusterError
+    from ._nodes import node_for
+
+    out: dict[str, TransportReading] = {}
+    for rec in state.processes:
+        if rec.role != "rpc":
+            continue
+        try:
+            node = node_for(rec.host, state.extra.get("ssh"))
+            if not node.alive(rec.ref):
+                continue
+            out[rec.node] = worker_transport(node, rec.ref, node.read_log(Path(rec.log), max_bytes), rec.bind)
+        except ClusterError:
+            continue
+    return out
