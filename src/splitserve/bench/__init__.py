@@ -9,15 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._client import BenchClient, Target
-from ._context import CONTROL, ContextOptions, grade, parse_depths, parse_lengths
-from ._llamabench import EngineBenchOptions, bench_test_label, llama_bench_argv
-from ._records import BenchRun, RequestRecord, RunWriter, SweepPoint, load_run, new_run_id, run_path
+from ._client import Target
+from ._context import ContextOptions, parse_depths, parse_lengths
+from ._llamabench import EngineBenchOptions
+from ._records import load_run, run_path
 from ._run import parse_set, plan_for, run_context, run_engine_bench, run_speed, run_sweep
 from ._speed import SpeedOptions
-from ._stats import percentile, request_metrics, summarize
-from ._stream import SSEDecoder, StreamTimer
-from ._workloads import WORKLOADS, agreement, build_plan, parse_workloads, with_baseline
+from ._workloads import parse_workloads, with_baseline
 
 if TYPE_CHECKING:  # imported on first use (below): clusters and tune pull in the cluster layer, reports rich
     from ._cluster import ClusterRestarter, cluster_facts, cluster_target, engine_provenance, with_server, workers_only
@@ -85,25 +83,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CONTROL",
-    "WORKLOADS",
-    "BenchClient",
-    "BenchRun",
     "ClusterRestarter",
     "ContextOptions",
     "EngineBenchOptions",
     "PlannerCheck",
-    "RequestRecord",
-    "RunWriter",
-    "SSEDecoder",
     "SpeedOptions",
-    "StreamTimer",
-    "SweepPoint",
     "Target",
     "TuneOptions",
-    "agreement",
-    "bench_test_label",
-    "build_plan",
     "caption",
     "cluster_facts",
     "cluster_target",
@@ -111,23 +97,18 @@ __all__ = [
     "default_budget",
     "engine_provenance",
     "first_pass_points",
-    "grade",
     "grid_points",
     "grid_size",
-    "llama_bench_argv",
     "load_run",
     "metric_for",
-    "new_run_id",
     "order_axes",
     "parse_axes",
     "parse_depths",
     "parse_lengths",
     "parse_set",
     "parse_workloads",
-    "percentile",
     "plan_for",
     "point_label",
-    "request_metrics",
     "run_context",
     "run_engine_bench",
     "run_path",
@@ -136,7 +117,6 @@ __all__ = [
     "run_tune",
     "server_values",
     "start_point",
-    "summarize",
     "summary_tables",
     "tune_out_path",
     "with_baseline",

@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import (
-    CONTROL,
-    ContextOptions,
-    RequestRecord,
-    Target,
-    grade,
-    parse_depths,
-    parse_lengths,
-)
-from splitserve.bench._context import build_haystack
+from splitserve.bench import ContextOptions, Target, parse_depths, parse_lengths
+from splitserve.bench._context import CONTROL, build_haystack, grade
+from splitserve.bench._records import RequestRecord
 from splitserve.bench._run import run_context
 from splitserve.bench._speed import Session
 

@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 import splitserve.bench
 import splitserve.cli._bench as cli_bench
-from splitserve.bench import BenchRun, RequestRecord, SpeedOptions, Target, run_speed
+from splitserve.bench import SpeedOptions, Target, run_speed
 from splitserve.bench._describe import build_text, caption, engine_version, model_text
 from splitserve.bench._plots import throughput_figure
+from splitserve.bench._records import BenchRun, RequestRecord
 from splitserve.bench._report import render_markdown
 from splitserve.bench._summary import summary_tables
 from splitserve.bench._tables import headline

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import EngineBenchOptions, bench_test_label, llama_bench_argv, parse_set
+from splitserve.bench import EngineBenchOptions, parse_set
 from splitserve.bench._cluster import with_server
-from splitserve.bench._llamabench import count_tests
+from splitserve.bench._llamabench import bench_test_label, count_tests, llama_bench_argv
 from splitserve.cluster import parse_spec
 
 

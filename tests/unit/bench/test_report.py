@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import (
-    BenchRun,
-    ContextOptions,
-    SpeedOptions,
-    SweepPoint,
-    Target,
-    load_run,
-    run_speed,
-)
+from splitserve.bench import ContextOptions, SpeedOptions, Target, load_run, run_speed
+from splitserve.bench._records import BenchRun, SweepPoint
 from splitserve.bench._report import render_markdown, write_report
 from splitserve.bench._run import run_context
 

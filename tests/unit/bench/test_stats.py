@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from splitserve.bench import RequestRecord, percentile, request_metrics, summarize
-from splitserve.bench._stats import batch_throughput, inter_token_ms
+from splitserve.bench._records import RequestRecord
+from splitserve.bench._stats import batch_throughput, inter_token_ms, percentile, request_metrics, summarize
 
 
 def test_percentile_interpolates() -> None:

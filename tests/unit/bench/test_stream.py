@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from splitserve.bench import SSEDecoder, StreamTimer
-from splitserve.bench._stream import DONE, token_counts
+from splitserve.bench._stream import DONE, SSEDecoder, StreamTimer, token_counts
 
 
 def feed_all(lines: list[str]) -> list[object]:

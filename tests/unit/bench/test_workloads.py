@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.bench import RequestRecord, SpeedOptions, Target, load_run, run_speed, run_sweep
+from splitserve.bench import SpeedOptions, Target, load_run, run_speed, run_sweep
+from splitserve.bench._records import RequestRecord
 from splitserve.bench._report import render_markdown, write_report
 from splitserve.bench._tables import agent_turn_rows, sweep_workload_rows, workload_rows
 from splitserve.bench._workloads import (
@@ -496,7 +497,7 @@ def test_set_speculation_maps_to_the_server_spec(tmp_path: Path) -> None:
 
 
 def test_stream_timer_builds_tool_calls_from_deltas() -> None:
-    from splitserve.bench import StreamTimer
+    from splitserve.bench._stream import StreamTimer
 
     t = StreamTimer()
     t.feed(
@@ -547,7 +548,7 @@ def test_stream_timer_builds_tool_calls_from_deltas() -> None:
 
 
 def test_one_generated_token_has_no_decode_speed() -> None:
-    from splitserve.bench import request_metrics
+    from splitserve.bench._stats import request_metrics
 
     rec = RequestRecord(
         id="a", kind="agent", timings={"predicted_n": 1, "predicted_ms": 0.001, "prompt_n": 10, "prompt_ms": 5.0}
