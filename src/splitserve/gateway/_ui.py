@@ -300,6 +300,7 @@ class ClusterReader:
         self._plan: tuple[dict[str, Any] | None, str | None] = (None, None)
         self._remote: dict[str, tuple[float, bool | None]] = {}
         self._log: tuple[tuple[str, int], Any] | None = None
+        self._transports: tuple[float, dict[str, dict[str, Any]]] = (0.0, {})
 
     def read(self, snap: Snapshot) -> None:
         now = time.monotonic()
@@ -332,11 +333,27 @@ class ClusterReader:
             from ._ui_state import _endpoint
 
             snap.links = read_links({_endpoint(p.bind, p.port) for p in state.processes if p.role == "rpc"})
+        snap.transports = self._read_transports(state, now)
         key = (state.spec_file, _mtime(state.spec_file))
         if key != self._plan_key:
             self._plan_key, self._plan = key, plan_for_state(state)
         snap.plan, note = self._plan
         snap.plan_note = snap.plan_note or note
+
+    def _read_transports(self, state: ClusterState, now: float) -> dict[str, dict[str, Any]]:
+        """Each worker's transport, read again at most every SLOW_SECONDS (a remote worker's
+        log and sysfs are an ssh round trip away)."""
+        from ..cluster import worker_transports
+
+        at, value = self._transports
+        if now - at < SLOW_SECONDS and value:
+            return value
+        try:
+            value = {node: t.as_dict() for node, t in worker_transports(state).items()}
+        except SplitserveError:
+            value = {}
+        self._transports = (now, value)
+        return value
 
     def _alive(self, p: Any, state: ClusterState, now: float) -> bool | None:
         from ..cluster import node_for

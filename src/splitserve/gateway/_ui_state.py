@@ -48,6 +48,9 @@ class Snapshot:
     links: dict[str, dict[str, float]] = field(default_factory=dict)
     """Worker ``host:port`` -> ``rtt_ms`` (the link RTT: the kernel's ``minrtt``), ``bytes_sent`` of
     the head's socket to it."""
+    transports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """RPC worker node -> its transport (:meth:`TransportReading.as_dict`: ``RDMA (mtu 4096)`` or
+    ``TCP`` with the cause, and the RDMA check's warnings)."""
     plan: dict[str, Any] | None = None
     """:meth:`Plan.to_dict` for the cluster's spec."""
     plan_note: str | None = None
@@ -391,6 +394,7 @@ def nodes_view(snap: Snapshot, history: History) -> list[dict[str, Any]]:
                     else None
                 ),
                 "load": _load(snap, planned, measured, link, history.link_rate.get(ep)),
+                "transport": snap.transports.get(p.node) if p.role == "rpc" else None,
             }
         )
     order = {"rpc": 0, "server": 1, "gateway": 2}

@@ -57,6 +57,15 @@
     return "unknown";
   }
 
+  // The worker's RPC transport as its own log says ("RDMA (mtu 4096)", "TCP (cause)"); amber with
+  // the RDMA check's warnings in the tooltip when there are any.
+  function transport(t) {
+    if (!t) return "";
+    const warn = (t.warnings || []).length ? "warn" : "";
+    return `<br><span class="small transport ${warn}" data-transport="${esc(t.transport)}"
+      title="${esc((t.warnings || []).join("\n") || "transport: " + t.text)}">transport: ${esc(t.text)}</span>`;
+  }
+
   function drawNodes(st) {
     const rows = (st.nodes || []).map((n) => {
       const p = n.planned || {}, m = n.measured || {};
@@ -93,7 +102,7 @@
         <td class="num">${n.role === "gateway" ? "" : two(p.compute_bytes, (m.compute_bytes || 0) + (m.output_bytes || 0))}</td>
         <td class="num">${n.role === "gateway" ? "" : two(p.headroom_bytes, n.headroom_bytes)}</td>
         <td class="num rtt ${n.link && n.link.rtt_status === "warn" ? "warn" : ""}" data-rtt-status="${esc(n.link ? n.link.rtt_status : "")}"
-          title="${n.link ? esc(n.link.rtt_meaning + "; over " + n.link.rtt_warn_ms + " ms is a warning, as in preflight") : ""}">${n.link ? fix(n.link.rtt_ms, 3) + " ms" : ""}</td>
+          title="${n.link ? esc(n.link.rtt_meaning + "; over " + n.link.rtt_warn_ms + " ms is a warning, as in preflight") : ""}">${n.link ? fix(n.link.rtt_ms, 3) + " ms" : ""}${transport(n.transport)}</td>
         <td class="load">${load}</td></tr>`;
     });
     $("nodes").tBodies[0].innerHTML = rows.join("") || `<tr><td colspan="10" class="muted">no cluster state found (a gateway started by <code>splitserve up</code> shows its nodes here)</td></tr>`;
