@@ -48,11 +48,12 @@ def tx_bytes(dev: str) -> int:
 
 
 def shape(dev: str, gbit: float | None) -> None:
-    """tbf on ``dev``'s egress at ``gbit`` (None: no shaping). The bucket holds ~2 ms at the rate."""
+    """tbf on ``dev``'s egress at ``gbit`` (None: no shaping). The bucket holds 20 ms at the rate, so
+    a sender the busy CPUs hold back for a few ms catches up (over SECONDS it adds under 1%)."""
     if gbit is None:
         subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True, timeout=30)
         return
-    burst = max(256 * 1024, int(gbit * 1e9 / 8 * 0.002))
+    burst = max(256 * 1024, int(gbit * 1e9 / 8 * 0.020))
     _sh(
         "tc",
         "qdisc",
@@ -151,19 +152,31 @@ def test_builtin_transfer_at_1_gbit(hosts: Hosts, link: tuple[Box, LinkTarget]) 
 
 
 def test_iperf3_transfer_at_10_gbit(hosts: Hosts, link: tuple[Box, LinkTarget]) -> None:
+    """At 10 Gbit/s with iperf3 and jumbo frames on both ends (as such links are set up; a 9000-byte
+    MTU also cuts this 2-core machine's per-packet work). The upper bound always holds; the lower
+    one is asserted only when the unshaped veth carried 12.5 Gb/s here just before (and, after a
+    low reading, just after): on a busy 2-core machine it may not (then the test is skipped,
+    naming the figure)."""
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 is not installed (scripts/setup.sh installs it)")
     box, _ = link
+    _sh("ip", "link", "set", "dev", head_dev(box), "mtu", "9000")
+    _sh("ip", "-n", box.netns, "link", "set", "dev", box_dev(box), "mtu", "9000")
     shape(head_dev(box), None)
-    capacity, _ = measured(hosts, link, "iperf3")
+    before, _ = measured(hosts, link, "iperf3")
     shape(head_dev(box), 10.0)
     transfer, rows = measured(hosts, link, "iperf3")
     assert transfer.tool == "iperf3" and transfer.min_rtt_ms is not None
     assert transfer.gbps <= 12.0, transfer  # the shaping holds whatever the load
-    if capacity.gbps < 12.5:
+    assert rows["link-mtu"]["status"] == "pass", rows["link-mtu"]
+    capacity = before.gbps
+    if transfer.gbps < 8.0 and capacity >= 12.5:
+        shape(head_dev(box), None)
+        capacity = min(capacity, measured(hosts, link, "iperf3")[0].gbps)
+    if capacity < 12.5:
         pytest.skip(
-            f"this machine's veth carried only {capacity.gbps:.1f} Gb/s unshaped just now (CPU-bound), "
-            "under the 12.5 Gb/s a 10 Gbit/s check within 20% needs"
+            f"this machine's veth carried only {capacity:.1f} Gb/s unshaped (CPU-bound under load), under "
+            f"the 12.5 Gb/s a 10 Gbit/s check within 20% needs; measured {transfer.gbps:.2f} Gb/s shaped"
         )
     assert transfer.gbps >= 8.0, (transfer, capacity)
     assert rows["link-rate"]["status"] == "pass", rows["link-rate"]
@@ -172,6 +185,7 @@ def test_iperf3_transfer_at_10_gbit(hosts: Hosts, link: tuple[Box, LinkTarget]) 
 def test_mtu_mismatch_warns_and_matching_mtus_pass(hosts: Hosts, link: tuple[Box, LinkTarget]) -> None:
     box, target = link
     shape(head_dev(box), None)
+    _sh("ip", "link", "set", "dev", head_dev(box), "mtu", "1500")
     _sh("ip", "-n", box.netns, "link", "set", "dev", box_dev(box), "mtu", "9000")
     rows, _ = check_link(node_for("local"), target, seconds=0.5, tool="builtin")
     mtu = next(r for r in rows if r.check == "link-mtu")
@@ -219,4 +233,31 @@ def test_preflight_rows_for_remote_workers_only(hosts: Hosts, link: tuple[Box, L
     )
     rows = link_check_rows(spec, spec.workers, seconds=0.5)
     assert sorted((r.check, r.node) for r in rows) == [("link-mtu", "w1"), ("link-rate", "w1"), ("link-route", "w1")]
+    assert leftovers(hosts, box) == []
+
+
+def test_busy_rpc_port_falls_back_from_iperf3_to_the_builtin_receiver(
+    hosts: Hosts, link: tuple[Box, LinkTarget]
+) -> None:
+    """iperf3's server cannot listen on a port that is taken (a running worker's): the built-in
+    receiver takes a free port on the same address instead."""
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 is not installed (scripts/setup.sh installs it)")
+    box, target = link
+    shape(head_dev(box), None)
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", box.netns, "python3", "-c",
+         "import socket, sys, time; s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); "
+         "print('held', flush=True); time.sleep(120)", box.address, str(target.port)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        rows, transfer = check_link(node_for("local"), target, seconds=0.5)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert transfer is not None and transfer.tool == "built-in", rows
+    rate = next(r for r in rows if r.check == "link-rate")
+    assert "iperf3 failed" in rate.message and "Gb/s to" in rate.message, rate
     assert leftovers(hosts, box) == []

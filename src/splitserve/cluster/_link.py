@@ -33,7 +33,7 @@ import socket
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -431,6 +431,8 @@ def rate_row(node: str, bind: str, head: EndFacts, worker: EndFacts, transfer: T
     """``link-rate``: the measured rate against the NIC's rated speed."""
     rated, where = rated_mbps(head, worker, bind)
     how = f"{transfer.tool}, {transfer.seconds:.1f} s, {transfer.streams} stream{'s' * (transfer.streams > 1)}"
+    if transfer.note:
+        how += f"; {transfer.note}"
     rtt = ""
     if transfer.min_rtt_ms is not None:
         kind = "lowest smoothed RTT under load" if transfer.tool == "iperf3" else "lowest RTT"
@@ -596,9 +598,18 @@ def check_link(
         return rows, None
     streams = streams_for(head_facts, worker_facts, bind) if chosen == "iperf3" else 1
     try:
-        transfer = measure(
-            head, target.node, bind, target.port, target.log, tool=chosen, seconds=seconds, streams=streams
-        )
+        try:
+            transfer = measure(
+                head, target.node, bind, target.port, target.log, tool=chosen, seconds=seconds, streams=streams
+            )
+        except ClusterError as exc:
+            # iperf3's server cannot take another port when the RPC port is busy: the built-in
+            # receiver can (any free port on the same address).
+            if not (chosen == "iperf3" and tool == "auto" and "python3" in worker_facts.tools):
+                raise
+            chosen = "builtin"
+            transfer = measure(head, target.node, bind, target.port, target.log, tool="builtin", seconds=seconds)
+            transfer = replace(transfer, note=f"iperf3 failed ({exc})")
     except ClusterError as exc:
         rows.insert(
             0,
