@@ -106,3 +106,14 @@ def recorded_rdma(provenance: dict[str, object], build_log: Path | None) -> tupl
     if logged is None:
         return "unknown", "built before splitserve recorded RDMA, and its build log does not say"
     return logged, "from the build log (built before splitserve recorded RDMA)"
+
+
+def runtime_hint(log: str) -> str | None:
+    """What to do when a process of an engine with RDMA could not load libibverbs (a node without
+    rdma-core): ggml's loader then drops the RPC backend."""
+    if "libibverbs.so.1" not in log:
+        return None
+    return (
+        "libibverbs.so.1 is missing here and this engine has the RPC RDMA transport: install rdma-core "
+        "(libibverbs1) on this node, or build the engine with --cmake-arg -DGGML_RPC_RDMA=OFF"
+    )

@@ -34,6 +34,8 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
+from ._rdma import runtime_hint
+
 PROMPT = "hello world"
 BODY = {"prompt": PROMPT, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "return_tokens": True}
 TIMEOUT_S = 120.0
@@ -178,6 +180,14 @@ def cpu_variant(log: str) -> str | None:
 
 def judge(name: str, what: str, result: RunResult, expect: Callable[[RunResult], str | None]) -> Check:
     """The verdict on one process: ``expect`` returns what is wrong with its output, or None."""
+    check = _judge(name, what, result, expect)
+    hint = runtime_hint(result.log) if not check.ok else None
+    if hint:
+        check.detail += f" ({hint})"
+    return check
+
+
+def _judge(name: str, what: str, result: RunResult, expect: Callable[[RunResult], str | None]) -> Check:
     lines = tail(result.log)
     if result.timed_out:
         return Check(name, "timeout", f"{what} did not finish in time", lines)
