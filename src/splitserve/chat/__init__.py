@@ -11,12 +11,11 @@
 
 import typing
 
-from ._check import CheckResult, check_template
+from ._check import check_template
 from ._errors import TemplateError, TransplantError
 from ._events import (
     ContentDelta,
     Event,
-    MessageAssembler,
     ParsedMessage,
     ParseWarning,
     ReasoningDelta,
@@ -26,9 +25,8 @@ from ._events import (
     coalesce,
 )
 from ._forced import tool_call_grammar
-from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser, random_call_id
-from ._grammar import GrammarBuilder, GrammarError, GrammarTool
-from ._reasoning import ReasoningSpec
+from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser
+from ._grammar import GrammarError
 from ._registry import (
     NO_FORMAT_HINT,
     UnknownFormatError,
@@ -38,10 +36,10 @@ from ._registry import (
     parse_complete,
     register_format,
 )
-from ._render import assistant_turn, make_environment, render_chat
-from ._scan import TextBuffer, find_first, hold_len
-from ._schema import Schema, ToolSet, coerce_text, coerce_value, json_type
-from ._transplant import Recipe, list_recipes, load_recipe, transplant
+from ._render import assistant_turn, render_chat
+from ._scan import find_first, hold_len
+from ._schema import ToolSet, json_type
+from ._transplant import load_recipe, transplant
 
 if typing.TYPE_CHECKING:  # at run time __getattr__ below imports it on first use
     from ._gguf import read_chat_templates
@@ -49,22 +47,14 @@ if typing.TYPE_CHECKING:  # at run time __getattr__ below imports it on first us
 __all__ = [
     "NO_FORMAT_HINT",
     "ChatParser",
-    "CheckResult",
     "ContentDelta",
     "Event",
-    "GrammarBuilder",
     "GrammarError",
-    "GrammarTool",
     "IdFactory",
-    "MessageAssembler",
     "ParseWarning",
     "ParsedMessage",
     "ReasoningDelta",
-    "ReasoningSpec",
-    "Recipe",
-    "Schema",
     "TemplateError",
-    "TextBuffer",
     "ToolCallArgsDelta",
     "ToolCallEnd",
     "ToolCallFormat",
@@ -76,19 +66,14 @@ __all__ = [
     "assistant_turn",
     "check_template",
     "coalesce",
-    "coerce_text",
-    "coerce_value",
     "detect_format",
     "find_first",
     "get_format",
     "hold_len",
     "json_type",
     "list_formats",
-    "list_recipes",
     "load_recipe",
-    "make_environment",
     "parse_complete",
-    "random_call_id",
     "read_chat_templates",
     "register_format",
     "render_chat",

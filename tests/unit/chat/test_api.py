@@ -7,14 +7,8 @@ import json
 import pytest
 
 from splitserve import chat
-from splitserve.chat import (
-    MessageAssembler,
-    ParsedMessage,
-    UnknownFormatError,
-    get_format,
-    list_formats,
-    parse_complete,
-)
+from splitserve.chat import ParsedMessage, UnknownFormatError, get_format, list_formats, parse_complete
+from splitserve.chat._events import MessageAssembler
 
 FORMATS = [
     "minimax-m3",

@@ -21,15 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitserve.chat import (
-    ContentDelta,
-    GrammarBuilder,
-    GrammarError,
-    get_format,
-    list_formats,
-    parse_complete,
-    tool_call_grammar,
-)
+from splitserve.chat import ContentDelta, GrammarError, get_format, list_formats, parse_complete, tool_call_grammar
+from splitserve.chat._grammar import GrammarBuilder
 
 sys.setrecursionlimit(20000)  # the reader recurses once per character of a sentence
 

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from splitserve.chat import Schema, coerce_text, coerce_value
-from splitserve.chat._schema import loads_json, misfits, raw
+from splitserve.chat._schema import Schema, coerce_text, coerce_value, loads_json, misfits, raw
 
 
 def S(node: Any, root: Any = None) -> Schema:

@@ -13,13 +13,12 @@ from splitserve.chat import (
     check_template,
     detect_format,
     get_format,
-    list_recipes,
     load_recipe,
     read_chat_templates,
     render_chat,
     transplant,
 )
-from splitserve.chat._transplant import _parse
+from splitserve.chat._transplant import _parse, list_recipes
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from splitserve._errors import SpecError, UsageError
-from splitserve.chat import get_format, random_call_id
+from splitserve.chat import get_format
+from splitserve.chat._format import random_call_id
 from splitserve.gateway import (
     PLAIN,
     APIError,
