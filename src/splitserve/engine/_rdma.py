@@ -109,11 +109,14 @@ def recorded_rdma(provenance: dict[str, object], build_log: Path | None) -> tupl
 
 
 def runtime_hint(log: str) -> str | None:
-    """What to do when a process of an engine with RDMA could not load libibverbs (a node without
-    rdma-core): ggml's loader then drops the RPC backend."""
-    if "libibverbs.so.1" not in log:
+    """What to do when the RPC backend did not load: with RDMA compiled in, ``libggml-rpc.so``
+    needs ``libibverbs.so.1``, and a release build's loader drops the backend without a word
+    (``ggml_backend_load_all`` is silent under NDEBUG), so the process only says ``Failed to
+    find RPC backend`` (ggml-rpc-server) or ``failed to find RPC backend`` (llama-server --rpc)."""
+    if "libibverbs.so.1" not in log and "find rpc backend" not in log.lower():
         return None
     return (
-        "libibverbs.so.1 is missing here and this engine has the RPC RDMA transport: install rdma-core "
-        "(libibverbs1) on this node, or build the engine with --cmake-arg -DGGML_RPC_RDMA=OFF"
+        "the RPC backend (libggml-rpc.so) did not load; an engine built with RDMA (engine info: rdma: on) "
+        "needs libibverbs.so.1 on every node: install rdma-core (libibverbs1) there, or build the engine "
+        "with --cmake-arg -DGGML_RPC_RDMA=OFF (ldd bin/libggml-rpc.so shows what is missing)"
     )

@@ -99,12 +99,10 @@ def test_rdma_is_passed_to_cmake_but_not_part_of_the_cache_key(tmp_path: Path, m
 def test_a_node_without_libibverbs_gets_the_fix_in_the_smoke_verdict() -> None:
     from splitserve.engine._smoke import RunResult, judge
 
-    log = (
-        "load_backend: failed to load /e/bin/libggml-rpc.so: libibverbs.so.1: cannot open shared object file\n"
-        "error: no RPC backend\n"
-    )
+    # tools/rpc/rpc-server.cpp of the pinned source; the loader itself is silent in a release build
+    log = "Failed to find RPC backend\n"
     check = judge("rpc", "ggml-rpc-server", RunResult(returncode=1, log=log), lambda _r: None)
-    assert not check.ok and "install rdma-core (libibverbs1) on this node" in check.detail
+    assert not check.ok and "install rdma-core (libibverbs1) there" in check.detail
     assert "-DGGML_RPC_RDMA=OFF" in check.detail
     fine = judge("rpc", "ggml-rpc-server", RunResult(returncode=None, log="RPC server v3.0.0"), lambda _r: None)
     assert fine.ok and fine.detail == "ggml-rpc-server ran"
