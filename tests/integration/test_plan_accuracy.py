@@ -25,15 +25,8 @@ from gguf_factory import Q, dense_llama, mixed_quant_llama, moe_qwen3
 from helpers import rpc_workers
 from splitserve.cluster import parse_load_report
 from splitserve.model import inspect_model
-from splitserve.plan import (
-    GIB,
-    KVSettings,
-    Node,
-    PlanOptions,
-    layer_devices,
-    layer_kv_bytes,
-    make_plan,
-)
+from splitserve.plan import GIB, Node, PlanOptions, layer_devices, make_plan
+from splitserve.plan._memory import KVSettings, layer_kv_bytes
 
 pytestmark = [pytest.mark.engine]
 

@@ -18,8 +18,8 @@ from splitserve.chat import detect_format, read_chat_templates
 from splitserve.cli._app import main
 from splitserve.cluster._prefill import cached_tensors, fnv1a64
 from splitserve.model import inspect_model
-from splitserve.plan import KVSettings, layer_devices, layer_kv_bytes, weights_per_device
-from splitserve.plan._memory import kv_cells
+from splitserve.plan import layer_devices
+from splitserve.plan._memory import KVSettings, kv_cells, layer_kv_bytes, weights_per_device
 
 MIB = 2**20
 

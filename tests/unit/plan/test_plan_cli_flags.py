@@ -13,7 +13,8 @@ import splitserve.cli._inspect  # noqa: F401  (registers inspect and plan)
 from gguf_factory import dense_llama
 from splitserve._errors import UsageError
 from splitserve.cli._app import app
-from splitserve.plan import BANDWIDTH_GBPS, GIB, device_key, parse_gib, parse_node
+from splitserve.plan import GIB, parse_node
+from splitserve.plan._devices import BANDWIDTH_GBPS, device_key, parse_gib
 
 
 def run(*args: str) -> tuple[int, str, str]:

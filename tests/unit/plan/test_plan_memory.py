@@ -9,8 +9,8 @@ import pytest
 from gguf_factory import dense_llama
 from splitserve._errors import UsageError
 from splitserve.model import inspect_model
-from splitserve.plan import KVSettings, layer_devices, layer_kv_bytes, row_size
-from splitserve.plan._memory import kv_cells
+from splitserve.plan import layer_devices
+from splitserve.plan._memory import KVSettings, kv_cells, layer_kv_bytes, row_size
 
 MIB = 2**20
 

@@ -18,7 +18,6 @@ from splitserve.cluster._planning import plan_for_spec, spec_options
 from splitserve.model import inspect_model
 from splitserve.plan import (
     DRAFT_MODEL_TYPES,
-    DRAFTLESS_TYPES,
     GIB,
     Node,
     PlanOptions,
@@ -28,6 +27,7 @@ from splitserve.plan import (
     speculation_refusal,
     speculation_support,
 )
+from splitserve.plan._serving import DRAFTLESS_TYPES
 
 NODES = [Node("w1", 8 * GIB), Node("w2", 8 * GIB)]
 

@@ -10,7 +10,8 @@ from gguf_factory import dense_llama
 from splitserve._errors import UsageError
 from splitserve.cluster import load_spec
 from splitserve.cluster._planning import plan_for_spec, plan_if_sized, spec_nodes, spec_options
-from splitserve.plan import GIB, Node, parse_breakdown
+from splitserve.plan import GIB, Node
+from splitserve.plan._measure import parse_breakdown
 
 SPEC = """
 name = "t"

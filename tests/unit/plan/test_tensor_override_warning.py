@@ -11,7 +11,8 @@ import pytest
 
 from gguf_factory import dense_llama
 from splitserve.cluster import check_serving, load_spec
-from splitserve.plan import tensor_override_flags, tensor_override_warning
+from splitserve.plan import tensor_override_warning
+from splitserve.plan._spec import tensor_override_flags
 
 SPEC = """
 name = "t"
