@@ -15,8 +15,8 @@ import pytest
 
 from helpers import bare_server
 from splitserve import BuildError
-from splitserve.engine import BuildOptions, build_engine, plan_build
-from splitserve.engine._build import finish_build
+from splitserve.engine import BuildOptions, build_engine
+from splitserve.engine._build import finish_build, plan_build
 from splitserve.engine._tiny import tiny_model
 
 pytestmark = [pytest.mark.engine]

@@ -11,7 +11,7 @@ from ._backend import (
     EngineStreamError,
     engine_message,
 )
-from ._build import BuildOptions, BuildPlan, build_engine, cmake_arguments, plan_build
+from ._build import BuildOptions, build_engine
 from ._client import EngineHTTPError, EngineUnavailable, SyncEngine, connect
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
@@ -26,15 +26,13 @@ from ._smoke import (
     smoke_test,
     wait_port,
 )
-from ._source import DEFAULT_SOURCE, SourceTree, resolve_source
+from ._source import resolve_source
 from ._tiny import tiny_model
 from ._vllm import VllmBackend, backend_for, split_engine_url
 
 __all__ = [
-    "DEFAULT_SOURCE",
     "DOWN_RETRY_AFTER",
     "BuildOptions",
-    "BuildPlan",
     "Check",
     "CompletionStream",
     "Engine",
@@ -52,20 +50,17 @@ __all__ = [
     "LocalRunner",
     "RunResult",
     "SmokeReport",
-    "SourceTree",
     "SyncEngine",
     "VllmBackend",
     "backend_for",
     "build_engine",
     "check_rpc",
-    "cmake_arguments",
     "connect",
     "engine_message",
     "get_engine",
     "list_engines",
     "load_engine",
     "machine_fingerprint",
-    "plan_build",
     "resolve_source",
     "smoke_test",
     "split_engine_url",

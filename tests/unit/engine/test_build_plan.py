@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from splitserve import BuildError, UsageError
-from splitserve.engine import BuildOptions, cmake_arguments, plan_build, resolve_source
+from splitserve.engine import BuildOptions, resolve_source
+from splitserve.engine._build import cmake_arguments, plan_build
 from splitserve.engine._source import split_git_spec
 
 

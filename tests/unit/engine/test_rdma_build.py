@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from splitserve.engine import BuildOptions, plan_build
+from splitserve.engine import BuildOptions
+from splitserve.engine._build import plan_build
 from splitserve.engine._engine import load_engine
 from splitserve.engine._rdma import rdma_from_build_log, rdma_provenance, rdma_support, recorded_rdma
 
