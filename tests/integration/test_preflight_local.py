@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +34,12 @@ def test_rows_per_check_and_node(engine, smollm2, state_home, tmp_path: Path) ->
     for check in ("memory", "ports", "bind"):
         assert {n for (c, n) in by if c == check} >= {"w1", "w2"}, check
     assert {n for (c, n) in by if c == "oom-killer"} == {"head", "w1", "w2"}
+    # each node's GPU clocks and power state; a machine without nvidia-smi says it has none
+    assert {n for (c, n) in by if c == "gpu-state"} == {"head", "w1", "w2"}
+    if shutil.which("nvidia-smi") is None:
+        assert (
+            by[("gpu-state", "w1")]["status"] == "skip" and "nvidia-smi not found" in by[("gpu-state", "w1")]["message"]
+        )
     assert ("ports", "gateway") in by and by[("ports", "gateway")]["status"] == "pass"
     assert {r["status"] for r in rows} <= {"pass", "warn", "fail", "skip"}
     assert rc == (1 if any(r["status"] == "fail" for r in rows) else 0)
