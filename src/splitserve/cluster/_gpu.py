@@ -235,15 +235,19 @@ def read_gpu_state(node: Node) -> GpuReport:
 
 
 def gpu_rows(reports: dict[str, GpuReport], nodes_of: dict[str, list[str]]) -> list[Any]:
-    """Preflight's ``gpu-state`` rows: per node, pass (the clocks), warn (throttled or held
-    low), or skip (no NVIDIA GPU)."""
+    """Preflight's ``gpu-state`` rows: per node, pass (the clocks, or a node without
+    nvidia-smi), warn (throttled or held low, or nvidia-smi failing)."""
     from ._checks import CheckRow
 
     rows: list[CheckRow] = []
     for host, report in reports.items():
         for node in nodes_of.get(host, [host]):
             if not report.gpus:
-                rows.append(CheckRow("gpu-state", node, "skip", report.note or "no GPU"))
+                note = report.note or "no GPU"
+                if note.startswith("nvidia-smi failed"):  # a GPU node whose driver does not answer
+                    rows.append(CheckRow("gpu-state", node, "warn", note, "check the NVIDIA driver (nvidia-smi)"))
+                else:  # a CPU node: nothing to check (and nothing for `up` to print)
+                    rows.append(CheckRow("gpu-state", node, "pass", f"{note}: no GPU clocks to check"))
                 continue
             warnings = report.warnings()
             summary = "; ".join(g.text() for g in report.gpus)

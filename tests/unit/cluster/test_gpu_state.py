@@ -80,14 +80,20 @@ def test_no_nvidia_smi_or_a_failing_driver_is_a_note() -> None:
 
 def test_preflight_rows() -> None:
     rows = gpu_rows(
-        {"local": report("h200_idle.csv"), "spark2": report("gb10_degraded.csv"), "cpu": parse_nvidia_smi("")},
-        {"local": ["head"], "spark2": ["w1"], "cpu": ["w2", "w3"]},
+        {
+            "local": report("h200_idle.csv"),
+            "spark2": report("gb10_degraded.csv"),
+            "cpu": parse_nvidia_smi("__splitserve_no_nvidia_smi__"),
+            "broken": report("driver_missing.txt"),
+        },
+        {"local": ["head"], "spark2": ["w1"], "cpu": ["w2", "w3"], "broken": ["w4"]},
     )
     by = {r.node: r for r in rows}
     assert by["head"].status == "pass" and by["head"].check == "gpu-state" and "SM 345/1980 MHz" in by["head"].message
     assert by["w1"].status == "warn" and "low power state" in by["w1"].message
     assert by["w1"].fix.startswith("look at `nvidia-smi -q -d PERFORMANCE,POWER` on w1")
-    assert by["w2"].status == by["w3"].status == "skip"
+    assert by["w2"].status == by["w3"].status == "pass" and by["w2"].message.startswith("no NVIDIA GPU")
+    assert by["w4"].status == "warn" and by["w4"].message.startswith("nvidia-smi failed")
 
 
 @pytest.fixture()
