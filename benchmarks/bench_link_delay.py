@@ -33,9 +33,9 @@ from delay_proxy import DelayProxy
 from helpers import free_ports
 
 from splitserve._assets import smollm2_path
-from splitserve.cluster import parse_spec, rpc_argv, server_argv
-from splitserve.cluster._commands import _library_env
-from splitserve.cluster._run import port_answers
+from splitserve.cluster import parse_spec
+from splitserve.cluster._commands import _library_env, rpc_argv, server_argv
+from splitserve.cluster._edges import port_answers
 from splitserve.engine import get_engine
 from _procs import died, spawn  # noqa: E402
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import two_worker_spec  # noqa: E402
 
 from splitserve._assets import smollm2_path  # noqa: E402
-from splitserve.cluster import down, launch_plan, load_spec, port_in_use, up  # noqa: E402
+from splitserve.cluster import down, launch_plan, load_spec, up  # noqa: E402
 from splitserve.cluster._commands import process_env  # noqa: E402
-from splitserve.cluster._run import port_answers  # noqa: E402
+from splitserve.cluster._edges import port_answers, port_in_use  # noqa: E402
 from splitserve.engine import BuildOptions, build_engine  # noqa: E402
 from _procs import died, spawn  # noqa: E402
 

@@ -3,53 +3,25 @@
 from __future__ import annotations
 
 from ._checks import LINK_RTT_MEANING, LINK_RTT_WARN_MS, link_rtt_status
-from ._commands import (
-    LaunchPlan,
-    ProcessPlan,
-    cluster_state_dir,
-    gateway_plan,
-    launch_plan,
-    rpc_argv,
-    server_argv,
-    speculation_argv,
-)
+from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan
 from ._engines_facts import engine_preflight, gather_engine_facts
-from ._engines_plan import EngineFacts, EngineNode, EnginePlan, engine_plan
+from ._engines_plan import EngineFacts, EngineNode, engine_plan
 from ._engines_run import dry_run_lines as engine_dry_run_lines
-from ._engines_run import engine_status, engine_up, first_token
-from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, restart_replica, up, workers_only
+from ._engines_run import engine_up
+from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, up, workers_only
 from ._fake import FakeNetwork, FakeNode, Program
-from ._gpu import GpuReport, GpuState, local_gpu_state, parse_nvidia_smi, read_gpu_state
-from ._launch import LaunchFacts, Step, format_plan, plan_launch, started_argv
-from ._logparse import DeviceMemory, LoadReport, LoadWarning, load_progress, load_warnings, parse_load_report
+from ._gpu import local_gpu_state
+from ._launch import LaunchFacts, Step, format_plan, plan_launch
+from ._load_meter import CacheLog, parse_cache_log, parse_proc_io, read_worker_side, worker_loaded_bytes
+from ._logparse import load_progress, load_warnings, parse_load_report
 from ._measure import measure_spec
 from ._nodes import node_for
-from ._planning import (
-    draft_info,
-    measured_spec,
-    model_facts,
-    plan_for_spec,
-    plan_if_sized,
-    plan_inputs,
-    require_fit,
-    spec_nodes,
-    spec_options,
-    speculation_problem,
-    split_for_up,
-)
-from ._prefill import (
-    PrefillReport,
-    cached_tensors,
-    layers_of_devices,
-    model_layers,
-    parse_layers,
-    prefill_cache,
-    rpc_cache_dir,
-)
-from ._preflight import CheckRow, preflight
+from ._planning import draft_info, measured_spec, plan_for_spec, require_fit, spec_nodes, spec_options
+from ._prefill import cached_tensors, layers_of_devices, model_layers, parse_layers, prefill_cache
+from ._preflight import preflight
 from ._rdma_node import worker_transports
-from ._replicas import Replica, replica_groups, replica_status, spec_boxes, spec_topology
-from ._run import Event, check_serving, check_startable, down, port_in_use, require_state, resolve_engines
+from ._replicas import replica_status, spec_boxes, spec_topology
+from ._run import Event, check_startable, down, require_state, resolve_engines
 from ._spec import (
     ClusterSpec,
     GatewaySpec,
@@ -58,18 +30,15 @@ from ._spec import (
     SshSpec,
     SuperviseSpec,
     WorkerSpec,
-    check_binds,
-    check_files,
     load_spec,
     parse_spec,
 )
 from ._spec_engines import RaySpec, SglangSpec, VllmSpec
 from ._ssh import SshNode
 from ._state import STATE_FILE, ClusterState, ProcessRecord, lock_holder, read_state, supervised_message
-from ._status import STATUS_EXIT, cluster_status, find_state_root, parse_spec_metrics, serving_now
+from ._status import STATUS_EXIT, cluster_status, find_state_root, serving_now
 from ._supervise import (
     BackgroundSupervisor,
-    Backoff,
     Supervisor,
     read_supervision,
     read_supervisor_log,
@@ -78,7 +47,7 @@ from ._supervise import (
 )
 from ._systemd import systemd_units
 from ._transport import LocalNode, Node, ProcessRef, read_tail
-from ._transport_log import TransportReading, parse_transport
+from ._transport_log import parse_transport
 
 __all__ = [
     "LINK_RTT_MEANING",
@@ -87,36 +56,27 @@ __all__ = [
     "STATE_FILE",
     "STATUS_EXIT",
     "BackgroundSupervisor",
-    "Backoff",
-    "CheckRow",
+    "CacheLog",
     "ClusterSpec",
     "ClusterState",
-    "DeviceMemory",
     "Edges",
     "EngineFacts",
     "EngineNode",
-    "EnginePlan",
     "Event",
     "Executor",
     "FakeNetwork",
     "FakeNode",
     "GatewaySpec",
-    "GpuReport",
-    "GpuState",
     "HeadSpec",
     "LaunchFacts",
     "LaunchPlan",
-    "LoadReport",
-    "LoadWarning",
     "LocalNode",
     "Node",
-    "PrefillReport",
     "ProcessPlan",
     "ProcessRecord",
     "ProcessRef",
     "Program",
     "RaySpec",
-    "Replica",
     "ServerSpec",
     "SglangSpec",
     "SshNode",
@@ -124,13 +84,9 @@ __all__ = [
     "Step",
     "SuperviseSpec",
     "Supervisor",
-    "TransportReading",
     "VllmSpec",
     "WorkerSpec",
     "cached_tensors",
-    "check_binds",
-    "check_files",
-    "check_serving",
     "check_startable",
     "cluster_state_dir",
     "cluster_status",
@@ -139,12 +95,9 @@ __all__ = [
     "engine_dry_run_lines",
     "engine_plan",
     "engine_preflight",
-    "engine_status",
     "engine_up",
     "find_state_root",
-    "first_token",
     "format_plan",
-    "gateway_plan",
     "gather_engine_facts",
     "gather_facts",
     "launch_plan",
@@ -157,51 +110,39 @@ __all__ = [
     "lock_holder",
     "measure_spec",
     "measured_spec",
-    "model_facts",
     "model_layers",
     "node_for",
+    "parse_cache_log",
     "parse_layers",
     "parse_load_report",
-    "parse_nvidia_smi",
+    "parse_proc_io",
     "parse_spec",
-    "parse_spec_metrics",
     "parse_transport",
     "plan_for_spec",
-    "plan_if_sized",
-    "plan_inputs",
     "plan_launch",
-    "port_in_use",
     "prefill_cache",
     "preflight",
-    "read_gpu_state",
     "read_state",
     "read_supervision",
     "read_supervisor_log",
     "read_tail",
-    "replica_groups",
+    "read_worker_side",
     "replica_status",
     "require_fit",
     "require_state",
     "resolve_engines",
     "restart_gateway",
-    "restart_replica",
-    "rpc_argv",
-    "rpc_cache_dir",
-    "server_argv",
     "serving_now",
     "spec_boxes",
     "spec_nodes",
     "spec_options",
     "spec_topology",
-    "speculation_argv",
-    "speculation_problem",
-    "split_for_up",
     "start_background",
-    "started_argv",
     "supervise",
     "supervised_message",
     "systemd_units",
     "up",
+    "worker_loaded_bytes",
     "worker_transports",
     "workers_only",
 ]

@@ -15,7 +15,7 @@ from splitserve.bench._machine import gpu_clocks_text, machine_info
 from splitserve.bench._records import BenchRun
 from splitserve.bench._report import _header
 from splitserve.cli._app import app
-from splitserve.cluster import parse_nvidia_smi
+from splitserve.cluster._gpu import parse_nvidia_smi
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from splitserve import SpecError
-from splitserve.cluster import Backoff, parse_spec, systemd_units
+from splitserve.cluster import parse_spec, systemd_units
 from splitserve.cluster._preflight import FACTS_SCRIPT, model_bytes, parse_facts, weight_shares
+from splitserve.cluster._supervise import Backoff
 from splitserve.engine import Engine
 
 

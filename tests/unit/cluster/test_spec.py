@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from splitserve import SpecError
-from splitserve.cluster import check_files, load_spec, parse_spec
+from splitserve.cluster import load_spec, parse_spec
+from splitserve.cluster._spec import check_files
 
 GOOD = """
 name = "m3"
@@ -111,7 +112,8 @@ def test_bad_spec_names_file_key_and_rule(tmp_path: Path, text: str, expected: s
 
 @pytest.mark.parametrize(("bind", "problem"), [("0.0.0.0", "a wildcard address"), ("8.8.8.8", "a public address")])
 def test_public_rpc_refused_by_up_unless_allowed(tmp_path: Path, bind: str, problem: str) -> None:
-    from splitserve.cluster import check_binds, up
+    from splitserve.cluster import up
+    from splitserve.cluster._spec import check_binds
 
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     path = write(tmp_path, f'model = "m.gguf"\n[[workers]]\nname = "w1"\nbind = "{bind}"\n')
