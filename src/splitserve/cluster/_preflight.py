@@ -14,6 +14,8 @@ see :data:`._checks.LINK_RTT_MEANING`),
 ``link-rate`` / ``link-mtu`` / ``link-route`` (`preflight` only: a short bulk transfer to each
 remote worker's bind address and the traps of fast links; see :mod:`._link`),
 ``gpu-state`` (each NVIDIA GPU's clocks and power state: throttled or held low is a warning),
+``rdma`` (a worker whose node has an RDMA device: a GID for its bind address, the engine's RDMA,
+memlock, ``GGML_RPC_NO_RDMA`` / ``GGML_RDMA_GID``, the RoCE MTU; see :mod:`._rdma_node`),
 ``ports`` (free), ``disk`` (room for the RPC tensor cache), ``bind`` (an
 address of the node, not public or wildcard unless allowed; llama-server and
 the gateway beyond loopback only with a key), ``smoke`` (the
@@ -265,6 +267,10 @@ def run_checks(
     if "gpu-state" not in skipped:
         rows += _gpu_state_rows(spec, hosts, facts, node_of_host)
     rows += _link_rows(spec, facts, host_of)
+    if "rdma" not in skipped:
+        from ._rdma_node import preflight_rdma_rows
+
+        rows += preflight_rdma_rows(spec, engines, lambda w: facts.get(host_of(w)) is not None)
     if link_transfer:
         from ._link import link_check_rows
 

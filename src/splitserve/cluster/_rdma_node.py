@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._transport import sh_path
 from ._transport_log import GOOD_MTU, TransportReading, parse_transport
@@ -320,3 +320,93 @@ def worker_transports(state: ClusterState, max_bytes: int = 1 << 20) -> dict[str
         except ClusterError:
             continue
     return out
+
+
+def parse_ulimit_l(text: str) -> int | None:
+    """``ulimit -l`` (KiB, or ``unlimited``) in bytes; -1: unlimited; None: not a number."""
+    value = text.strip().splitlines()[-1].strip() if text.strip() else ""
+    if value == "unlimited":
+        return -1
+    return int(value) * 1024 if value.isdigit() else None
+
+
+def rdma_row(
+    worker: str, bind: str, ports: list[RdmaPort], memlock: int | None, env: Mapping[str, str], engine_rdma: str
+) -> Any:
+    """Preflight's ``rdma`` row for one worker: whether its RPC link can run on RDMA, before
+    anything starts (the same causes :func:`check_transport` names after the fact)."""
+    from ._checks import CheckRow
+
+    if not ports:
+        return CheckRow("rdma", worker, "pass", "no RDMA device on the node (/sys/class/infiniband): RPC over TCP")
+    names = ", ".join(p.name for p in ports)
+    match = gid_for_address(ports, bind, env)
+    if match is None:
+        return CheckRow(
+            "rdma",
+            worker,
+            "warn",
+            f"the node has RDMA ({names}) but no GID for the bind address {bind}: RPC will run on TCP",
+            "bind the worker (and point the head's --rpc) to its address on the RDMA link",
+        )
+    port, gid = match
+    where = f"{port.name} GID {gid.index} ({gid.type or 'RoCE'})"
+    problems: list[tuple[str, str]] = []
+    if env.get("GGML_RPC_NO_RDMA"):
+        problems.append(("GGML_RPC_NO_RDMA is set in the worker's env: RPC will run on TCP", "remove it from env"))
+    if engine_rdma != "on":
+        problems.append(
+            (
+                f"the engine has no RDMA transport (rdma: {engine_rdma}): RPC will run on TCP",
+                "apt-get install libibverbs-dev rdma-core, then splitserve engine build",
+            )
+        )
+    if memlock is not None and memlock != -1 and memlock < RDMA_LOCKED_BYTES:
+        problems.append(
+            (
+                f"memlock limit {_kib(memlock)} (ulimit -l) is below the {_kib(RDMA_LOCKED_BYTES)} RDMA registers "
+                "per connection: the probe fails and RPC runs on TCP",
+                "memlock unlimited (/etc/security/limits.conf, LimitMEMLOCK=infinity; containers: --ulimit memlock=-1)",
+            )
+        )
+    forced = env.get("GGML_RDMA_GID")
+    if forced is not None and forced.strip() != str(gid.index):
+        problems.append(
+            (f"GID mismatch: GGML_RDMA_GID={forced} but {bind} is GID {gid.index}", f"GGML_RDMA_GID={gid.index}")
+        )
+    low = port.active_mtu is not None and port.active_mtu < GOOD_MTU
+    if port.link_layer in (None, "Ethernet") and low:
+        dev = gid.netdev or "the RDMA interface"
+        problems.append(
+            (
+                f"RoCE MTU {port.active_mtu} on {port.name}: the interface MTU is 1500",
+                f"ip link set {dev} mtu 9000 on both ends so RoCE runs at 4096",
+            )
+        )
+    if problems:
+        return CheckRow("rdma", worker, "warn", "; ".join(p for p, _ in problems), "; ".join(f for _, f in problems))
+    mtu = f", mtu {port.active_mtu}" if port.active_mtu else ""
+    return CheckRow("rdma", worker, "pass", f"RDMA ready on {where} for {bind}{mtu}")
+
+
+def preflight_rdma_rows(spec: Any, engines: Mapping[str, Any], reachable: Any) -> list[Any]:
+    """An ``rdma`` row per reachable llama.cpp worker (``reachable(worker)``: its facts were read)."""
+    from .._errors import ClusterError
+    from ._nodes import node_for
+
+    rows = []
+    for w in spec.workers:
+        if not reachable(w) or w.bind in ("0.0.0.0", "::"):
+            continue
+        try:
+            node = node_for(w.host, spec.ssh)
+            ports = read_rdma_ports(node)
+            memlock = None
+            if ports:
+                memlock = parse_ulimit_l(node.run("ulimit -l", check=False, timeout=20.0).stdout.decode())
+        except ClusterError:
+            continue
+        engine = engines.get(w.name) or engines.get("head")
+        rdma = str(getattr(engine, "rdma", "unknown")) if engine is not None else "unknown"
+        rows.append(rdma_row(w.name, w.bind, ports, memlock, w.env, rdma))
+    return rows

@@ -146,3 +146,48 @@ def test_worker_facts_read_the_process_of_this_machine(tmp_path: Path) -> None:
     facts = worker_facts(LocalNode(), ProcessRef(os.getpid(), None), str(spark(tmp_path)))
     assert len(facts.ports) == 2 and facts.env.get("PATH") == os.environ.get("PATH")
     assert facts.memlock is not None
+
+
+# --- preflight's rdma row: the same causes, before anything starts ----------------------------
+
+
+def test_preflight_row_ready_and_each_problem(tmp_path: Path) -> None:
+    from splitserve.cluster._rdma_node import parse_ulimit_l, rdma_row
+
+    ports = ports_of(spark(tmp_path))
+    ok = rdma_row("w1", BIND, ports, 8 << 20, {}, "on")
+    assert (ok.check, ok.status) == ("rdma", "pass")
+    assert ok.message == f"RDMA ready on rocep1s0f0 port 1 GID 3 (RoCE v2) for {BIND}, mtu 4096"
+    off = rdma_row("w1", BIND, ports, parse_ulimit_l("64\n"), {"GGML_RPC_NO_RDMA": "1"}, "off")
+    assert off.status == "warn"
+    assert off.message.startswith("GGML_RPC_NO_RDMA is set")
+    assert "the engine has no RDMA transport (rdma: off)" in off.message and "memlock limit 64 KiB" in off.message
+    assert "libibverbs-dev" in off.fix and "--ulimit memlock=-1" in off.fix
+    mtu = rdma_row("w1", BIND, ports_of(spark(tmp_path / "m", mtu=1024)), -1, {}, "on")
+    assert mtu.status == "warn" and "RoCE MTU 1024" in mtu.message and "mtu 9000" in mtu.fix
+    gid = rdma_row("w1", BIND, ports, None, {"GGML_RDMA_GID": "1"}, "on")
+    assert "GID mismatch: GGML_RDMA_GID=1" in gid.message and gid.fix == "GGML_RDMA_GID=3"
+    off_link = rdma_row("w1", "10.0.0.9", ports, None, {}, "on")
+    assert off_link.status == "warn" and "no GID for the bind address 10.0.0.9" in off_link.message
+    none = rdma_row("w1", BIND, [], None, {}, "off")
+    assert none.status == "pass" and none.message.startswith("no RDMA device")
+    assert parse_ulimit_l("unlimited\n") == -1 and parse_ulimit_l("8192") == 8 << 20 and parse_ulimit_l("") is None
+
+
+def test_preflight_rows_per_reachable_worker() -> None:
+    from splitserve.cluster import parse_spec
+    from splitserve.cluster._rdma_node import preflight_rdma_rows
+
+    spec = parse_spec(
+        {
+            "model": "/m.gguf",
+            "workers": [
+                {"name": "w1", "host": "local", "bind": "127.0.0.1"},
+                {"name": "w2", "host": "local", "bind": "127.0.0.2", "port": 50053},
+            ],
+        }
+    )
+    rows = preflight_rdma_rows(spec, {}, lambda w: w.name == "w1")
+    assert [r.node for r in rows] == ["w1"]
+    if not Path("/sys/class/infiniband").is_dir():  # this machine: no RDMA device
+        assert rows[0].status == "pass" and rows[0].message.startswith("no RDMA device")
