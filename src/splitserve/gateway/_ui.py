@@ -299,6 +299,7 @@ class ClusterReader:
         self._plan_key: tuple[str | None, float] | None = None
         self._plan: tuple[dict[str, Any] | None, str | None] = (None, None)
         self._remote: dict[str, tuple[float, bool | None]] = {}
+        self._worker_side: dict[str, tuple[float, dict[str, int], Any]] = {}
         self._log: tuple[tuple[str, int], Any] | None = None
         self._transports: tuple[float, dict[str, dict[str, Any]]] = (0.0, {})
 
@@ -333,6 +334,8 @@ class ClusterReader:
             from ._ui_state import _endpoint
 
             snap.links = read_links({_endpoint(p.bind, p.port) for p in state.processes if p.role == "rpc"})
+            if state.phase == "starting":
+                self._read_worker_load(snap, state)
         snap.transports = self._read_transports(state, now)
         key = (state.spec_file, _mtime(state.spec_file))
         if key != self._plan_key:
@@ -354,6 +357,22 @@ class ClusterReader:
             value = {}
         self._transports = (now, value)
         return value
+
+    def _read_worker_load(self, snap: Snapshot, state: ClusterState) -> None:
+        """Each worker's weights in place, from its side too (cache hits, RDMA): ``loaded_bytes``."""
+        from ..cluster import read_worker_side, worker_loaded_bytes
+        from ._ui_state import _endpoint
+
+        for p in state.processes:
+            ep = _endpoint(p.bind, p.port)
+            if p.role != "rpc" or ep not in snap.links:
+                continue
+            at, io, log = self._worker_side.get(p.node, (0.0, {}, None))
+            if p.host == "local" or time.monotonic() - at >= SLOW_SECONDS:  # ssh for a remote one: not every refresh
+                io, log = read_worker_side(p.host, p.pid, p.log, state.extra.get("ssh"))
+                self._worker_side[p.node] = (time.monotonic(), io, log)
+            link = snap.links[ep]
+            link["loaded_bytes"] = float(worker_loaded_bytes(link.get("bytes_sent") or 0, io, log))
 
     def _alive(self, p: Any, state: ClusterState, now: float) -> bool | None:
         from ..cluster import node_for

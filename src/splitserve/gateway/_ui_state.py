@@ -84,6 +84,9 @@ class History:
         self._slots: dict[Any, _SlotMark] = {}
         self._links: dict[str, tuple[float, float]] = {}
         self.link_rate: dict[str, float] = {}
+        self._loaded: dict[str, tuple[float, float]] = {}
+        self.load_rate: dict[str, float] = {}
+        """Per worker: the rate its weights come into place (``loaded_bytes``: cache hits and RDMA too)."""
         self._replica_tokens: dict[str, deque[tuple[float, float]]] = {}
         self.replica_tps: dict[str, float] = {}
 
@@ -143,6 +146,11 @@ class History:
             if old is not None and now > old[0]:
                 # a new connection (restart) starts from zero: no rate for that step
                 self.link_rate[ep] = max(0.0, sent - old[1]) / (now - old[0]) if sent >= old[1] else 0.0
+            loaded = float(link.get("loaded_bytes") or sent)
+            before = self._loaded.get(ep)
+            self._loaded[ep] = (now, loaded)
+            if before is not None and now > before[0]:
+                self.load_rate[ep] = max(0.0, loaded - before[1]) / (now - before[0])
 
 
 def _decoded(slot: dict[str, Any]) -> int:
@@ -321,10 +329,11 @@ def _load(
     link: dict[str, float] | None,
     rate: float | None,
 ) -> dict[str, Any] | None:
-    """Bytes the head sent to a worker against the weights it will hold, with an ETA (while loading)."""
+    """The worker's weights in place against those it will hold, with an ETA (while loading): the
+    bytes the head sent it, or with ``loaded_bytes`` (the worker's side: cache hits, RDMA) that."""
     if snap.state is None or snap.state.phase != "starting" or link is None:
         return None
-    sent = float(link.get("bytes_sent") or 0)
+    sent = float(link.get("loaded_bytes") or link.get("bytes_sent") or 0)
     expected = (measured or {}).get("model_bytes") or (planned or {}).get("weights_bytes")
     out: dict[str, Any] = {
         "bytes_sent": int(sent),
@@ -393,7 +402,7 @@ def nodes_view(snap: Snapshot, history: History) -> list[dict[str, Any]]:
                     if link
                     else None
                 ),
-                "load": _load(snap, planned, measured, link, history.link_rate.get(ep)),
+                "load": _load(snap, planned, measured, link, history.load_rate.get(ep, history.link_rate.get(ep))),
                 "transport": snap.transports.get(p.node) if p.role == "rpc" else None,
             }
         )
