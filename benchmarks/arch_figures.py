@@ -13,8 +13,8 @@ so before and after come from one script:
 
     .venv/bin/python benchmarks/arch_figures.py                        # the working tree: a table, then the JSON
     .venv/bin/python benchmarks/arch_figures.py --rev 5d6d81f --json   # a commit, the JSON only
-    .venv/bin/python benchmarks/arch_figures.py --compare 5d6d81f --duplicates \\
-        --out benchmarks/results/arch_figures.json                     # before (REV) and after (the tree)
+    .venv/bin/python benchmarks/arch_figures.py --compare 5d6d81f --to HEAD --duplicates \\
+        --out benchmarks/results/arch_figures.json                     # before and after, side by side
 """
 
 from __future__ import annotations
@@ -163,17 +163,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the JSON only")
     ap.add_argument("--rev", help="measure this commit's src/ instead of the working tree")
-    ap.add_argument("--compare", metavar="REV", help="before (REV) and after (the working tree), side by side")
+    ap.add_argument("--compare", metavar="REV", help="before (REV) and after (--to, or the working tree), side by side")
+    ap.add_argument(
+        "--to", metavar="REV", help="with --compare: the commit to measure as after (default: the working tree)"
+    )
     ap.add_argument("--duplicates", action="store_true", help="also count the `duplicates` tool's pairs in src/")
     ap.add_argument("--out", type=Path, help="also write the JSON to this file")
     args = ap.parse_args(argv)
     if args.compare:
         result: dict[str, Any] = {
             "before": figures_at(args.compare, duplicates=args.duplicates),
-            "after": figures(ROOT / "src", duplicates=args.duplicates),
         }
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        result["after"] = {"rev": f"{head.stdout.strip()} (working tree)", **result["after"]}
+        if args.to:
+            result["after"] = figures_at(args.to, duplicates=args.duplicates)
+        else:
+            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+            after = figures(ROOT / "src", duplicates=args.duplicates)
+            result["after"] = {"rev": f"{head.stdout.strip()} (working tree)", **after}
         if not args.json:
             for side in ("before", "after"):
                 print(f"== {side}: {result[side]['rev']}")
