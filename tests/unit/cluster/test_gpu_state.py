@@ -132,3 +132,13 @@ def test_preflight_reads_each_reachable_nodes_gpus(fake_smi_path: Path) -> None:
     rows = _gpu_state_rows(spec, ["local", "gone"], {"local": object(), "gone": None}, {"local": ["head", "w1"]})  # type: ignore[dict-item]
     assert [(r.node, r.status) for r in rows] == [("head", "warn"), ("w1", "warn")]  # the V100 at P8, busy
     assert "GPU1 (Tesla V100-SXM2-32GB) is in a low power state" in rows[0].message
+
+
+def test_an_idle_h200_as_nvidia_smi_printed_it_is_not_throttled() -> None:
+    # Captured on the device machine (driver 580.159.04) with more fields than the check asks
+    # for, the event reasons' column twice (its older name is an alias) and the HW slowdown
+    # columns as "Not Active": an idle GPU at 345 of 1980 MHz is only "GPU idle".
+    r = report("h200_idle_captured.csv")
+    [g] = r.gpus
+    assert (g.pstate, g.sm_mhz, g.max_sm_mhz, g.power_w, g.reasons) == ("P0", 345.0, 1980.0, 77.05, 1)
+    assert g.idle and r.warnings() == []
