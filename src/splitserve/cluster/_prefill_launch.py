@@ -169,10 +169,10 @@ def run_prefill(spec: ClusterSpec, step: Step, node: Node, emit: OnEvent) -> dic
     try:
         entries, _ = cached_tensors(spec.model, layers)
     except (SplitserveError, OSError, ValueError) as exc:
-        emit(Event("prefill", w.name, f"skipped: cannot read the tensor table of {spec.model} ({exc})"))
+        emit(Event("prefill", w.name, f"cache pre-fill skipped: cannot read the tensor table of {spec.model} ({exc})"))
         return {"status": "skipped", "reason": str(exc)}
     if not entries:
-        emit(Event("prefill", w.name, "no tensor over 10 MiB to fill: nothing to do"))
+        emit(Event("prefill", w.name, "cache pre-fill: no tensor over 10 MiB, nothing to do"))
         return {"status": "skipped", "reason": "no tensor over the threshold"}
     from ..model import read_gguf
 
@@ -196,7 +196,7 @@ def run_prefill(spec: ClusterSpec, step: Step, node: Node, emit: OnEvent) -> dic
         nbytes = sum(e.nbytes for e in batch)
         rep = run_on_node(node, str(step.args["python"]), job, timeout=120.0 + nbytes / 20e6)
         if rep.get("status") == "skipped":
-            emit(Event("prefill", w.name, f"skipped: {rep.get('reason')}; the head sends its tensors"))
+            emit(Event("prefill", w.name, f"cache pre-fill skipped: {rep.get('reason')}; the head sends its tensors"))
             return rep
         if rep.get("status") != "ok":
             # not fatal: the load works without the cache, only slower
@@ -204,7 +204,7 @@ def run_prefill(spec: ClusterSpec, step: Step, node: Node, emit: OnEvent) -> dic
                 Event(
                     "warning",
                     w.name,
-                    f"filling its tensor cache failed ({rep.get('reason')}); the head sends its tensors",
+                    f"cache pre-fill failed ({rep.get('reason')}); the head sends its tensors",
                 )
             )
             return rep
@@ -220,7 +220,7 @@ def run_prefill(spec: ClusterSpec, step: Step, node: Node, emit: OnEvent) -> dic
                 Event(
                     "prefill",
                     w.name,
-                    f"{100 * done / total:.0f}% ({done / 2**30:.2f} of {total / 2**30:.2f} GiB), {summed['seconds']:.1f} s",
+                    f"cache pre-fill {100 * done / total:.0f}% ({done / 2**30:.2f} of {total / 2**30:.2f} GiB), {summed['seconds']:.1f} s",
                 )
             )
     rate = summed["bytes"] / summed["hash_seconds"] / 1e9 if summed["hash_seconds"] else 0.0
@@ -228,7 +228,7 @@ def run_prefill(spec: ClusterSpec, step: Step, node: Node, emit: OnEvent) -> dic
         Event(
             "prefill",
             w.name,
-            f"cache {summed['cache_dir']}: {summed['tensors']} tensors ({summed['bytes'] / 2**30:.2f} GiB), "
+            f"cache pre-fill done: {summed['cache_dir']}: {summed['tensors']} tensors ({summed['bytes'] / 2**30:.2f} GiB), "
             f"{summed['written']} written, {summed['present']} already there, in {summed['seconds']:.1f} s "
             f"({summed['jobs']} threads, {rate:.2f} GB/s per thread)",
         )

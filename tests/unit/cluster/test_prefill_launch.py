@@ -98,7 +98,7 @@ def test_a_missing_or_different_copy_is_skipped_in_one_line(model: Path, tmp_pat
     rep = run_prefill(spec, step, LocalNode(), events.append)  # type: ignore[arg-type]
     assert rep["status"] == "skipped"
     assert [(e.kind, e.message) for e in events] == [
-        ("prefill", f"skipped: no local copy at {tmp_path / 'nowhere.gguf'}; the head sends its tensors")
+        ("prefill", f"cache pre-fill skipped: no local copy at {tmp_path / 'nowhere.gguf'}; the head sends its tensors")
     ]
     short = tmp_path / "short.gguf"
     short.write_bytes(model.read_bytes()[: 1 << 20])
