@@ -1,11 +1,15 @@
 """Every built-in coding bug, graded by running its tests in a real workspace: the oracle's fix
 and three other correct fixes written differently pass; three wrong fixes (one ``or True``,
 one in a comment, one of wrong behaviour) and an edit of the test file fail; the workspace
-starts at the same commit SHA on every run."""
+starts at the same commit SHA on every run.
+
+The kinds are graded concurrently, ``PARALLEL`` at a time (each in a sandbox of its own): a
+kind's test grades it together with the next kinds not graded yet (``GRADED``)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from random import Random
 from typing import Any
 
@@ -73,12 +77,36 @@ async def grade_fixes(seed: int, r: Repo) -> tuple[str, dict[str, bool]]:
     return sha, verdicts
 
 
+async def first_sha(r: Repo) -> str:
+    """The commit SHA a fresh workspace of ``r`` starts at."""
+    async with open_sandbox() as env:
+        return await (await Workspace.create(env, {"kind": "repo", "files": r.files, "tests": r.tests})).head()
+
+
+PARALLEL = max(2, os.cpu_count() or 2)
+GRADED: dict[int, tuple[str, dict[str, bool]] | BaseException] = {}  # kind -> grade_fixes(...)
+
+
+def graded(kind: int) -> tuple[str, dict[str, bool]]:
+    if kind not in GRADED:
+        batch = [kind, *[k for k in sorted(KINDS) if k != kind and k not in GRADED][: PARALLEL - 1]]
+
+        async def go() -> list[tuple[str, dict[str, bool]] | BaseException]:
+            return await asyncio.gather(*(grade_fixes(*KINDS[k]) for k in batch), return_exceptions=True)
+
+        GRADED.update(zip(batch, asyncio.run(go()), strict=True))
+    got = GRADED[kind]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_right_fixes_pass_and_wrong_ones_fail_by_the_tests(kind: int) -> None:
-    seed, r = KINDS[kind]
+    _, r = KINDS[kind]
     bug = r.bugs[0][1]
-    sha, verdicts = asyncio.run(grade_fixes(seed, r))
+    sha, verdicts = graded(kind)
     want = {"unfixed": False} | {label: should for label, should, _ in fixes(bug)}
     assert verdicts == want, bug.fn
-    again = asyncio.run(grade_fixes(seed, r))[0] if kind == 0 else sha
+    again = asyncio.run(first_sha(r)) if kind == 0 else sha
     assert again == sha  # same workspace, same commit SHA
