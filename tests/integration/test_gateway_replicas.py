@@ -26,7 +26,9 @@ from splitserve.gateway import GatewayConfig
 
 pytestmark = [pytest.mark.engine]
 
-PROMPT = " ".join(f"word{i}" for i in range(300))
+# long enough that "most of the prompt came from the cache" cannot be chance, short enough to be
+# cheap on one thread: a few hundred tokens (the figures below are fractions of its own count)
+PROMPT = " ".join(f"word{i}" for i in range(80))
 CHROMIUM = Path("/usr/bin/chromium")
 SHOT = Path(__file__).resolve().parents[2] / "docs" / "ui" / "replicas-1400.png"
 
@@ -128,15 +130,17 @@ def test_sessions_stick_fail_over_and_come_back(engine: Engine, smollm2: Path) -
         with running_gateway(cfg) as url:
             first = ask(url, "agent-a")
             assert first.status_code == 200, first.text
+            n = first.json()["usage"]["prompt_tokens"]
+            assert n > 200, first.json()["usage"]
             on_r1, on_r2 = prompt_tokens(p1), prompt_tokens(p2)
-            assert on_r1 > 200 and on_r2 == 0  # the first session went to r1 (both idle: the first)
+            assert on_r1 >= n and on_r2 == 0  # the first session went to r1 (both idle: the first)
             again = ask(url, "agent-a", " and more")
             assert again.status_code == 200, again.text
             cached = again.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
-            assert cached > 200, again.json()["usage"]  # the same replica: its cache held the prompt
+            assert cached > 0.9 * n, again.json()["usage"]  # the same replica: its cache held the prompt
             assert prompt_tokens(p2) == 0
             other = ask(url, "agent-b")
-            assert other.status_code == 200 and prompt_tokens(p2) > 200  # a new session: the other one
+            assert other.status_code == 200 and prompt_tokens(p2) >= n  # a new session: the other one
 
             if CHROMIUM.exists():  # the live page: a row per replica, with its health and cache
                 rows = page_rows(url)
