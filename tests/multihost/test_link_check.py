@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,9 +73,17 @@ def shape(dev: str, gbit: float | None) -> None:
 
 
 def leftovers(hosts: Hosts, box: Box) -> list[str]:
-    """Processes of the check still running: in the box (anything but sshd), and here (an iperf3
+    """Processes of the check still running a moment after it returned (they are stopped when it
+    ends; a shell exiting may take a few ms): in the box (anything but sshd), and here (an iperf3
     or receiver aimed at the box)."""
-    out = [f"box pid {p}" for p in hosts.user_pids()[box.name]]
+    deadline = time.monotonic() + 3
+    while (found := _running(hosts, box)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def _running(hosts: Hosts, box: Box) -> list[str]:
+    out = [f"box pid {p}: {_cmdline(p)}" for p in hosts.user_pids()[box.name]]
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
@@ -85,6 +94,13 @@ def leftovers(hosts: Hosts, box: Box) -> list[str]:
         if box.address in cmd and ("iperf3" in cmd or "splitserve-link" in cmd):
             out.append(f"here pid {proc.name}: {cmd[:80]}")
     return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80]
+    except OSError:
+        return "?"
 
 
 @pytest.fixture(scope="module")
@@ -247,9 +263,10 @@ def test_busy_rpc_port_falls_back_from_iperf3_to_the_builtin_receiver(
     shape(head_dev(box), None)
     holder = subprocess.Popen(
         ["ip", "netns", "exec", box.netns, "python3", "-c",
-         "import socket, sys, time; s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); "
+         "import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+         "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); "
          "print('held', flush=True); time.sleep(120)", box.address, str(target.port)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
