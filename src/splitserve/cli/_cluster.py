@@ -234,8 +234,10 @@ def preflight_cmd(
     config: Annotated[Path, typer.Option("-c", "--config", help="cluster spec (TOML)")],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Check every node before a launch: ssh, engine, memory, OOM killers, link, ports, disk, bind
-    address, page-cache drop. One row per check and node; exit 1 when any fails.
+    """Check every node before a launch: ssh, engine, memory, OOM killers, link (round trip, and a
+    2-second transfer to each remote worker: Gb/s against the NIC's rated speed, MTU at both ends,
+    the route), ports, disk, bind address, page-cache drop. One row per check and node; exit 1 when
+    any fails.
 
     Example: splitserve preflight -c cluster.toml
     """
