@@ -278,3 +278,25 @@ def test_busy_rpc_port_falls_back_from_iperf3_to_the_builtin_receiver(
     rate = next(r for r in rows if r.check == "link-rate")
     assert "iperf3 failed" in rate.message and "Gb/s to" in rate.message, rate
     assert leftovers(hosts, box) == []
+
+
+def test_receiver_ends_itself_when_the_head_never_comes(hosts: Hosts, link: tuple[Box, LinkTarget]) -> None:
+    """The built-in receiver's own limit (``alarm``): a head that dies before sending leaves nothing
+    behind on the worker for long. Started here with a 1-second limit."""
+    from splitserve.cluster._link import RECEIVER
+    from splitserve.cluster._transport import stop
+
+    box, target = link
+    node = target.node
+    log = box.workdir / "orphan.log"
+    node.new_log(log, "# orphan receiver")
+    ref = node.spawn(["python3", "-c", RECEIVER, box.address, "0", "1"], {}, log)
+    try:
+        deadline = time.monotonic() + 10
+        while node.alive(ref) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not node.alive(ref), "the receiver outlived its limit"
+        assert "splitserve-link listening" in node.read_log(log)
+    finally:
+        stop(node, ref, grace=1.0)
+    assert leftovers(hosts, box) == []

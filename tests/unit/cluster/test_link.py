@@ -223,3 +223,10 @@ def test_interface_holding_an_ipv6_address() -> None:
     assert f.holding("fd00::2") == Interface("e", 9000, True, f.interfaces[0].addresses)
     hit = f.on_subnet("fd00::9")
     assert hit is not None and hit[0].name == "e"
+
+
+def test_a_fallback_note_is_shown_in_the_rate_row() -> None:
+    t = replace(_transfer(0.95, "built-in"), note="iperf3 failed (Address already in use)")
+    row = rate_row("w1", WORKER, *_rated(1000), t)
+    assert row.status == "pass"
+    assert "(built-in, 2.0 s, 1 stream; iperf3 failed (Address already in use))" in row.message
