@@ -212,6 +212,23 @@ def test_mtu_mismatch_warns_and_matching_mtus_pass(hosts: Hosts, link: tuple[Box
     rows, _ = check_link(node_for("local"), target, seconds=0.5, tool="builtin")
     mtu = next(r for r in rows if r.check == "link-mtu")
     assert mtu.status == "pass" and "mtu 9000 on both ends" in mtu.message, mtu
+    assert "a full-size frame crossed the path" in mtu.message, mtu
+    # Jumbo frames at both ends but not on the path: the head's veth drops UDP datagrams of 2048
+    # bytes and more (htb's class 1:20 feeds a pfifo of length 0), as a switch port at 1500 would.
+    dev = head_dev(box)
+    _sh("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10", "r2q", "100000")
+    _sh("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", "50gbit")
+    _sh("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", "1mbit")
+    _sh("tc", "qdisc", "add", "dev", dev, "parent", "1:20", "handle", "20:", "pfifo", "limit", "0")
+    for bit in ("0x0800", "0x1000", "0x2000", "0x4000", "0x8000"):
+        _sh("tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+            "match", "ip", "protocol", "17", "0xff", "match", "u16", bit, bit, "at", "2", "flowid", "1:20")  # fmt: skip
+    try:
+        rows, _ = check_link(node_for("local"), target, seconds=0.5, tool="builtin")
+    finally:
+        shape(dev, None)
+    mtu = next(r for r in rows if r.check == "link-mtu")
+    assert mtu.status == "warn" and "jumbo frames stop on the path" in mtu.message, mtu
     assert leftovers(hosts, box) == []
 
 

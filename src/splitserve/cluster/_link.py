@@ -27,6 +27,7 @@ here) tested against recorded outputs.
 
 from __future__ import annotations
 
+import errno
 import shlex
 import socket
 import struct
@@ -50,6 +51,7 @@ from ._link_facts import (
     Transfer,
     choose_tool,
     facts_script,
+    jumbo_mtu,
     mtu_row,
     parse_end_facts,
     parse_ip_addr,
@@ -168,6 +170,49 @@ def _wait_ready(node: Node, ref: ProcessRef, log: Path, marker: str, timeout: fl
     raise ClusterError(f"the receiver on {node.host} did not listen within {timeout:.0f} s")
 
 
+# linux/in.h and linux/in6.h (Python's socket module lacks some of them)
+_IP_MTU_DISCOVER, _IPV6_MTU_DISCOVER, _PMTUDISC_DO = 10, 23, 2
+
+
+def _refused(address: str, port: int, size: int, tries: int = 3, wait: float = 0.3) -> bool | None:
+    """Whether a UDP datagram of ``size`` bytes (IP and UDP headers included) sent with
+    don't-fragment reaches ``address``: the far kernel answers a port nothing listens on with ICMP
+    port unreachable, which a connected socket reads as a refusal. False: sent, never answered;
+    None: cannot be sent from here."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    payload = bytes(max(1, size - (48 if family == socket.AF_INET6 else 28)))
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            if family == socket.AF_INET:
+                s.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _PMTUDISC_DO)
+            else:
+                s.setsockopt(socket.IPPROTO_IPV6, _IPV6_MTU_DISCOVER, _PMTUDISC_DO)
+            s.connect((address, port))
+        except OSError:
+            return None
+        s.settimeout(wait)
+        for _ in range(tries):
+            try:
+                s.send(payload)
+                s.recv(16)
+            except ConnectionRefusedError:
+                return True
+            except TimeoutError:
+                continue
+            except OSError as exc:  # EMSGSIZE: a route here already knows a smaller path MTU
+                return False if exc.errno == errno.EMSGSIZE else None
+    return False
+
+
+def probe_path_mtu(address: str, port: int, mtu: int) -> bool | None:
+    """Whether a full-size (``mtu``) datagram crosses the path to ``address`` when a small one does
+    (None: the small one got no answer either, e.g. a firewall, so nothing can be said). Sent to
+    ``port`` over UDP, where the worker's RPC server (TCP) is not listening; nothing is started there."""
+    if not _refused(address, port, 128):
+        return None
+    return bool(_refused(address, port, mtu))
+
+
 def _wait_ended(node: Node, ref: ProcessRef, log: Path, timeout: float = 3.0) -> None:
     """Wait (at most ``timeout``) until a stopped receiver has left the process table, and on an
     ssh node until its wrapper shell has recorded the exit status (its last act)."""
@@ -251,7 +296,9 @@ def check_link(
         worker_facts = parse_end_facts(target.node.run(facts_script(), check=False, timeout=30).stdout.decode())
     except ClusterError as exc:
         return [CheckRow("link-rate", name, "skip", f"cannot read the link's facts: {exc}", "fix ssh first")], None
-    rows = [route_row(name, bind, head_facts), mtu_row(name, bind, head_facts, worker_facts)]
+    mtu = jumbo_mtu(head_facts, worker_facts, bind)
+    path_ok = probe_path_mtu(bind, target.port, mtu) if mtu else None
+    rows = [route_row(name, bind, head_facts), mtu_row(name, bind, head_facts, worker_facts, path_ok)]
     chosen = choose_tool(head_facts, worker_facts, tool)
     if chosen is None:
         rows.insert(
@@ -327,6 +374,7 @@ __all__ = [
     "check_link",
     "choose_tool",
     "facts_script",
+    "jumbo_mtu",
     "link_check_rows",
     "measure",
     "mtu_row",
@@ -335,6 +383,7 @@ __all__ = [
     "parse_ip_route_get",
     "parse_iperf3_json",
     "parse_speeds",
+    "probe_path_mtu",
     "rate_row",
     "rated_mbps",
     "route_row",

@@ -283,9 +283,19 @@ def rate_row(node: str, bind: str, head: EndFacts, worker: EndFacts, transfer: T
     return CheckRow("link-rate", node, "warn", text + f", under {RATE_WARN_FRACTION:.0%}", fix)
 
 
-def mtu_row(node: str, bind: str, head: EndFacts, worker: EndFacts) -> CheckRow:
+def jumbo_mtu(head: EndFacts, worker: EndFacts, bind: str) -> int | None:
+    """The MTU both ends share when it is above 1500 (then the path between is worth a probe)."""
+    hif = head.interface(head.route.dev) if head.route else None
+    wif = worker.holding(bind)
+    if hif and wif and hif.mtu and hif.mtu == wif.mtu and hif.mtu > 1500:
+        return hif.mtu
+    return None
+
+
+def mtu_row(node: str, bind: str, head: EndFacts, worker: EndFacts, path_ok: bool | None = None) -> CheckRow:
     """``link-mtu``: the MTU of the head's interface the route leaves by against the worker's
-    interface holding the bind address."""
+    interface holding the bind address; with jumbo frames on both, ``path_ok`` says whether a
+    full-size datagram crossed the path (None: not probed, or no answer either way)."""
     hif = head.interface(head.route.dev) if head.route else None
     wif = worker.holding(bind)
     if hif is None or wif is None or hif.mtu is None or wif.mtu is None:
@@ -293,7 +303,19 @@ def mtu_row(node: str, bind: str, head: EndFacts, worker: EndFacts) -> CheckRow:
         return CheckRow("link-mtu", node, "skip", f"cannot compare MTUs: no {missing}")
     ends = f"head {hif.name} mtu {hif.mtu}, worker {wif.name} mtu {wif.mtu}"
     if hif.mtu == wif.mtu:
-        return CheckRow("link-mtu", node, "pass", f"mtu {hif.mtu} on both ends ({hif.name}, {wif.name})")
+        both = f"mtu {hif.mtu} on both ends ({hif.name}, {wif.name})"
+        if path_ok is False:
+            return CheckRow(
+                "link-mtu",
+                node,
+                "warn",
+                f"{both}, but a {hif.mtu}-byte datagram with don't-fragment did not reach {bind} while a small "
+                "one did: jumbo frames stop on the path (a switch or bridge port at 1500?)",
+                f"set mtu {hif.mtu} on every switch / bridge port between the two, or the same smaller MTU on both ends",
+            )
+        return CheckRow(
+            "link-mtu", node, "pass", both + (", and a full-size frame crossed the path" if path_ok else "")
+        )
     low, low_if = ("worker", wif) if wif.mtu < hif.mtu else ("head", hif)
     fix = (
         f"set the same MTU on both ends, e.g. on the {low}: sudo ip link set dev {low_if.name} mtu "
@@ -393,6 +415,7 @@ __all__ = [
     "Transfer",
     "choose_tool",
     "facts_script",
+    "jumbo_mtu",
     "mtu_row",
     "parse_end_facts",
     "parse_ip_addr",

@@ -24,6 +24,7 @@ from splitserve.cluster._link import (
     Transfer,
     choose_tool,
     facts_script,
+    jumbo_mtu,
     mtu_row,
     parse_end_facts,
     parse_ip_addr,
@@ -230,3 +231,15 @@ def test_a_fallback_note_is_shown_in_the_rate_row() -> None:
     row = rate_row("w1", WORKER, *_rated(1000), t)
     assert row.status == "pass"
     assert "(built-in, 2.0 s, 1 stream; iperf3 failed (Address already in use))" in row.message
+
+
+def test_jumbo_frames_that_do_not_cross_the_path_warn() -> None:
+    head = facts("head_facts_direct")
+    worker = with_mtu(facts("worker_facts_mtu1500"), "gf0", 9000)
+    assert jumbo_mtu(head, worker, WORKER) == 9000
+    assert jumbo_mtu(head, facts("worker_facts_mtu1500"), WORKER) is None
+    row = mtu_row("w1", WORKER, head, worker, path_ok=False)
+    assert row.status == "warn" and "a 9000-byte datagram with don't-fragment did not reach 10.10.0.2" in row.message
+    assert "every switch / bridge port" in row.fix
+    assert mtu_row("w1", WORKER, head, worker, path_ok=True).message.endswith("a full-size frame crossed the path")
+    assert mtu_row("w1", WORKER, head, worker, path_ok=None).status == "pass"
