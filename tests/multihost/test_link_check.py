@@ -261,6 +261,7 @@ def test_preflight_rows_for_remote_workers_only(hosts: Hosts, link: tuple[Box, L
             "workers": [
                 {"name": "w1", "host": box.name, "bind": box.address, "port": target.port, "workdir": str(box.workdir)},
                 {"name": "local1", "port": free_ports(1)[0]},
+                {"name": "lo1", "host": box.name, "bind": "127.0.0.1", "port": target.port},
             ],
         }
     )

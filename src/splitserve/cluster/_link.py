@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._errors import ClusterError
+from .._net import is_loopback
 from ._checks import CheckRow
 from ._link_facts import (
     CX7_CAP_GBPS,
@@ -351,7 +352,9 @@ def link_check_rows(
     head = node_for("local")
     rows: list[CheckRow] = []
     for w in workers:
-        if not w.remote or w.bind in ("0.0.0.0", "::"):
+        if not w.remote or w.bind in ("0.0.0.0", "::") or is_loopback(w.bind):
+            # The same machine, a wildcard or the worker's own loopback: no link to measure (the
+            # link and bind rows say what is wrong with the last two).
             continue
         log = Path(w.workdir) / "clusters" / spec.name / f"link-{w.name}.log"
         target = LinkTarget(w.name, node_for(w.host, spec.ssh), w.bind, w.port, log)
