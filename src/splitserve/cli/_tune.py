@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .._errors import ClusterError, UsageError
+from .._errors import UsageError
 from ._app import API_KEY_ENV, API_KEY_HELP, app, make_console, maps_errors, renamed
 
 console = make_console()
@@ -125,36 +126,11 @@ def tune_cmd(
 
     Example: splitserve tune --report tune-runs/tune-A.json --compare tune-runs/tune-B.json
     """
-    import psutil
-
-    from ..bench import (
-        ClusterRestarter,
-        PlannerCheck,
-        SpeedOptions,
-        TuneOptions,
-        default_axes,
-        default_budget,
-        engine_provenance,
-        first_pass_points,
-        grid_points,
-        grid_size,
-        load_run,
-        metric_for,
-        order_axes,
-        parse_axes,
-        point_label,
-        run_tune,
-        server_values,
-        start_point,
-        tune_out_path,
-        with_server,
-        write_best_spec,
-        write_tune_report,
-    )
+    from ..bench import SpeedOptions, TuneRequest, metric_for, prepare_tune, tune
     from ..cluster import load_spec
     from ._bench import ints, workload_options
 
-    path = Path()
+    path = [Path()]
     cluster = renamed(config, old_cluster, "-c", "--cluster")
     try:
         if report_of is not None:
@@ -172,134 +148,107 @@ def tune_cmd(
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
         if len(opts.workloads) != 1:
             raise UsageError(f"--workload {workload}: tune optimizes for one workload; give one of them")
-        chosen = opts.workloads[0]
-        if m.name == "prefill" and chosen == "agent":
+        req = TuneRequest(
+            spec,
+            opts,
+            plan,
+            opts.workloads[0],
+            m.name,
+            set_ or None,
+            budget_runs,
+            grid,
+            min_gain,
+            confirm,
+            compare_with,
+            out,
+            label,
+            ignore_eos,
+            api_key,
+        )
+        on_event = _renderer(grid, path)
+        prepared = prepare_tune(req, on_event)
+        if dry_run:
+            _dry_run(prepared)
+            return
+        result = tune(req, on_event, plan=prepared)
+        if result.interrupted:
             err.print(
-                "note: agent turns after the first are served from the prompt cache; their prefill "
-                "figures are few tokens",
+                f"splitserve: interrupted; what was measured is kept in {result.path} (marked interrupted)",
                 markup=False,
             )
-        cores = (psutil.cpu_count(logical=False) or 1, psutil.cpu_count() or 1)
-        check = PlannerCheck(spec)
-        axes = parse_axes(set_) if set_ else default_axes(spec.server, check.supported_types(), cores)
-        for a in axes:
-            for v in a.values:
-                with_server(spec, server_values({a.name: v}))  # every value is valid before anything starts
-        axes = order_axes(axes, m)
-        start, start_notes = start_point(spec.server, axes, cores)
-        allowed = sum(1 for p in grid_points(axes) if not check(p))
-        budget = budget_runs if budget_runs is not None else (None if grid else default_budget(axes, allowed, confirm))
-        compare_run = load_run(compare_with) if compare_with is not None else None
-        size = grid_size(axes)
-        if dry_run:
-            _dry_run(
-                axes,
-                start,
-                start_notes + check.notes,
-                check,
-                grid,
-                budget,
-                size,
-                first_pass_points,
-                grid_points,
-                point_label,
-            )
-            return
-        path = tune_out_path(out)
-        for n in start_notes + check.notes:
-            err.print(f"note: {n}", markup=False)
-        err.print(
-            f"tune: {'every point of ' if grid else ''}a grid of {size} points over "
-            + ", ".join(f"{a.name} ({len(a.values)})" for a in axes)
-            + (f"; at most {budget} runs" if budget else "")
-            + f"; metric {m.label}, workload {chosen}",
-            markup=False,
-        )
-        seen: set[str] = set()
+            raise typer.Exit(130)
+    except KeyboardInterrupt:
+        err.print(f"splitserve: interrupted; what was measured is kept in {path[0]}", markup=False)
+        raise typer.Exit(130) from None
 
-        def feasible(point: dict[str, Any]) -> str | None:
-            why = check(point)
-            label_ = point_label(point)
-            if why and label_ not in seen:
-                seen.add(label_)
-                if not grid or len(seen) <= 20:
-                    err.print(f"  ruled out: {label_}: {why}", markup=False)
-            return why
 
-        count = {"n": 0}
+def _renderer(grid: bool, path: list[Path]) -> Callable[[Any], None]:
+    """Prints tune's events: progress on stderr, what was written and the best point on stdout
+    (with ``grid``, the first 20 ruled-out points); keeps the run file's path in ``path[0]`` for an
+    interrupt."""
+    from ..bench import (
+        BestFound,
+        BestSpecWritten,
+        NodeNote,
+        PointFailed,
+        PointMeasured,
+        PointRuledOut,
+        PointStarted,
+        ReportWritten,
+        TuneEvent,
+        TuneStarted,
+        TuneWarning,
+    )
 
-        def on_point(point: dict[str, Any]) -> None:
-            count["n"] += 1
-            err.print(
-                f"run {count['n']}{f'/{budget}' if budget else ''}: {point_label(point)}: restarting", markup=False
-            )
-
-        def on_step(step: Any) -> None:
-            ms = step.measurement
-            if ms.ok:
+    def on_event(ev: TuneEvent) -> None:
+        match ev:
+            case TuneWarning(text=text):
+                err.print(f"note: {text}", markup=False)
+            case TuneStarted():
+                path[0] = ev.path
+                for n in ev.notes:
+                    err.print(f"note: {n}", markup=False)
                 err.print(
-                    f"  {ms.score:,.2f} {m.unit} ({min(ms.samples):,.2f}–{max(ms.samples):,.2f}, "
+                    f"tune: {'every point of ' if ev.grid else ''}a grid of {ev.size} points over "
+                    + ", ".join(f"{a.name} ({len(a.values)})" for a in ev.axes)
+                    + (f"; at most {ev.budget} runs" if ev.budget else "")
+                    + f"; metric {ev.metric.label}, workload {ev.workload}",
+                    markup=False,
+                )
+            case PointRuledOut(label=label, why=why, n=n):
+                if not grid or n <= 20:
+                    err.print(f"  ruled out: {label}: {why}", markup=False)
+            case PointStarted(run=run, budget=budget, label=label):
+                err.print(f"run {run}{f'/{budget}' if budget else ''}: {label}: restarting", markup=False)
+            case PointMeasured(step=step, unit=unit):
+                ms = step.measurement
+                err.print(
+                    f"  {ms.score:,.2f} {unit} ({min(ms.samples):,.2f}–{max(ms.samples):,.2f}, "
                     f"n={len(ms.samples)}): {step.verdict}",
                     markup=False,
                 )
-            else:
-                err.print(f"  failed: {ms.error}", markup=False)
+            case PointFailed(error=error):
+                err.print(f"  failed: {error}", markup=False)
+            case NodeNote(node=node, message=message):
+                err.print(f"  {node}: {message}", markup=False)
+            case ReportWritten(run_path=run_path, report=report):
+                console.print(f"run written to {run_path}", markup=False)
+                console.print(f"report written to {report}", markup=False)
+            case BestFound():
+                vs = f" (start {ev.start_score:,.2f})" if ev.start_score is not None else ""
+                console.print(
+                    f"best: {ev.label}: {ev.score:,.2f} {ev.unit}{vs}; {ev.runs} run(s), "
+                    f"grid of {ev.size} points, {ev.excluded} ruled out; stopped: {ev.stopped}",
+                    markup=False,
+                )
+            case BestSpecWritten(path=best, changes=changes):
+                changed = ", ".join(f"{k} = {v if v is not None else '(default)'}" for k, v in changes.items())
+                console.print(
+                    f"best spec written to {best}" + (f" ({changed})" if changed else " (the spec's own settings won)"),
+                    markup=False,
+                )
 
-        def on_event(ev: Any) -> None:
-            if ev.kind == "stale":
-                err.print(f"  {ev.node}: {ev.message}", markup=False)
-
-        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos, api_key=api_key)
-        topts = TuneOptions(
-            metric=m.name, workload=chosen, budget=budget, grid=grid, min_gain=min_gain, confirm=confirm
-        )
-        run, path, result = run_tune(
-            restarter,
-            spec,
-            axes,
-            start,
-            opts,
-            topts,
-            feasible,
-            path,
-            label,
-            plan,
-            engine_provenance(spec),
-            on_point=on_point,
-            on_step=on_step,
-            notes=start_notes + check.notes,
-        )
-        best_path = None
-        if result.best is not None and result.stopped not in ("interrupted", "failed"):
-            best_path, changes = write_best_spec(spec, result, path.with_suffix(".toml"), path, chosen)
-        md, _pngs = write_tune_report(run, path.with_suffix(""), compare_run, best_path)
-        console.print(f"run written to {path}", markup=False)
-        console.print(f"report written to {md}", markup=False)
-        if result.stopped == "interrupted":
-            err.print(
-                f"splitserve: interrupted; what was measured is kept in {path} (marked interrupted)", markup=False
-            )
-            raise typer.Exit(130)
-        if result.stopped == "failed" or result.best is None:
-            raise ClusterError(f"tune: no point could be measured: {(result.notes or ['see ' + str(path)])[-1]}")
-        bm, sm = result.best_measurement, result.start_measurement()
-        assert bm is not None
-        vs = f" (start {sm.score:,.2f})" if sm is not None and sm.score is not None else ""
-        console.print(
-            f"best: {point_label(result.best)}: {bm.score:,.2f} {m.unit}{vs}; {result.runs} run(s), "
-            f"grid of {size} points, {len(result.excluded)} ruled out; stopped: {result.stopped}",
-            markup=False,
-        )
-        if best_path is not None:
-            changed = ", ".join(f"{k} = {v if v is not None else '(default)'}" for k, v in changes.items())
-            console.print(
-                f"best spec written to {best_path}"
-                + (f" ({changed})" if changed else " (the spec's own settings won)"),
-                markup=False,
-            )
-    except KeyboardInterrupt:
-        err.print(f"splitserve: interrupted; what was measured is kept in {path}", markup=False)
-        raise typer.Exit(130) from None
+    return on_event
 
 
 def _report_only(run_path: Path, compare_with: Path | None) -> None:
@@ -314,35 +263,26 @@ def _report_only(run_path: Path, compare_with: Path | None) -> None:
     console.print(f"report written to {md}", markup=False)
 
 
-def _dry_run(
-    axes: Any,
-    start: dict[str, Any],
-    notes: list[str],
-    check: Any,
-    grid: bool,
-    budget: int | None,
-    size: int,
-    first_pass_points: Any,
-    grid_points: Any,
-    point_label: Any,
-) -> None:
-    for n in notes:
+def _dry_run(plan: Any) -> None:
+    """Prints a :class:`~splitserve.bench.TunePlan`: the axes, the grid, the start, the points the
+    first pass may try (every point with --grid) and what the planner rules out."""
+    from ..bench import point_label
+
+    grid = plan.request.grid
+    for n in plan.notes:
         console.print(f"note: {n}", markup=False)
     console.print(
         "axes (in search order): "
-        + "; ".join(f"{a.name} = {', '.join('auto' if v is None else str(v) for v in a.values)}" for a in axes),
+        + "; ".join(f"{a.name} = {', '.join('auto' if v is None else str(v) for v in a.values)}" for a in plan.axes),
         markup=False,
     )
-    everything = grid_points(axes)
-    ruled = [(p, check(p)) for p in everything]
-    allowed = sum(1 for _, why in ruled if not why)
+    allowed = plan.allowed()
     console.print(
-        f"grid: {size} points, {allowed} allowed by the planner, {size - allowed} ruled out"
-        + ("" if grid else f"; tune measures at most {budget}"),
+        f"grid: {plan.size} points, {allowed} allowed by the planner, {plan.size - allowed} ruled out"
+        + ("" if grid else f"; tune measures at most {plan.budget}"),
         markup=False,
     )
-    console.print(f"start: {point_label(start)}", markup=False)
-    shown = everything if grid else first_pass_points(axes, start)
+    console.print(f"start: {point_label(plan.start)}", markup=False)
     console.print(
         "points "
         + (
@@ -352,19 +292,16 @@ def _dry_run(
         ),
         markup=False,
     )
-    for p in shown:
-        why = check(p)
+    for p, why in plan.rows():
         console.print(
             f"  {'ruled out' if why else 'try':9}  {point_label(p)}" + (f"  ({why})" if why else ""), markup=False
         )
-    if not grid:
-        others = [(p, why) for p, why in ruled if why and p not in shown]
-        if others:
-            console.print(f"also ruled out elsewhere in the grid: {len(others)} point(s)", markup=False)
-            by_reason: dict[str, list[dict[str, Any]]] = {}
-            for p, why in others:
-                by_reason.setdefault(why, []).append(p)
-            for why, ps in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:12]:
-                console.print(f"  {len(ps):4} × {why}  (e.g. {point_label(ps[0])})", markup=False)
-            if len(by_reason) > 12:
-                console.print(f"  … and {len(by_reason) - 12} other reason(s)", markup=False)
+    by_reason = plan.ruled_elsewhere()
+    if by_reason:
+        console.print(
+            f"also ruled out elsewhere in the grid: {sum(map(len, by_reason.values()))} point(s)", markup=False
+        )
+        for why, ps in list(by_reason.items())[:12]:
+            console.print(f"  {len(ps):4} × {why}  (e.g. {point_label(ps[0])})", markup=False)
+        if len(by_reason) > 12:
+            console.print(f"  … and {len(by_reason) - 12} other reason(s)", markup=False)
