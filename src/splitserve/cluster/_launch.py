@@ -212,7 +212,11 @@ def plan_launch(
         ]
     if facts.refusal is not None:
         steps.append(Step("refuse", "cluster", f"refused: {facts.refusal}", args={"error": facts.refusal}))
-    steps += prefill_steps(spec, plan.tensor_split)  # each cached worker's -c cache from its own copy
+    if plan.replicas:  # only the replicas' RPC workers have a -c cache (a worker that serves runs none)
+        rpc = {p.node for p in plan.workers}
+        steps += prefill_steps(spec.model_copy(update={"workers": [w for w in spec.workers if w.name in rpc]}), None)
+    else:
+        steps += prefill_steps(spec, plan.tensor_split)  # each cached worker's -c cache from its own copy
     for proc in plan.processes:
         steps.append(Step("check_port", proc.node, f"port {proc.port} on {proc.bind} is free", proc))
     if plan.gateway is not None:

@@ -265,3 +265,12 @@ def test_fixture_paths_are_machine_independent() -> None:
     for path in fixture_files():
         text = path.read_text()
         assert sys.executable not in text and "/tmp/" not in text and str(Path.home()) not in text, path.name
+
+
+def test_a_worker_that_serves_a_replica_runs_no_rpc_server_and_gets_no_prefill() -> None:
+    steps = read("replicas-of-2")["expected"]["steps"]
+    assert [s["node"] for s in steps if s["action"] == "prefill"] == ["spark2", "spark4"]
+    starts = [(s["node"], Path(s["argv"][0]).name) for s in steps if s["action"] == "start"]
+    assert ("spark3", "llama-server") in starts and ("spark3", "ggml-rpc-server") not in starts
+    (engine,) = [s for s in steps if s["action"] == "engine" and s["node"] == "spark3"]
+    assert engine["args"]["server"] is True, "its engine copy includes llama-server"
