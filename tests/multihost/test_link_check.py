@@ -167,35 +167,27 @@ def test_builtin_transfer_at_1_gbit(hosts: Hosts, link: tuple[Box, LinkTarget]) 
     assert rows["link-mtu"]["status"] == "pass", rows["link-mtu"]
 
 
-def test_iperf3_transfer_at_10_gbit(hosts: Hosts, link: tuple[Box, LinkTarget]) -> None:
-    """At 10 Gbit/s with iperf3 and jumbo frames on both ends (as such links are set up; a 9000-byte
-    MTU also cuts this 2-core machine's per-packet work). The upper bound always holds; the lower
-    one is asserted only when the unshaped veth carried 12.5 Gb/s here just before (and, after a
-    low reading, just after): on a busy 2-core machine it may not (then the test is skipped,
-    naming the figure)."""
-    if shutil.which("iperf3") is None:
-        pytest.skip("iperf3 is not installed (scripts/setup.sh installs it)")
+def test_iperf3_transfer_within_20_percent_at_2_gbit_and_capped_at_10(
+    hosts: Hosts, link: tuple[Box, LinkTarget]
+) -> None:
+    """iperf3 with jumbo frames on both ends (as such links are set up). Shaped to 2.5 Gbit/s, the
+    reading is within 20%: this 2-core machine's veth carries 4-9 Gb/s even at load 8-12, so the
+    figure is the shaping's, not the machine's. Shaped to 10 Gbit/s, the reading never exceeds it
+    by more than 20% (whether it reaches 10 depends on the CPUs: benchmarks/bench_link_check.py
+    reports it)."""
+    assert shutil.which("iperf3"), "iperf3 is not installed (scripts/setup.sh installs it)"
     box, _ = link
     _sh("ip", "link", "set", "dev", head_dev(box), "mtu", "9000")
     _sh("ip", "-n", box.netns, "link", "set", "dev", box_dev(box), "mtu", "9000")
-    shape(head_dev(box), None)
-    before, _ = measured(hosts, link, "iperf3")
-    shape(head_dev(box), 10.0)
+    shape(head_dev(box), 2.5)
     transfer, rows = measured(hosts, link, "iperf3")
     assert transfer.tool == "iperf3" and transfer.min_rtt_ms is not None
-    assert transfer.gbps <= 12.0, transfer  # the shaping holds whatever the load
+    assert 2.0 <= transfer.gbps <= 3.0, transfer
     assert rows["link-mtu"]["status"] == "pass", rows["link-mtu"]
-    capacity = before.gbps
-    if transfer.gbps < 8.0 and capacity >= 12.5:
-        shape(head_dev(box), None)
-        capacity = min(capacity, measured(hosts, link, "iperf3")[0].gbps)
-    if capacity < 12.5:
-        pytest.skip(
-            f"this machine's veth carried only {capacity:.1f} Gb/s unshaped (CPU-bound under load), under "
-            f"the 12.5 Gb/s a 10 Gbit/s check within 20% needs; measured {transfer.gbps:.2f} Gb/s shaped"
-        )
-    assert transfer.gbps >= 8.0, (transfer, capacity)
-    assert rows["link-rate"]["status"] == "pass", rows["link-rate"]
+    shape(head_dev(box), 10.0)
+    transfer, rows = measured(hosts, link, "iperf3")
+    assert transfer.tool == "iperf3" and transfer.gbps <= 12.0, transfer
+    shape(head_dev(box), None)
 
 
 def test_mtu_mismatch_warns_and_matching_mtus_pass(hosts: Hosts, link: tuple[Box, LinkTarget]) -> None:
@@ -275,8 +267,7 @@ def test_busy_rpc_port_falls_back_from_iperf3_to_the_builtin_receiver(
 ) -> None:
     """iperf3's server cannot listen on a port that is taken (a running worker's): the built-in
     receiver takes a free port on the same address instead."""
-    if shutil.which("iperf3") is None:
-        pytest.skip("iperf3 is not installed (scripts/setup.sh installs it)")
+    assert shutil.which("iperf3"), "iperf3 is not installed (scripts/setup.sh installs it)"
     box, target = link
     shape(head_dev(box), None)
     holder = subprocess.Popen(
