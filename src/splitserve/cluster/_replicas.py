@@ -109,7 +109,10 @@ def _unsized(spec: ClusterSpec, asked: str, size: int | None, why: str) -> Topol
     if asked == "replicas":
         k = size or 1
         if k > n:
-            raise UsageError(f"replica_nodes = {k}, but the spec has {n} nodes ({', '.join(names)}); give 1 to {n}")
+            raise UsageError(
+                f"{spec.source_file or 'the spec'}: topology: replicas of {k} nodes, but the spec has {n} "
+                f"({', '.join(names)}: the head's machine and each worker's host); give 1 to {n}"
+            )
         groups = [tuple(names[i * k : (i + 1) * k]) for i in range(n // k)]
         return Topology(asked, "replicas", k, groups, names[len(groups) * k :], f"asked for in the spec ({why})", [])
     reason = 'asked for in the spec (topology = "split")' if asked == "split" else f"{why}: auto keeps one split"

@@ -217,6 +217,9 @@ def check_startable(spec: ClusterSpec) -> None:
     check_files(spec)
     _check_gateway_auth(spec)
     check_serving(spec)
+    from ._replicas import spec_topology
+
+    spec_topology(spec)  # a topology the nodes cannot hold (replicas of more nodes than there are)
 
 
 SUPERVISOR_STOP_TIMEOUT = 120.0

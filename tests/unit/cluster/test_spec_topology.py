@@ -63,3 +63,20 @@ def test_replicas_are_llama_cpp_only_for_now(tmp_path: Path) -> None:
     path.write_text('backend = "vllm"\ntopology = "replicas"\n[vllm]\nmodel = "m"\n')
     with pytest.raises(SpecError, match=r"llama\.cpp only"):
         load_spec(path)
+
+
+def test_replicas_of_more_nodes_than_there_are_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from splitserve._errors import UsageError
+    from splitserve.cluster import check_startable
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'model = "m.gguf"\ntopology = "replicas:3"\n[[workers]]\nname = "w1"\nhost = "box2"\nbind = "10.9.0.2"\n'
+    )
+    with pytest.raises(UsageError) as exc:
+        check_startable(load_spec(path))
+    assert str(exc.value) == (
+        f"{path}: topology: replicas of 3 nodes, but the spec has 2 (head, w1: the head's machine and each "
+        "worker's host); give 1 to 2"
+    )
