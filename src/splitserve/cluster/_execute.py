@@ -461,7 +461,9 @@ def restart_gateway(spec: ClusterSpec, state: ClusterState, edges: Edges = REAL_
     old = state.gateway
     if old is None:
         raise ClusterError(f"cluster {spec.name} runs no gateway")
-    plan = gateway_restart_plan(spec, state.engine_url, Path(old.log), old.port, state.endpoint)
+    # the engines it fronted, as it was started (every replica's URL with replicas)
+    engines = old.argv[old.argv.index("--engine") + 1] if "--engine" in old.argv[:-1] else state.engine_url
+    plan = gateway_restart_plan(spec, engines, Path(old.log), old.port, state.endpoint)
     ex = Executor(spec, plan, state, edges)
     try:
         ex.run()

@@ -247,3 +247,17 @@ def test_plan_prints_the_topology_auto_chose_and_why(tmp_path: Path, shared: tup
     assert text.exit_code == 0, text.output
     assert "topology: 2 replicas of 1 (head, w1)" in text.stdout
     assert "  why: the model with ctx" in text.stdout and "split over all: " in text.stdout
+
+
+def test_a_dead_gateway_comes_back_routing_to_every_replica(tmp_path: Path, shared: tuple[Path, Path]) -> None:
+    spec = spec_of(tmp_path, shared, "replicas", 2)
+    net = network()
+    sup = Supervisor(spec, preflight=False, edges=net.edges(FakeEngine()))
+    net.after(5, lambda: net.kill(port=8000))  # the gateway (the default port)
+    net.after(10, sup.stop)
+    sup.run()
+    gateways = [p.argv for p in net.spawned if binary(p.argv) == "gateway"]
+    assert len(gateways) == 2 and gateways[1] == gateways[0]
+    assert flag(gateways[1], "--engine") == (
+        f"head=http://127.0.0.1:8080,w1=http://10.9.0.2:{PORT},w2=http://10.9.0.3:{PORT}"
+    )
