@@ -26,7 +26,6 @@ from ..fetch import (
     FetchFailed,
     FetchOptions,
     FetchPlan,
-    FetchResult,
     fetch,
     plan_fetch,
     verify_dir,
@@ -116,20 +115,6 @@ def _print_plan(plan: FetchPlan) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _result_json(result: FetchResult) -> dict[str, object]:
-    return {
-        "repo_id": result.plan.repo_id,
-        "commit": result.plan.commit,
-        "dir": str(result.plan.root),
-        "seconds": round(result.seconds, 3),
-        "fetched_bytes": result.fetched_bytes,
-        "transfer_seconds": round(result.transfer_seconds, 3),
-        "moved_bytes": result.moved_bytes,
-        "files": [o.__dict__ for o in result.outcomes],
-        "models": [str(p) for p in result.models],
-    }
-
-
 def _verify(directory: Path, as_json: bool) -> None:
     err = make_console(stderr=True)
     with Progress(
@@ -143,17 +128,7 @@ def _verify(directory: Path, as_json: bool) -> None:
         task = bar.add_task("verifying", total=None)
         report = verify_dir(directory, lambda path, n: bar.advance(task, n))
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "dir": str(directory),
-                    "ok": report.ok,
-                    "problems": report.problems,
-                    "files": [i.__dict__ for i in report.items],
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(report.as_dict(), indent=2))
     else:
         table = Table("file", "size", "status", "detail")
         for i in report.items:
@@ -249,22 +224,7 @@ def fetch_cmd(
             _print_plan(plan)
         if dry_run:
             if as_json:
-                print(
-                    json.dumps(
-                        {
-                            "repo_id": plan.repo_id,
-                            "commit": plan.commit,
-                            "dir": str(plan.root),
-                            "total": plan.total,
-                            "todo": plan.todo,
-                            "files": [
-                                {"path": f.remote.path, "size": f.remote.size, "action": f.action, "have": f.have}
-                                for f in plan.files
-                            ],
-                        },
-                        indent=2,
-                    )
-                )
+                print(json.dumps(plan.as_dict(), indent=2))
             else:
                 table = Table("file", "size", "action")
                 for f in plan.files:
@@ -290,10 +250,10 @@ def fetch_cmd(
         raise typer.Exit(130) from None
     except FetchFailed as exc:
         if as_json:
-            print(json.dumps(_result_json(exc.result), indent=2))
+            print(json.dumps(exc.result.as_dict(), indent=2))
         raise  # @maps_errors prints it
     if as_json:
-        print(json.dumps(_result_json(result), indent=2))
+        print(json.dumps(result.as_dict(), indent=2))
         return
     speed = result.fetched_bytes / result.seconds if result.seconds else 0.0
     console.print(

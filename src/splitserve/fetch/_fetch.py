@@ -14,8 +14,9 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .._errors import UsageError
 from ._errors import DiskSpaceError, FetchError, HubError
@@ -72,6 +73,19 @@ class FetchPlan:
     def todo(self) -> int:
         return sum(f.remote.size - f.have for f in self.files if f.action != "skip")
 
+    def as_dict(self) -> dict[str, Any]:
+        """What ``fetch --dry-run --json`` prints: each file with its action and the bytes on disk."""
+        return {
+            "repo_id": self.repo_id,
+            "commit": self.commit,
+            "dir": str(self.root),
+            "total": self.total,
+            "todo": self.todo,
+            "files": [
+                {"path": f.remote.path, "size": f.remote.size, "action": f.action, "have": f.have} for f in self.files
+            ],
+        }
+
 
 @dataclass
 class FileOutcome:
@@ -94,6 +108,20 @@ class FetchResult:
     def models(self) -> list[Path]:
         """The file to pass to ``llama-server -m`` for each shard set fetched."""
         return [self.plan.root / s.first for s in self.plan.sets if not s.is_mmproj]
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``fetch --json`` prints (also when the fetch failed): the figures and each file's outcome."""
+        return {
+            "repo_id": self.plan.repo_id,
+            "commit": self.plan.commit,
+            "dir": str(self.plan.root),
+            "seconds": round(self.seconds, 3),
+            "fetched_bytes": self.fetched_bytes,
+            "transfer_seconds": round(self.transfer_seconds, 3),
+            "moved_bytes": self.moved_bytes,
+            "files": [asdict(o) for o in self.outcomes],
+            "models": [str(p) for p in self.models],
+        }
 
 
 def _safe_target(root: Path, path: str) -> Path:

@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,15 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems and all(i.status == "ok" for i in self.items)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``fetch --verify DIR --json`` prints."""
+        return {
+            "dir": str(self.root),
+            "ok": self.ok,
+            "problems": self.problems,
+            "files": [asdict(i) for i in self.items],
+        }
 
 
 def verify_dir(root: Path, progress: Callable[[str, int], None] | None = None) -> VerifyReport:
