@@ -157,7 +157,11 @@ def _print_ready(spec: ClusterSpec, state: Any, config: Path) -> None:
         f"{state.load_seconds or 0:.1f} s, up {state.up_seconds or 0:.1f} s)",
         markup=False,
     )
-    if state.gateway is not None:
+    replicas = state.extra.get("replicas") or []
+    if replicas:  # topology = "replicas": the gateway routes across them
+        rows = ", ".join(f"{r['name']} {r['url']}" for r in replicas)
+        console.print(f"{len(replicas)} replicas (llama-server each): {rows}", markup=False)
+    elif state.gateway is not None:
         engine_name = "llama-server" if spec.backend == "llama.cpp" else spec.backend
         console.print(f"{engine_name} itself: {state.engine_url.split('+', 1)[-1]}", markup=False)
     for node, reading in worker_transports(state).items():  # RDMA or TCP, from each worker's own lines

@@ -193,6 +193,8 @@ class Supervisor:
         self.lock = SupervisorLock(cluster_state_dir(spec), spec.name)
         self.replica_attempts: dict[str, int] = {}
         """Restarts of each replica alone (its backoff)."""
+        self.replica_since: dict[str, float] = {}
+        """When each replica restarted alone last (it resets its backoff after ``stable_seconds``)."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -359,6 +361,9 @@ class Supervisor:
         name = str(replica["name"])
         nodes = {str(replica["server"]), *(str(w) for w in replica.get("workers", []))}
         self._report(death)
+        since = self.replica_since.get(name)
+        if since is not None and self.clock.monotonic() - since >= self.spec.supervise.stable_seconds:
+            self.replica_attempts[name] = 0  # it had served long enough: the first backoff again
         attempt = self.replica_attempts.get(name, 0)
         self.record("restarting", attempt + 1, death.short, death.message)
         ssh = state.extra.get("ssh")
@@ -384,6 +389,7 @@ class Supervisor:
             self.emit("restart_failed", name, str(exc))
             return False
         self.restarts += 1
+        self.replica_since[name] = self.clock.monotonic()
         self.record("serving")
         self.emit("restarted", name, f"replica {name} serves again at {replica.get('url', '')}")
         return True

@@ -261,3 +261,18 @@ def test_a_dead_gateway_comes_back_routing_to_every_replica(tmp_path: Path, shar
     assert flag(gateways[1], "--engine") == (
         f"head=http://127.0.0.1:8080,w1=http://10.9.0.2:{PORT},w2=http://10.9.0.3:{PORT}"
     )
+
+
+def test_a_replicas_backoff_doubles_when_it_dies_again_soon_and_resets_after_stable_seconds(
+    tmp_path: Path, shared: tuple[Path, Path]
+) -> None:
+    spec = spec_of(tmp_path, shared, "replicas", 2)
+    spec.supervise.stable_seconds = 30
+    net = network()
+    sup = Supervisor(spec, preflight=False, edges=net.edges(FakeEngine()))
+    for at in (5, 10, 60):  # soon after the first restart, then after serving 30 s
+        net.after(at, lambda: net.kill("box2", "llama-server"))
+    net.after(80, sup.stop)
+    sup.run()
+    delays = [e["delay"] for e in supervisor_log(tmp_path) if e["kind"] == "restarting"]
+    assert delays == [1.0, 2.0, 1.0]
