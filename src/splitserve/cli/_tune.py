@@ -149,21 +149,21 @@ def tune_cmd(
         if len(opts.workloads) != 1:
             raise UsageError(f"--workload {workload}: tune optimizes for one workload; give one of them")
         req = TuneRequest(
-            spec,
-            opts,
-            plan,
-            opts.workloads[0],
-            m.name,
-            set_ or None,
-            budget_runs,
-            grid,
-            min_gain,
-            confirm,
-            compare_with,
-            out,
-            label,
-            ignore_eos,
-            api_key,
+            spec=spec,
+            opts=opts,
+            plan=plan,
+            workload=opts.workloads[0],
+            metric=m.name,
+            axes=set_ or None,
+            budget_runs=budget_runs,
+            grid=grid,
+            min_gain=min_gain,
+            confirm=confirm,
+            compare_with=compare_with,
+            out=out,
+            label=label,
+            ignore_eos=ignore_eos,
+            api_key=api_key,
         )
         on_event = _renderer(grid, path)
         prepared = prepare_tune(req, on_event)
