@@ -6,7 +6,7 @@ then rules) and ``_grade.grade`` (with the oracle's end state as the reference),
 runner's limits: max_turns + 1 model turns, max_tool_calls calls.
 
 Trials are independent (each its own sandbox), so a test plays its scenarios concurrently, at
-most ``PARALLEL`` at a time, in one event loop; the oracle's per-scenario test plays its
+most ``PARALLEL`` (the CPUs this process may use, 2 to 8) at a time, in one event loop; the oracle's per-scenario test plays its
 scenario together with the next few selected ones (``ORACLE_TRACES``), each graded in its own test.
 """
 
@@ -50,7 +50,7 @@ CATEGORIES = (
 
 INITIAL: dict[str, State] = {}  # scenario id -> the state its fresh workspace starts in
 REFERENCE: dict[str, State] = {}  # scenario id -> the state its oracle play leaves
-PARALLEL = max(2, os.cpu_count() or 2)  # trials at once (each a sandbox, git and pytest processes)
+PARALLEL = min(8, max(2, len(os.sched_getaffinity(0))))  # trials at once (each a sandbox, git and pytest)
 
 
 async def _initial(s: Scenario) -> State:

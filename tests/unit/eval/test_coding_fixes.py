@@ -83,7 +83,7 @@ async def first_sha(r: Repo) -> str:
         return await (await Workspace.create(env, {"kind": "repo", "files": r.files, "tests": r.tests})).head()
 
 
-PARALLEL = max(2, os.cpu_count() or 2)
+PARALLEL = min(8, max(2, len(os.sched_getaffinity(0))))  # kinds graded at once
 GRADED: dict[int, tuple[str, dict[str, bool]] | BaseException] = {}  # kind -> grade_fixes(...)
 
 
