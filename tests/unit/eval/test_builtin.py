@@ -5,9 +5,10 @@ runtime's tool answers (``_play.Responder``: the real workspace in a local inspe
 then rules) and ``_grade.grade`` (with the oracle's end state as the reference), with the
 runner's limits: max_turns + 1 model turns, max_tool_calls calls.
 
-Trials are independent (each its own sandbox), so a test plays its scenarios concurrently, at
-most ``PARALLEL`` (the CPUs this process may use, 2 to 8) at a time, in one event loop; the oracle's per-scenario test plays its
-scenario together with the next few selected ones (``ORACLE_TRACES``), each graded in its own test.
+Trials are independent (each its own sandbox), so a test plays its scenarios concurrently in
+one event loop, at most ``PARALLEL`` at a time (the CPUs this process may use, 2 to 8); the
+oracle's per-scenario test plays its scenario together with the next few selected ones
+(``ORACLE_TRACES``), each graded in its own test.
 """
 
 from __future__ import annotations
