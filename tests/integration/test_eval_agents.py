@@ -88,10 +88,25 @@ def test_each_flawed_agent_gets_its_cause(
     assert got["evidence"]
 
 
+def one_per_path(scenarios: list) -> list:
+    """The first scenario of each category with each workspace shape (none, or which of files,
+    hidden tests, tables, pages and failing-once tools it seeds): each distinct path the runner
+    takes a built-in trial through. That every one of the suite's scenarios passes by the oracle
+    and fails when nothing is done is tests/unit/eval/test_builtin.py's, scenario by scenario,
+    with the same scripted agent, workspaces and grading."""
+    chosen: dict[tuple[str, tuple[str, ...]], object] = {}
+    for s in scenarios:
+        shape = tuple(sorted(k for k, v in (s.sandbox or {}).items() if v and k != "kind"))
+        chosen.setdefault((s.category, shape), s)
+    return list(chosen.values())
+
+
 def test_builtin_suite_oracle_null_and_flaws(tmp_path: Path, builtin_suite) -> None:
-    scenarios = builtin_suite.scenarios
-    assert len(scenarios) >= 300
+    assert len(builtin_suite.scenarios) >= 300
+    scenarios = one_per_path(builtin_suite.scenarios)
+    assert len({s.category for s in scenarios}) == 11 and sum(bool(s.sandbox) for s in scenarios) >= 12
     oracle = trials(run_agent(tmp_path / "oracle", "builtin", scenarios, concurrency=8))
+    assert len(oracle) == len(scenarios)
     failed = [(t["scenario"], t["cause"], t["evidence"]) for t in oracle if t["verdict"] != "pass"]
     assert failed == []
     null = trials(run_agent(tmp_path / "null", "builtin", scenarios, "null", concurrency=8))
@@ -104,7 +119,7 @@ def test_compare_finds_the_flawed_scenarios_and_no_difference_between_equal_runs
     from splitserve.eval._report import write_compare
 
     # Three whole runs: the scenarios without a workspace, and the workspace ones of the flawed
-    # category (the oracle/null test above plays every workspace scenario; a git repo and a
+    # category (the oracle/null test above plays each workspace shape; a git repo and a
     # pytest run per trial would make this test several times slower and tell nothing more).
     scenarios = [s for s in builtin_suite.scenarios if not s.sandbox or s.category == "error_recovery"]
     flawed = {s.id: "memory" for s in scenarios if s.category in ("parallel_fanout", "error_recovery")}
