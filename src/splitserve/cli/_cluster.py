@@ -160,7 +160,8 @@ def _print_ready(spec: ClusterSpec, state: Any, config: Path) -> None:
     replicas = state.extra.get("replicas") or []
     if replicas:  # topology = "replicas": the gateway routes across them
         rows = ", ".join(f"{r['name']} {r['url']}" for r in replicas)
-        console.print(f"{len(replicas)} replicas (llama-server each): {rows}", markup=False)
+        server = "llama-server" if state.extra.get("backend") in (None, "llama.cpp") else state.extra["backend"]
+        console.print(f"{len(replicas)} replicas ({server} each): {rows}", markup=False)
     elif state.gateway is not None:
         engine_name = "llama-server" if spec.backend == "llama.cpp" else spec.backend
         console.print(f"{engine_name} itself: {state.engine_url.split('+', 1)[-1]}", markup=False)

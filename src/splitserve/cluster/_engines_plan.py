@@ -22,6 +22,13 @@ safetensors`` for vLLM where a node has no GPUDirect Storage (shared/research/ro
 nodes with RDMA ports, the Spark NCCL block: ``NCCL_IB_HCA`` with every active HCA,
 ``NCCL_IB_MERGE_NICS=1`` for two, ``NCCL_IB_GID_INDEX`` from sysfs, ``NCCL_NET_GDR_LEVEL=0`` on
 unified memory (shared/research/round3.md §3.2).
+
+Replicas (``topology = "replicas"``, K nodes each): one server per group of K consecutive nodes
+(:func:`~._spec_engines.server_groups`), each launched as above over its own group only; the
+head's group serves on the table's ``host``/``port``, another group's on its first worker's
+``bind`` and ``port`` (free: no RPC server runs there). A group's rendezvous port is the table's
+``master_port`` / ``dist_init_port`` plus the group's index. The gateway fronts them all
+(``--engine head=vllm+http://...,w1=vllm+http://...``).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from ._spec_engines import (
     engine_table,
     gpus_per_rank_node,
     node_names,
+    server_groups,
     spec_gpus,
 )
 
@@ -152,6 +160,29 @@ class EnginePlan:
     """One line per fix written (and per fix that could not be), for ``--dry-run``."""
     probe_out: Path | None = None
     """Where the Ray probe writes its report (``ray_probe = true``)."""
+    replicas: list[EngineReplica] = field(default_factory=list)
+    """With ``topology = "replicas"``: each server and its nodes (the first is :attr:`endpoint`);
+    empty for one server over every node."""
+
+
+@dataclass
+class EngineReplica:
+    """One vLLM / SGLang server of a replicas topology: named after the node that serves its HTTP."""
+
+    name: str
+    nodes: list[str]
+    url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its row in the state's ``extra.replicas`` (what `status` and `down` read): the serving
+        node as ``server``, the group's other ranks as ``workers``."""
+        return {
+            "name": self.name,
+            "boxes": list(self.nodes),
+            "server": self.name,
+            "workers": self.nodes[1:],
+            "url": self.url,
+        }
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -162,7 +193,31 @@ def engine_plan(spec: ClusterSpec, facts: EngineFacts) -> EnginePlan:
     table = engine_table(spec)
     if table is None:
         raise ClusterError(f"{spec.source_file or '<spec>'}: backend = {spec.backend!r} has no engine plan here")
-    build = _Builder(spec, table, facts)
+    groups = server_groups(spec)
+    if len(groups) == 1 and spec.topology_asked[0] != "replicas":
+        return _build(_Builder(spec, table, facts), table)
+    plan = EnginePlan(processes=[], endpoint="")
+    for i, group in enumerate(groups):
+        if group[0] == "head":
+            host, port = table.host, table.port
+        else:
+            lead = next(w for w in spec.workers if w.name == group[0])
+            host, port = lead.bind, lead.port
+        one = _build(_Builder(spec, table, facts, group, host, port, i), table)
+        plan.processes += one.processes
+        plan.notes += [n for n in one.notes if n not in plan.notes]
+        plan.replicas.append(EngineReplica(group[0], list(group), one.endpoint))
+    plan.endpoint = plan.replicas[0].url
+    k = len(groups[0])
+    plan.notes.insert(
+        0,
+        f'topology = "replicas": {len(groups)} {spec.backend} servers of {k} node(s) each '
+        f"({'; '.join(', '.join(g) for g in groups)}), the gateway routes between them",
+    )
+    return plan
+
+
+def _build(build: _Builder, table: VllmSpec | SglangSpec) -> EnginePlan:
     if isinstance(table, VllmSpec):
         build.vllm(table)
     else:
@@ -214,14 +269,29 @@ _LOG_NAMES = {
 
 
 class _Builder:
-    def __init__(self, spec: ClusterSpec, table: VllmSpec | SglangSpec, facts: EngineFacts) -> None:
+    """The processes of one server over ``names`` (default: every node), its HTTP on ``host``:``port``
+    (default: the table's); ``index``: the group's, added to the rendezvous port."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        table: VllmSpec | SglangSpec,
+        facts: EngineFacts,
+        names: list[str] | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        index: int = 0,
+    ) -> None:
         self.spec = spec
         self.table = table
-        self.names = node_names(spec)
+        self.names = names or node_names(spec)
         self.nodes = [facts.node(n) for n in self.names]
         self.head = self.nodes[0]
         self.root = cluster_state_dir(spec)
-        self.plan = EnginePlan(processes=[], endpoint=base_url(table.host, table.port))
+        self.host = host or table.host
+        self.port = port or table.port
+        self.index = index
+        self.plan = EnginePlan(processes=[], endpoint=base_url(self.host, self.port))
         self.multi = len(self.nodes) > 1
         self._noted: set[str] = set()
 
@@ -368,7 +438,7 @@ class _Builder:
             argv = [str(node.bin_dir / "vllm"), "serve", t.model]
             headless = not ray and rank > 0
             if not headless:
-                argv += ["--host", t.host, "--port", str(t.port)]
+                argv += ["--host", self.host, "--port", str(self.port)]
             argv += [
                 "--tensor-parallel-size",
                 str(t.tensor_parallel_size),
@@ -388,7 +458,7 @@ class _Builder:
                     "--master-addr",
                     self.head.address,
                     "--master-port",
-                    str(t.master_port),
+                    str(t.master_port + self.index),
                 ]
                 if headless:
                     argv.append("--headless")
@@ -404,7 +474,7 @@ class _Builder:
             if headless:
                 self.add(node, "vllm_headless", argv, env, node.address, 0)
             else:
-                self.add(node, "vllm", argv, env, t.host, t.port)
+                self.add(node, "vllm", argv, env, self.host, self.port)
 
     def vllm_model_args(self, t: VllmSpec) -> list[str]:
         argv = _model_args(t, "--max-model-len", "--gpu-memory-utilization")
@@ -497,7 +567,7 @@ class _Builder:
         for rank, node in enumerate(self.nodes):
             argv = [node.python, "-m", "sglang.launch_server", "--model-path", t.model]
             if rank == 0:
-                argv += ["--host", t.host, "--port", str(t.port)]
+                argv += ["--host", self.host, "--port", str(self.port)]
             argv += ["--tp-size", str(t.tensor_parallel_size)]
             if t.pipeline_parallel_size > 1:
                 argv += ["--pp-size", str(t.pipeline_parallel_size)]
@@ -510,7 +580,7 @@ class _Builder:
                     "--node-rank",
                     str(rank),
                     "--dist-init-addr",
-                    _host_port(self.head.address, t.dist_init_port),
+                    _host_port(self.head.address, t.dist_init_port + self.index),
                 ]
             argv += _model_args(t, "--context-length", "--mem-fraction-static")
             if t.load_format:
@@ -522,7 +592,7 @@ class _Builder:
             argv += list(t.extra_args)
             env = self.node_env(node, ray=False)
             if rank == 0:
-                self.add(node, "sglang", argv, env, t.host, t.port)
+                self.add(node, "sglang", argv, env, self.host, self.port)
             else:
                 self.add(node, "sglang", argv, env, node.address, 0)
 
@@ -757,7 +827,8 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
             else:
                 rows.append(CheckRow("nic", n.name, "pass", detail))
     # gpus
-    per_node = gpus_per_rank_node(table, len(nodes))
+    group = len(server_groups(spec)[0])
+    per_node = gpus_per_rank_node(table, group)
     world = table.world_size
     given = spec_gpus(spec)
     counts = {n.name: given[n.name] if given[n.name] is not None else n.gpus for n in nodes}
@@ -773,7 +844,7 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
                     "gpus",
                     n.name,
                     "fail",
-                    f"{have} GPU(s); tensor x pipeline x data parallel = {world} over {len(nodes)} node(s) "
+                    f"{have} GPU(s); tensor x pipeline x data parallel = {world} over {group} node(s) "
                     f"needs {per_node} per node",
                     "lower the parallel sizes or add GPUs",
                 )

@@ -142,23 +142,27 @@ class EngineRun(ProcessRunner):
                 )
             self.clock.sleep(0.2)
 
-    def wait_engine(self, table: VllmSpec | SglangSpec, timeout: float) -> str:
-        """The first token of one streamed completion through the engine."""
+    def wait_engine(
+        self, table: VllmSpec | SglangSpec, timeout: float, url: str | None = None, node: str = "head"
+    ) -> str:
+        """The first token of one streamed completion through the engine at ``url`` (default: the
+        plan's endpoint), served by ``node``."""
         model = table.served_model_name or table.model
+        url = url or self.plan.endpoint
+        log = next((p.log for p in self.plan.processes if p.node == node and p.port), self.plan.processes[-1].log)
         deadline = self.clock.monotonic() + timeout
         while True:
             self.check_alive("during load")
             try:
-                text = self.first_token(self.plan.endpoint, model, table.api_key)
+                text = self.first_token(url, model, table.api_key)
             except ClusterError as exc:
-                raise NodeError("head", f"the first streamed completion failed: {exc}") from None
+                raise NodeError(node, f"the first streamed completion failed: {exc}") from None
             if text is not None:
                 return text
             if self.clock.monotonic() > deadline:
                 raise NodeError(
-                    "head",
-                    f"{self.spec.backend} did not stream a token within {timeout:.0f} s "
-                    f"(log: {self.plan.processes[-1].log})",
+                    node,
+                    f"{self.spec.backend} did not stream a token within {timeout:.0f} s (log: {log})",
                 )
             self.clock.sleep(READY_POLL)
 
@@ -167,6 +171,9 @@ def _gateway(spec: ClusterSpec, plan: EnginePlan) -> ProcessPlan | None:
     if not spec.gateway.enabled or not plan.endpoint:
         return None
     log = cluster_state_dir(spec) / "logs" / "gateway.log"
+    if plan.replicas:  # every server, named after its node: the gateway routes between them
+        urls = ",".join(f"{r.name}={engine_kind_url(spec.backend, r.url)}" for r in plan.replicas)
+        return gateway_plan(spec, urls, log)
     return gateway_plan(spec, engine_kind_url(spec.backend, plan.endpoint), log)  # the table's key goes along
 
 
@@ -182,6 +189,9 @@ def dry_run_lines(spec: ClusterSpec, facts: EngineFacts) -> list[str]:
         lines.append(p.shell())
     if plan.probe_out is not None:
         lines.append(f"# ready when {plan.probe_out} says every node ({len(facts.nodes)}) joined")
+    elif plan.replicas:
+        for r in plan.replicas:
+            lines.append(f"# replica {r.name} ({', '.join(r.nodes)}) ready when {r.url}/v1/completions streams a token")
     elif plan.endpoint:
         lines.append(f"# ready when {plan.endpoint}/v1/completions streams a token (not /health)")
     gw = _gateway(spec, plan)
@@ -252,6 +262,8 @@ def engine_up(
     state.extra["backend"] = spec.backend
     state.extra["notes"] = list(plan.notes)
     state.extra["head_python"] = head.python
+    if plan.replicas:  # `status` shows each one; no "leader": the supervisor restarts everything
+        state.extra["replicas"] = [r.to_dict() for r in plan.replicas]
     if isinstance(table, VllmSpec):
         state.extra["launcher"] = table.launcher
         if table.launcher == "ray":
@@ -274,6 +286,14 @@ def engine_up(
             report = run.wait_probe(len(facts.nodes), spec.load_timeout)
             state.extra["probe"] = report
             emit(Event("ray_joined", "cluster", f"{report['alive_nodes']} Ray nodes joined; report: {plan.probe_out}"))
+        elif plan.replicas:  # they all load at once; then each one streams a token
+            for r in plan.replicas:
+                text = run.wait_engine(table, spec.load_timeout, r.url, r.name)
+                emit(
+                    Event(
+                        "first_token", r.name, f"replica {r.name} ({spec.backend}) streamed its first token ({text!r})"
+                    )
+                )
         else:
             text = run.wait_engine(table, spec.load_timeout)
             emit(Event("first_token", "head", f"{spec.backend} streamed its first token ({text!r})"))

@@ -350,7 +350,9 @@ class ClusterSpec(_Strict):
     """``auto`` (the planner chooses), ``split`` (one llama-server over every node) or ``replicas``
     (one llama-server per group of ``replica_nodes`` nodes behind the gateway); ``replicas:K`` is
     short for ``replicas`` with ``replica_nodes = K``. The nodes are the head's machine and each
-    worker's host, in that order."""
+    worker's host, in that order. With ``backend = "vllm"`` / ``"sglang"``: ``replicas`` runs one
+    engine server per group of K nodes (the head, then each worker, in order; K must divide their
+    number), and ``auto`` is one server over every node."""
     replica_nodes: Annotated[int, Field(ge=1)] | None = None
     """Nodes per replica (``topology = "replicas"`` or ``auto``); unset: the smallest that fits."""
 
@@ -402,8 +404,6 @@ class ClusterSpec(_Strict):
             raise ValueError(
                 f"topology = {self.topology!r} and replica_nodes = {self.replica_nodes} disagree: give one of them"
             )
-        if kind == "replicas" and self.backend != "llama.cpp":
-            raise ValueError(f'topology = "replicas": llama.cpp only for now (backend = "{self.backend}")')
         if self.replica_nodes is not None and kind == "split":
             raise ValueError('replica_nodes: only with topology = "replicas" or "auto"')
         if self.backend == "llama.cpp" and not self.workers:

@@ -310,6 +310,29 @@ def node_names(spec: SpecLike) -> list[str]:
     return ["head", *(w.name for w in spec.workers)]
 
 
+def replica_size(spec: SpecLike) -> int | None:
+    """Nodes per server with ``topology = "replicas"`` (``replicas:K`` or ``replica_nodes``, else
+    1); None for one server over every node (``split``, and ``auto``, which vLLM / SGLang take as
+    a split)."""
+    kind, _, size = str(getattr(spec, "topology", "split")).partition(":")
+    if kind != "replicas":
+        return None
+    if size:
+        return int(size)
+    given = getattr(spec, "replica_nodes", None)
+    return int(given) if given else 1
+
+
+def server_groups(spec: SpecLike) -> list[list[str]]:
+    """The nodes of each vLLM / SGLang server in rank order: every node in one group, or with
+    replicas consecutive groups of :func:`replica_size` nodes (the head's group first)."""
+    nodes = node_names(spec)
+    k = replica_size(spec)
+    if k is None:
+        return [nodes]
+    return [nodes[i : i + k] for i in range(0, len(nodes) - k + 1, k)]
+
+
 def spec_gpus(spec: SpecLike) -> dict[str, int | None]:
     """GPUs per node as the spec gives them (``devices``), None where it does not."""
     out: dict[str, int | None] = {"head": len(spec.head.devices) or None}
@@ -342,6 +365,10 @@ def check_engine_tables(spec: SpecLike) -> None:
         raise ValueError(f'server: llama-server\'s options; with backend = "{backend}" use the [{backend}] table')
     nodes = node_names(spec)
     count = len(nodes)
+    k = replica_size(spec)
+    if k is not None:
+        _check_replicas(spec, table, k)
+        count = k  # each server runs over its own group of k nodes
     for key in ("nic", "python"):
         value = getattr(table, key)
         if isinstance(value, dict):
@@ -393,6 +420,28 @@ def check_engine_tables(spec: SpecLike) -> None:
             f"{backend}.host = {table.host!r} is beyond loopback and the engine has no key: set "
             f'{backend}.api_key, or {backend}.host = "127.0.0.1" (the gateway reaches it on loopback)'
         )
+
+
+def _check_replicas(spec: SpecLike, table: VllmSpec | SglangSpec, k: int) -> None:
+    backend = spec.backend
+    nodes = node_names(spec)
+    if k > len(nodes) or len(nodes) % k:
+        raise ValueError(
+            f"topology: replicas of {k} node(s), but the spec has {len(nodes)} ({', '.join(nodes)}: the head and "
+            f"each worker); with backend = {backend!r} give a group size that divides {len(nodes)}"
+        )
+    if isinstance(table, VllmSpec) and table.launcher == "ray":
+        raise ValueError(
+            'topology = "replicas": each vLLM replica is its own server; use vllm.launcher = "native" '
+            "(the Ray launcher builds one cluster of every node)"
+        )
+    if table.api_key is None:
+        for w in spec.workers:
+            if any(g[0] == w.name for g in server_groups(spec)) and not _loopback(w.bind):
+                raise ValueError(
+                    f'topology = "replicas": replica {w.name}\'s server binds workers[{w.name}].bind = {w.bind!r}, '
+                    f"beyond loopback, and the engine has no key: set {backend}.api_key"
+                )
 
 
 def _loopback(address: str) -> bool:

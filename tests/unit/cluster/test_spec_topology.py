@@ -58,11 +58,10 @@ def test_bad_topology_is_one_line_naming_file_and_key(tmp_path: Path, body: str,
     assert expected in msg
 
 
-def test_replicas_are_llama_cpp_only_for_now(tmp_path: Path) -> None:
+def test_replicas_of_one_node_with_vllm_load(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('backend = "vllm"\ntopology = "replicas"\n[vllm]\nmodel = "m"\n')
-    with pytest.raises(SpecError, match=r"llama\.cpp only"):
-        load_spec(path)
+    assert load_spec(path).topology_asked == ("replicas", None)
 
 
 def test_replicas_of_more_nodes_than_there_are_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -1,0 +1,200 @@
+"""``topology = "replicas"`` with vLLM / SGLang on fakes: one engine server per node (or per
+group of K nodes), the gateway fronting them all by name, the dry run printing exactly what
+`up` starts, `status` rows per replica, `down` stopping every one, and the spec's refusals."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from splitserve import SpecError
+from splitserve.cluster import (
+    FakeNetwork,
+    Program,
+    down,
+    engine_dry_run_lines,
+    engine_up,
+    gather_engine_facts,
+    parse_spec,
+    read_state,
+)
+from splitserve.cluster._engines_facts import FACT_MARK
+from splitserve.cluster._engines_plan import engine_plan
+from splitserve.cluster._replicas import replica_status
+from splitserve.cluster._supervise import replica_of
+
+HEAD_IP, W1_IP, W2_IP, W3_IP = "10.20.20.1", "10.20.20.2", "10.20.20.3", "10.20.20.4"
+HOSTS = {"w1": ("box2", W1_IP), "w2": ("box3", W2_IP), "w3": ("box4", W3_IP)}
+
+
+def facts_output(address: str, engine: str) -> bytes:
+    nic = json.dumps(
+        [
+            {
+                "ifname": "lo",
+                "mtu": 65536,
+                "operstate": "UNKNOWN",
+                "addr_info": [{"local": "127.0.0.1", "prefixlen": 8}],
+            },
+            {"ifname": "enp1s0", "mtu": 9000, "operstate": "UP", "addr_info": [{"local": address, "prefixlen": 24}]},
+        ]
+    )
+    sections = [("nic", 0, nic), ("engine", 0, engine), ("ray", 127, ""), ("gpus", 0, ""), ("gds", 1, "")]
+    gpus = "\n".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i})" for i in range(2))
+    text = "".join(f"{FACT_MARK}{k}\n{gpus if k == 'gpus' else out}\n@@splitserve-rc {rc}\n" for k, rc, out in sections)
+    return text.encode()
+
+
+def spec_of(tmp_path: Path, backend: str, workers: int = 1, topology: str = "replicas", **table: Any) -> Any:
+    return parse_spec(
+        {
+            "name": "reps",
+            "backend": backend,
+            "topology": topology,
+            "state_dir": str(tmp_path / "st"),
+            "head": {"devices": ["CUDA0", "CUDA1"]},
+            "workers": [
+                {"name": n, "host": h, "bind": ip, "port": 8090, "devices": ["CUDA0", "CUDA1"]}
+                for n, (h, ip) in list(HOSTS.items())[:workers]
+            ],
+            "gateway": {"port": 8100},
+            backend: {
+                "model": "Qwen/Qwen3-0.6B",
+                "tensor_parallel_size": 2,
+                "python": "/venv/bin/python",
+                "api_key": "engine-key",
+                **table,
+            },
+        }
+    )
+
+
+def network(backend: str, workers: int = 1) -> FakeNetwork:
+    net = FakeNetwork()
+    for host, ip in [("local", HEAD_IP), *list(HOSTS.values())[:workers]]:
+        out = facts_output(ip, "0.11.0")
+        net.node(host).answers.append((FACT_MARK, subprocess.CompletedProcess(["sh"], 0, out, b"")))
+    net.program("vllm" if backend == "vllm" else "python", Program(listen_after=5.0))
+    return net
+
+
+def token_when_listening(net: FakeNetwork, asked: list[str]) -> Any:
+    def token(url: str, model: str, key: str | None) -> str | None:
+        asked.append(url)
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return "Hi" if key == "engine-key" and net.listener(host, int(port)) is not None else None
+
+    return token
+
+
+def printed_argv(line: str) -> list[str]:
+    """A dry-run command line's argv: its words after the leading ``VAR=value`` ones."""
+    words = shlex.split(line)
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        words.pop(0)
+    return words
+
+
+def masked(argv: list[str]) -> list[str]:
+    return ["***" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_replicas_of_one_node_start_a_server_per_node_and_the_gateway_fronts_both(tmp_path: Path, backend: str) -> None:
+    spec = spec_of(tmp_path, backend)
+    net = network(backend)
+    asked: list[str] = []
+    state = engine_up(spec, edges=net.edges(), first_token=token_when_listening(net, asked))
+    assert state.phase == "ready"
+    head, w1, gw = net.spawned
+    assert (head.node, w1.node, gw.node) == ("local", "box2", "local")
+    for proc, host, port in ((head, "127.0.0.1", "8080"), (w1, W1_IP, "8090")):
+        argv = proc.argv
+        assert argv[argv.index("--host") + 1] == host and argv[argv.index("--port") + 1] == port
+        assert "--nnodes" not in argv and "--headless" not in argv and "--dist-init-addr" not in argv
+        assert argv[argv.index("--tensor-parallel-size" if backend == "vllm" else "--tp-size") + 1] == "2"
+    # each replica was asked for a token on its own server, the head's first
+    assert asked.index("http://127.0.0.1:8080") < asked.index(f"http://{W1_IP}:8090")
+    engines = gw.argv[gw.argv.index("--engine") + 1]
+    assert engines == f"head={backend}+http://127.0.0.1:8080,w1={backend}+http://{W1_IP}:8090"
+    assert state.endpoint == "http://127.0.0.1:8100"
+    rows = read_state(tmp_path / "st")
+    assert rows is not None
+    assert [(r["name"], r["server"], r["workers"], r["url"]) for r in rows.extra["replicas"]] == [
+        ("head", "head", [], "http://127.0.0.1:8080"),
+        ("w1", "w1", [], f"http://{W1_IP}:8090"),
+    ]
+    # status: one row per replica with its nodes; one that died is down
+    procs = [{"node": p.node, "alive": p.node != "w1"} for p in state.processes]
+    status = replica_status(rows, procs, probe=False)
+    assert [(r["name"], r["nodes"], r["health"]) for r in status] == [
+        ("head", ["head"], "unknown"),
+        ("w1", ["w1"], "down"),
+    ]
+    # no replica is restarted alone (that path is llama.cpp's): the supervisor restarts everything
+    assert replica_of(rows, {"w1"}) is None
+    assert down(spec, edges=net.edges()) == ["gateway", "head", "w1"]
+    assert net.running() == [] and read_state(tmp_path / "st") is None
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_up_starts_exactly_what_the_dry_run_printed(tmp_path: Path, backend: str) -> None:
+    spec = spec_of(tmp_path, backend)
+    net = network(backend)
+    lines = engine_dry_run_lines(spec, gather_engine_facts(spec, net.edges()))
+    assert net.spawned == []
+    text = "\n".join(lines)
+    assert f'# topology = "replicas": 2 {backend} servers of 1 node(s) each (head; w1)' in text
+    assert f"# replica w1 (w1) ready when http://{W1_IP}:8090/v1/completions streams a token" in text
+    printed = [printed_argv(line) for line in lines if not line.startswith("#")]
+    net = network(backend)
+    engine_up(spec, edges=net.edges(), first_token=token_when_listening(net, []))
+    assert printed == [masked(p.argv) for p in net.spawned]
+    assert [p.node for p in net.spawned] == ["local", "box2", "local"]
+    down(spec, edges=net.edges())
+
+
+def test_replicas_of_two_nodes_each_run_their_own_multi_node_launch(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, "vllm", workers=3, topology="replicas:2", tensor_parallel_size=4)
+    net = network("vllm", workers=3)
+    plan = engine_plan(spec, gather_engine_facts(spec, net.edges()))
+    assert [(r.name, r.nodes, r.url) for r in plan.replicas] == [
+        ("head", ["head", "w1"], "http://127.0.0.1:8080"),
+        ("w2", ["w2", "w3"], f"http://{W2_IP}:8090"),
+    ]
+    by_node = {p.node: p.argv for p in plan.processes}
+    for node, rank, master, port in (("head", 0, HEAD_IP, 29501), ("w1", 1, HEAD_IP, 29501), ("w2", 0, W2_IP, 29502)):
+        argv = by_node[node]
+        assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--master-addr") + 1] == master
+        assert argv[argv.index("--master-port") + 1] == str(port)
+    assert "--headless" in by_node["w1"] and "--headless" in by_node["w3"] and "--headless" not in by_node["w2"]
+    assert [p.role for p in plan.processes] == ["vllm", "vllm_headless", "vllm", "vllm_headless"]
+
+
+def test_auto_stays_one_server_over_every_node(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, "vllm", topology="auto")
+    plan = engine_plan(spec, gather_engine_facts(spec, network("vllm").edges()))
+    assert plan.replicas == [] and [p.role for p in plan.processes] == ["vllm", "vllm_headless"]
+
+
+@pytest.mark.parametrize(
+    ("workers", "topology", "table", "expected"),
+    [
+        (2, "replicas:2", {}, "replicas of 2 node(s), but the spec has 3"),
+        (1, "replicas:3", {}, "replicas of 3 node(s), but the spec has 2"),
+        (1, "replicas", {"launcher": "ray"}, 'use vllm.launcher = "native"'),
+        (1, "replicas", {"api_key": None}, "replica w1's server binds workers[w1].bind = '10.20.20.2'"),
+    ],
+)
+def test_a_replicas_spec_the_engine_cannot_serve_is_one_line(
+    tmp_path: Path, workers: int, topology: str, table: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(SpecError) as exc:
+        spec_of(tmp_path, "vllm", workers=workers, topology=topology, **table)
+    assert expected in str(exc.value) and "\n" not in str(exc.value)
