@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ def render(data: dict[str, Any]) -> dict[str, Any]:
     spec = parse_spec(tomllib.loads(data["spec_toml"]) if "spec_toml" in data else data["spec"])
     facts = EngineFacts.from_dict(data["facts"])
     plan = engine_plan(spec, facts)
+    replicas = {"replicas": [asdict(r) for r in plan.replicas]} if plan.replicas else {}
     return {
+        **replicas,
         "endpoint": plan.endpoint,
         "probe_out": str(plan.probe_out) if plan.probe_out else None,
         "processes": [
