@@ -198,3 +198,29 @@ def test_a_replicas_spec_the_engine_cannot_serve_is_one_line(
     with pytest.raises(SpecError) as exc:
         spec_of(tmp_path, "vllm", workers=workers, topology=topology, **table)
     assert expected in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_supervisor_restarts_every_replica_when_one_server_dies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from splitserve.cluster import Supervisor, read_supervisor_log
+
+    spec = spec_of(tmp_path, "vllm")
+    net = network("vllm")
+    monkeypatch.setitem(engine_up.__kwdefaults__, "first_token", token_when_listening(net, []))
+    sup = Supervisor(spec, edges=net.edges())
+    readies: list[list[int]] = []
+
+    def on_ready(state: Any) -> None:
+        readies.append([p.pid for p in state.processes])
+        if len(readies) == 1:  # w1's vllm serve is killed
+            net.after(2.0, lambda: net.kill("box2", "vllm", sig=9))
+        else:
+            sup.stop()
+
+    sup.run(on_ready=on_ready)
+    assert len(readies) == 2 and not set(readies[0]) & set(readies[1]), "every replica and the gateway started again"
+    died = [e for e in read_supervisor_log(spec) if e["kind"] == "died"]
+    assert died[0]["node"] == "w1"
+    assert [p.node for p in net.spawned[3:6]] == ["local", "box2", "local"]
+    assert net.running() == [] and read_state(tmp_path / "st") is None
