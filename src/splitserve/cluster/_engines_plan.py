@@ -211,8 +211,9 @@ def engine_plan(spec: ClusterSpec, facts: EngineFacts) -> EnginePlan:
     k = len(groups[0])
     plan.notes.insert(
         0,
-        f'topology = "replicas": {len(groups)} {spec.backend} servers of {k} node(s) each '
-        f"({'; '.join(', '.join(g) for g in groups)}), the gateway routes between them",
+        f'topology = "replicas": {len(groups)} {spec.backend} server(s) of {k} node(s) each '
+        f"({'; '.join(', '.join(g) for g in groups)})"
+        + (", the gateway routes between them" if len(groups) > 1 else ""),
     )
     return plan
 

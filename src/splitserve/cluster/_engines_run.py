@@ -171,7 +171,7 @@ def _gateway(spec: ClusterSpec, plan: EnginePlan) -> ProcessPlan | None:
     if not spec.gateway.enabled or not plan.endpoint:
         return None
     log = cluster_state_dir(spec) / "logs" / "gateway.log"
-    if plan.replicas:  # every server, named after its node: the gateway routes between them
+    if len(plan.replicas) > 1:  # every server, named after its node: the gateway routes between them
         urls = ",".join(f"{r.name}={engine_kind_url(spec.backend, r.url)}" for r in plan.replicas)
         return gateway_plan(spec, urls, log)
     return gateway_plan(spec, engine_kind_url(spec.backend, plan.endpoint), log)  # the table's key goes along

@@ -149,7 +149,7 @@ def test_up_starts_exactly_what_the_dry_run_printed(tmp_path: Path, backend: str
     lines = engine_dry_run_lines(spec, gather_engine_facts(spec, net.edges()))
     assert net.spawned == []
     text = "\n".join(lines)
-    assert f'# topology = "replicas": 2 {backend} servers of 1 node(s) each (head; w1)' in text
+    assert f'# topology = "replicas": 2 {backend} server(s) of 1 node(s) each (head; w1)' in text
     assert f"# replica w1 (w1) ready when http://{W1_IP}:8090/v1/completions streams a token" in text
     printed = [printed_argv(line) for line in lines if not line.startswith("#")]
     net = network(backend)
@@ -224,3 +224,11 @@ def test_supervisor_restarts_every_replica_when_one_server_dies(
     assert died[0]["node"] == "w1"
     assert [p.node for p in net.spawned[3:6]] == ["local", "box2", "local"]
     assert net.running() == [] and read_state(tmp_path / "st") is None
+
+
+def test_one_replica_gives_the_gateway_its_plain_url(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, "sglang", workers=0)
+    lines = engine_dry_run_lines(spec, gather_engine_facts(spec, network("sglang", workers=0).edges()))
+    gateway = printed_argv(lines[-1])
+    assert gateway[gateway.index("--engine") + 1] == "sglang+http://127.0.0.1:8080"
+    assert lines[0] == '# topology = "replicas": 1 sglang server(s) of 1 node(s) each (head)'
