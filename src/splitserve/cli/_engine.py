@@ -75,7 +75,13 @@ def build_cmd(
         ),
     ] = None,
     pr: Annotated[
-        list[int] | None, typer.Option("--pr", help="pull request to merge (git sources); repeatable")
+        list[str] | None,
+        typer.Option(
+            "--pr",
+            help="llama.cpp pull request N to carry (its diff from ~/.cache/splitserve/patches/pr-N.diff, "
+            "else fetched from GitHub; merged instead for git: sources) or a PATH.patch / PATH.diff; "
+            "checked with git apply --check before building; repeatable",
+        ),
     ] = None,
     jobs: Annotated[int | None, typer.Option(help="parallel compile jobs (default: all cores)")] = None,
     cmake_arg: Annotated[list[str] | None, typer.Option("--cmake-arg", help="extra cmake flag; repeatable")] = None,
@@ -99,6 +105,8 @@ def build_cmd(
     """Build llama.cpp (llama-server, ggml-rpc-server, llama-bench) with RPC into the cache.
 
     Example: splitserve engine build --backend cuda --cuda-arch 90 --jobs 16
+
+    Example: splitserve engine build --pr 23510 --pr ./my-fix.patch
     """
     options = BuildOptions(
         backend=backend,
@@ -114,6 +122,10 @@ def build_cmd(
     engine, built = build_with_progress(options)
     what = "built" if built else "already built (cache hit, nothing to do)"
     console.print(f"engine {engine.key}: {what}")
+    applied = engine.provenance.get("patches") or []
+    if applied:
+        names = ", ".join(f"PR #{p['pr']}" if p.get("pr") else str(p.get("file")) for p in applied)
+        console.print(f"  patches applied: {names}", markup=False)
     console.print(f"  binaries: {engine.bin_dir}")
 
 

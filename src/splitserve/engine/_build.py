@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from .._errors import BuildError, UsageError
 from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
+from ._patches import Patch, is_patch_file, plan_patches, prepare_patched_tree
 from ._rdma import RdmaSupport, rdma_provenance, rdma_support, recorded_rdma
 from ._smoke import SmokeReport, _free_port, machine_fingerprint, smoke_test
 from ._source import SourceTree, resolve_source
@@ -47,7 +50,9 @@ class BuildOptions:
     backend: str = "cpu"
     cuda_arch: str | None = None
     source: str | None = None
-    prs: list[int] = field(default_factory=list)
+    prs: list[int | str] = field(default_factory=list)
+    """Upstream pull requests: numbers (merged into a ``git:`` source; applied as their diff to
+    any other source) or ``.patch`` / ``.diff`` files (applied), see ``_patches``."""
     jobs: int | None = None
     cmake_args: list[str] = field(default_factory=list)
     force: bool = False
@@ -72,6 +77,10 @@ class BuildPlan:
     jobs: int
     rdma: RdmaSupport = field(default_factory=lambda: RdmaSupport(False, "not decided"))
     """The RPC RDMA transport: passed to cmake, not part of :attr:`key` (see ``_rdma``)."""
+    patches: list[Patch] = field(default_factory=list)
+    """Diffs applied on top of the source (checked already; part of :attr:`key`)."""
+    pristine: Path | None = None
+    """The unpatched tree the patched copy (``source.path``) is made from."""
 
     @property
     def build_dir(self) -> Path:
@@ -173,9 +182,18 @@ def cmake_arguments(backend: str, cuda_arch: str | None, extra: list[str], nativ
     return args + list(extra)
 
 
-def plan_build(options: BuildOptions, log: Callable[[str], None] = lambda _m: None) -> BuildPlan:
-    """Resolve the source and compute the flags, key and folder of a build."""
-    source = resolve_source(options.source, options.prs, log)
+def plan_build(
+    options: BuildOptions, log: Callable[[str], None] = lambda _m: None, client: httpx.Client | None = None
+) -> BuildPlan:
+    """Resolve the source and compute the flags, key and folder of a build. Patches
+    (``--pr``) are fetched if needed and checked against the source here, before anything
+    is built; ``client`` is the httpx client that fetches them."""
+    git = (options.source or "").startswith("git:")
+    merged = [int(p) for p in options.prs if git and not is_patch_file(p)]
+    to_apply = [p for p in options.prs if not (git and not is_patch_file(p))]
+    source = resolve_source(options.source, merged, log)
+    pristine = source.path
+    source, patches = plan_patches(source, to_apply, client, log)
     args = cmake_arguments(options.backend, options.cuda_arch, options.cmake_args, options.native)
     skip = sorted(set(options.skip_cpu_variants))
     unknown = [v for v in skip if v not in CPU_VARIANTS]
@@ -200,6 +218,8 @@ def plan_build(options: BuildOptions, log: Callable[[str], None] = lambda _m: No
         root=engines_dir() / key,
         jobs=options.jobs or os.cpu_count() or 2,
         rdma=rdma_support(cmake_args=args),
+        patches=patches,
+        pristine=pristine if patches else None,
     )
 
 
@@ -373,6 +393,11 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None, lo
     (plan.root / PROVENANCE).unlink(missing_ok=True)
     started = time.monotonic()
     with open(plan.log_path, "w") as log_fh:
+        if plan.patches and plan.pristine is not None:
+            for line in prepare_patched_tree(plan.pristine, plan.source, plan.patches, log):
+                log_fh.write(f"splitserve: {line}\n")
+        else:
+            log_fh.write("splitserve: no patches applied (the source as pinned)\n")
         log(f"RDMA transport for RPC: {plan.rdma.text()}")
         log_fh.write(f"splitserve: RDMA transport for RPC: {plan.rdma.text()}\n")
         log(f"configuring {plan.key}")
@@ -414,6 +439,7 @@ def finish_build(
         "build_seconds": round(time.monotonic() - started, 1),
         "source": plan.source.identity,
         "source_path": str(plan.source.path),
+        "patches": [p.record() for p in plan.patches],
         "version": versions.get("build") or plan.source.version,
         "server_version": versions.get("server_version"),
         "commit": versions.get("commit") or plan.source.identity.get("commit"),
