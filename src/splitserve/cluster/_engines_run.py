@@ -262,7 +262,7 @@ def engine_up(
     state.extra["backend"] = spec.backend
     state.extra["notes"] = list(plan.notes)
     state.extra["head_python"] = head.python
-    if plan.replicas:  # `status` shows each one; no "leader": the supervisor restarts everything
+    if plan.replicas:  # `status` shows each one; the supervisor restarts a dead one alone
         state.extra["replicas"] = [r.to_dict() for r in plan.replicas]
     if isinstance(table, VllmSpec):
         state.extra["launcher"] = table.launcher
@@ -317,6 +317,47 @@ def engine_up(
     return state
 
 
+def engine_restart_replica(
+    spec: ClusterSpec,
+    state: ClusterState,
+    name: str,
+    *,
+    edges: Edges = REAL_EDGES,
+    first_token: FirstToken = first_token,
+) -> ClusterState:
+    """Start replica ``name`` of a running vLLM / SGLang replicas cluster again alone (its
+    processes are gone): its server process(es) on its node(s), as `up` planned them, until it
+    streams its first token; the other replicas and the gateway are not touched. Its records
+    in the state take the place of the dead ones."""
+    table = engine_table(spec)
+    rows = [r for r in state.extra.get("replicas", []) if r.get("name") == name]
+    if table is None or not rows:
+        raise ClusterError(f"cluster {spec.name} has no {spec.backend} replica {name}")
+    plan = engine_plan(spec, gather_engine_facts(spec, edges))
+    replica = next((r for r in plan.replicas if r.name == name), None)
+    if replica is None:
+        raise ClusterError(f"cluster {spec.name}: the spec no longer plans replica {name}")
+    nodes = set(replica.nodes)
+    at = next((i for i, p in enumerate(state.processes) if p.node in nodes), len(state.processes))
+    kept = [p for p in state.processes if p.node not in nodes]
+    state.processes = list(kept)  # the others stay recorded while it starts (each start appends)
+    run = EngineRun(spec, plan, state, edges, first_token=first_token)
+    try:
+        for proc in plan.processes:
+            if proc.node in nodes:
+                run.start(proc)
+        run.wait_engine(table, spec.load_timeout, replica.url, replica.name)
+    except BaseException:
+        run.stop_all()
+        state.processes = kept
+        write_state(cluster_state_dir(spec), state)
+        raise
+    at = min(at, len(kept))  # its records where the dead ones were
+    state.processes = kept[:at] + state.processes[len(kept) :] + kept[at:]
+    write_state(cluster_state_dir(spec), state)
+    return state
+
+
 def engine_status(state: ClusterState, edges: Edges = REAL_EDGES) -> dict[str, Any]:
     """What `status` adds for a vLLM / SGLang cluster: the backend, launcher, the fixes written,
     the probe's report and (Ray) ``ray status``."""
@@ -344,6 +385,7 @@ __all__ = [
     "dry_run_lines",
     "engine_kind_url",
     "engine_preflight",
+    "engine_restart_replica",
     "engine_status",
     "engine_up",
     "first_token",

@@ -505,7 +505,12 @@ def workers_only(
 
 def restart_replica(spec: ClusterSpec, state: ClusterState, name: str, edges: Edges = REAL_EDGES) -> ClusterState:
     """Start one replica of a running cluster again alone (its processes are gone): its RPC workers,
-    then its llama-server, until it serves; the other replicas and the gateway are not touched."""
+    then its llama-server, until it serves (vLLM / SGLang: its server process(es), until it streams
+    a token); the other replicas and the gateway are not touched."""
+    if spec.backend != "llama.cpp":
+        from ._engines_run import engine_restart_replica
+
+        return engine_restart_replica(spec, state, name, edges=edges)
     from ._commands import launch_plan
     from ._launch import replica_restart_plan
     from ._replicas import Replica

@@ -7,8 +7,9 @@ again in order (workers, then the head), waiting ``backoff_initial`` seconds
 before the first restart and doubling the wait after each restart that follows
 quickly, up to ``backoff_max``; a cluster that served ``stable_seconds``
 resets it. A dead gateway alone is started again by itself (the engine keeps its
-model). Every death and restart is an :class:`Event` and a JSON line in
-``<state>/supervisor.log`` with the cause: which node, its exit status and the
+model); with replicas (llama.cpp, vLLM or SGLang), a dead replica alone is started
+again by itself while the others and the gateway keep serving. Every death and
+restart is an :class:`Event` and a JSON line in ``<state>/supervisor.log`` with the cause: which node, its exit status and the
 last lines of its log; the root cause first (by who died first: a worker that
 died of SIGPIPE after its head is named after the head, as dying because its
 head went away). The supervisor holds the state folder's lock for its life
@@ -403,10 +404,12 @@ class Supervisor:
 
 def replica_of(state: ClusterState, nodes: set[str]) -> dict[str, Any] | None:
     """The replica (its row in the state) that every one of ``nodes`` belongs to, or None (no
-    replicas, a node of none, e.g. the gateway, or nodes of several replicas)."""
+    replicas, a node of none, e.g. the gateway, or nodes of several replicas). llama.cpp's rows
+    name their ``leader``; a vLLM / SGLang replica is its server process(es) on its nodes."""
+    engines = state.extra.get("backend") in ("vllm", "sglang")
     for row in state.extra.get("replicas", []):
         own = {str(row.get("server")), *(str(w) for w in row.get("workers", []))}
-        if nodes <= own and "leader" in row:
+        if nodes <= own and ("leader" in row or engines):
             return dict(row)
     return None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -136,8 +137,9 @@ def test_replicas_of_one_node_start_a_server_per_node_and_the_gateway_fronts_bot
         ("head", ["head"], "unknown"),
         ("w1", ["w1"], "down"),
     ]
-    # no replica is restarted alone (that path is llama.cpp's): the supervisor restarts everything
-    assert replica_of(rows, {"w1"}) is None
+    # the supervisor restarts a dead replica alone; the gateway is no replica's
+    assert replica_of(rows, {"w1"}) == rows.extra["replicas"][1]
+    assert replica_of(rows, {"gateway"}) is None and replica_of(rows, {"head", "w1"}) is None
     assert down(spec, edges=net.edges()) == ["gateway", "head", "w1"]
     assert net.running() == [] and read_state(tmp_path / "st") is None
 
@@ -200,30 +202,72 @@ def test_a_replicas_spec_the_engine_cannot_serve_is_one_line(
     assert expected in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_supervisor_restarts_every_replica_when_one_server_dies(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_supervisor_restarts_only_the_replica_whose_server_died(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     from splitserve.cluster import Supervisor, read_supervisor_log
+    from splitserve.cluster._engines_run import engine_restart_replica
+    from splitserve.cluster._run import Event
 
-    spec = spec_of(tmp_path, "vllm")
-    net = network("vllm")
-    monkeypatch.setitem(engine_up.__kwdefaults__, "first_token", token_when_listening(net, []))
-    sup = Supervisor(spec, edges=net.edges())
-    readies: list[list[int]] = []
+    spec = spec_of(tmp_path, backend)
+    net = network(backend)
+    asked: list[str] = []
+    monkeypatch.setitem(engine_up.__kwdefaults__, "first_token", token_when_listening(net, asked))
+    monkeypatch.setitem(engine_restart_replica.__kwdefaults__, "first_token", token_when_listening(net, asked))
+    served: list[Any] = []
 
-    def on_ready(state: Any) -> None:
-        readies.append([p.pid for p in state.processes])
-        if len(readies) == 1:  # w1's vllm serve is killed
-            net.after(2.0, lambda: net.kill("box2", "vllm", sig=9))
-        else:
+    def on_event(event: Event) -> None:
+        if event.kind == "restarted":  # what `status` reads once w1 serves again
+            state = read_state(tmp_path / "st")
+            assert state is not None
+            procs = [{"node": p.node, "alive": net.edges().node(p.host, None).alive(p.ref)} for p in state.processes]
+            served.append((state, procs))
             sup.stop()
 
-    sup.run(on_ready=on_ready)
-    assert len(readies) == 2 and not set(readies[0]) & set(readies[1]), "every replica and the gateway started again"
-    died = [e for e in read_supervisor_log(spec) if e["kind"] == "died"]
-    assert died[0]["node"] == "w1"
-    assert [p.node for p in net.spawned[3:6]] == ["local", "box2", "local"]
+    sup = Supervisor(spec, edges=net.edges(), on_event=on_event)
+    killed: list[int] = []
+
+    def kill_w1() -> None:
+        w1 = next(p for p in net.running() if p.node == "box2")
+        killed.append(w1.pid)
+        net.kill("box2", "vllm" if backend == "vllm" else "python", sig=9)
+
+    sup.run(on_ready=lambda _state: net.after(2.0, kill_w1))
+    head, w1, gw = net.spawned[:3]
+    assert [p.node for p in net.spawned[3:]] == ["box2"], "only w1's server started again"
+    again = net.spawned[3]
+    assert again.argv == w1.argv and w1.pid == killed[0] and w1.exit_code == -9
+    assert head.exit_code == gw.exit_code == -signal.SIGTERM, "they served until the supervisor stopped"
+    ((state, procs),) = served
+    assert state.phase == "ready"
+    assert [(p.node, p.pid) for p in state.processes] == [("head", head.pid), ("w1", again.pid), ("gateway", gw.pid)]
+    assert asked[-1] == f"http://{W1_IP}:8090", "w1 streamed a token before it counted as restarted"
+    assert all(p["alive"] for p in procs)
+    assert [r["health"] for r in replica_status(state, procs, probe=False)] == ["unknown", "unknown"], "none down"
+    kinds = [(e["kind"], e["node"]) for e in read_supervisor_log(spec) if e["kind"] in ("died", "restart", "restarted")]
+    assert kinds == [("died", "w1"), ("restarted", "w1")]
+    assert sup.restarts == 1
     assert net.running() == [] and read_state(tmp_path / "st") is None
+
+
+def test_a_dead_rank_restarts_its_group_of_two_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from splitserve.cluster import Supervisor
+    from splitserve.cluster._engines_run import engine_restart_replica
+
+    spec = spec_of(tmp_path, "vllm", workers=3, topology="replicas:2", tensor_parallel_size=4)
+    net = network("vllm", workers=3)
+    monkeypatch.setitem(engine_up.__kwdefaults__, "first_token", token_when_listening(net, []))
+    monkeypatch.setitem(engine_restart_replica.__kwdefaults__, "first_token", token_when_listening(net, []))
+    sup = Supervisor(spec, edges=net.edges(), on_event=lambda e: sup.stop() if e.kind == "restarted" else None)
+    sup.run(on_ready=lambda _state: net.after(2.0, lambda: net.kill("box4", "vllm", sig=9)))
+    first = net.spawned[:5]
+    assert [p.node for p in first] == ["local", "box2", "box3", "box4", "local"]
+    again = net.spawned[5:]
+    assert [(p.node, p.argv) for p in again] == [(p.node, p.argv) for p in first[2:4]], "w2's group, w2 first"
+    assert first[2].exit_code == -signal.SIGTERM and first[3].exit_code == -9, "w2 stopped by the supervisor"
+    assert all(p.exit_code == -signal.SIGTERM for p in (first[0], first[1], first[4])), "the other group served on"
+    assert net.running() == []
 
 
 def test_one_replica_gives_the_gateway_its_plain_url(tmp_path: Path) -> None:
