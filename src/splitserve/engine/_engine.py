@@ -180,7 +180,7 @@ def list_engines() -> list[Engine]:
 
 def get_engine(name: str | None = None, backend: str | None = None) -> Engine:
     """An engine by key, key prefix or path; ``None`` picks the newest cached
-    engine (of ``backend`` when given)."""
+    engine (of ``backend`` when given) without patches, if there is one."""
     if name and ("/" in name or name.startswith((".", "~"))):
         return load_engine(Path(name))
     engines = list_engines()
@@ -196,4 +196,6 @@ def get_engine(name: str | None = None, backend: str | None = None) -> Engine:
     if not engines:
         what = f"{backend} " if backend else ""
         raise EngineError(f"no {what}engine built yet; run `splitserve engine build`")
-    return engines[0]
+    # An engine with patches applied (`engine build --pr`) is used when named, never by default.
+    plain = [e for e in engines if not e.provenance.get("patches")]
+    return (plain or engines)[0]

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import splitserve.cli._engine  # noqa: F401  (registers `engine`)
 from splitserve import BuildError, UsageError
 from splitserve.cli import app
-from splitserve.engine import BuildOptions, build_engine
+from splitserve.engine import BuildOptions, build_engine, get_engine
 from splitserve.engine import _build as build_mod
 from splitserve.engine._build import plan_build
 from splitserve.engine._patches import PR_DIFF_URL, patches_dir, resolve_patch
@@ -204,3 +204,19 @@ def test_build_applies_the_patch_to_a_copy_and_records_it(
     info = CliRunner().invoke(app, ["engine", "info", engine.key, "--json"])
     assert info.exit_code == 0, info.output
     assert json.loads(info.output)["patches"] == [{"pr": 23510, "sha256": sha}]
+
+
+def test_the_default_engine_stays_the_plain_one(
+    cache: Path, tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patch = tmp_path / "pr-23510.diff"
+    patch.write_bytes(threshold_patch(tree))
+    fake_binaries(monkeypatch, [])
+    plain, _ = build_engine(BuildOptions(source=str(tree)))
+    record = plain.root / "engine.json"  # built long before the patched one
+    record.write_text(json.dumps(json.loads(record.read_text()) | {"built_at": "2000-01-01T00:00:00+00:00"}))
+    patched, _ = build_engine(BuildOptions(source=str(tree), prs=[str(patch)]))
+    assert plain.root.is_dir() and patched.root.is_dir() and plain.key != patched.key
+    assert get_engine().key == plain.key, "a newer patched engine is used only when named"
+    assert get_engine(patched.key).key == patched.key
+    assert plain.provenance["patches"] == []
