@@ -78,6 +78,7 @@ def build_cmd(
         list[str] | None,
         typer.Option(
             "--pr",
+            metavar="N|PATH.patch",
             help="llama.cpp pull request N to carry (its diff from ~/.cache/splitserve/patches/pr-N.diff, "
             "else fetched from GitHub; merged instead for git: sources) or a PATH.patch / PATH.diff; "
             "checked with git apply --check before building; repeatable",
