@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam, ChatCompletionToolParam
 
 from helpers import bare_server, died_message, free_ports, serve_app
 from splitserve.engine import resolve_source
@@ -35,7 +36,7 @@ M3_TWO = (
     f'{NS}</invoke>\n{NS}<invoke name="get_time">\n{NS}<city>Tokyo{NS}</city>\n'
     f"{NS}</invoke>\n{NS}</tool_call>"
 )
-TOOLS = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -51,7 +52,16 @@ TOOLS = [
         "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
     },
 ]
-ASK = [{"role": "user", "content": "Weather in Paris?"}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def function_calls(calls: Sequence[object] | None) -> list[ChatCompletionMessageFunctionToolCall]:
+    """A message's tool calls, each checked to be a function call (not a custom tool call)."""
+    out = []
+    for call in calls or []:
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall), call
+        out.append(call)
+    return out
 
 
 @contextmanager
@@ -159,7 +169,7 @@ def test_response_format_json_schema_is_enforced_by_the_engine(plain: str) -> No
 def test_completions_pass_through(plain: str) -> None:
     c, m = client(plain), model_id(plain)
     r = c.completions.create(model=m, prompt="The sky is", max_tokens=3)
-    assert r.choices[0].text and r.usage.completion_tokens == 3
+    assert r.choices[0].text and r.usage and r.usage.completion_tokens == 3
     parts = list(c.completions.create(model=m, prompt="The sky is", max_tokens=3, stream=True))
     assert "".join(p.choices[0].text for p in parts if p.choices)
 
@@ -172,18 +182,22 @@ def test_forced_m3_call_non_streamed(m3: str) -> None:
     r = c.chat.completions.create(
         model=model_id(m3),
         messages=ASK,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         max_tokens=300,
         extra_body={"force_output": M3_CALL},
     )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content == "I'll check."
-    assert choice.message.model_extra["reasoning_content"] == "The user wants the weather."
+    assert (choice.message.model_extra or {})["reasoning_content"] == "The user wants the weather."
     (call,) = choice.message.tool_calls or []
-    assert call.function.name == "get_weather" and call.type == "function"
+    assert (
+        isinstance(call, ChatCompletionMessageFunctionToolCall)
+        and call.function.name == "get_weather"
+        and call.type == "function"
+    )
     assert json.loads(call.function.arguments) == {"location": "Paris", "days": 3}
-    assert r.usage.completion_tokens > 20  # the literal really went through the sampler
+    assert r.usage and r.usage.completion_tokens > 20  # the literal really went through the sampler
 
 
 def test_forced_m3_call_streamed_shape(m3: str) -> None:
@@ -191,7 +205,7 @@ def test_forced_m3_call_streamed_shape(m3: str) -> None:
     chunks = list(
         c.chat.completions.create(
             model=model_id(m3),
-            messages=ASK,  # type: ignore[arg-type]
+            messages=ASK,
             tools=TOOLS,
             max_tokens=300,
             stream=True,
@@ -201,9 +215,9 @@ def test_forced_m3_call_streamed_shape(m3: str) -> None:
     deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
     tool_deltas = [tc for d in deltas for tc in (d.tool_calls or [])]
     first = tool_deltas[0]
-    assert first.id and first.type == "function" and first.function.name == "get_weather"
-    assert all(t.id is None and t.function.name is None for t in tool_deltas[1:])
-    args = "".join(t.function.arguments or "" for t in tool_deltas)
+    assert first.id and first.type == "function" and first.function and first.function.name == "get_weather"
+    assert all(t.id is None and t.function is not None and t.function.name is None for t in tool_deltas[1:])
+    args = "".join((t.function and t.function.arguments) or "" for t in tool_deltas)
     assert json.loads(args) == {"location": "Paris", "days": 3}
     assert len(tool_deltas) >= 3  # arguments arrived in pieces, as the tokens did
     content = "".join(d.content or "" for d in deltas)
@@ -218,44 +232,48 @@ def test_parallel_calls_and_parallel_false_and_named_choice(m3: str) -> None:
     both = c.chat.completions.create(
         model=m,
         messages=ASK,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         max_tokens=300,
         extra_body={"force_output": M3_TWO},
     )
-    names = [t.function.name for t in both.choices[0].message.tool_calls or []]
+    names = [t.function.name for t in function_calls(both.choices[0].message.tool_calls)]
     assert names == ["get_weather", "get_time"]
     ids = {t.id for t in both.choices[0].message.tool_calls or []}
     assert len(ids) == 2
     one = c.chat.completions.create(
         model=m,
         messages=ASK,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         max_tokens=300,
         parallel_tool_calls=False,
         extra_body={"force_output": M3_TWO},
     )
-    assert [t.function.name for t in one.choices[0].message.tool_calls or []] == ["get_weather"]
+    assert [t.function.name for t in function_calls(one.choices[0].message.tool_calls)] == ["get_weather"]
     named = c.chat.completions.create(
         model=m,
         messages=ASK,
         tools=TOOLS,
-        max_tokens=300,  # type: ignore[arg-type]
+        max_tokens=300,
         tool_choice={"type": "function", "function": {"name": "get_time"}},
         extra_body={"force_output": M3_TWO},
     )
     (call,) = named.choices[0].message.tool_calls or []
-    assert call.function.name == "get_time" and json.loads(call.function.arguments) == {"city": "Tokyo"}
+    assert (
+        isinstance(call, ChatCompletionMessageFunctionToolCall)
+        and call.function.name == "get_time"
+        and json.loads(call.function.arguments) == {"city": "Tokyo"}
+    )
     none = c.chat.completions.create(
         model=m,
         messages=ASK,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         max_tokens=300,
         tool_choice="none",
         extra_body={"force_output": M3_CALL},
     )
     assert not none.choices[0].message.tool_calls
     assert none.choices[0].finish_reason == "stop"
-    assert none.model_extra["splitserve"]["warnings"]
+    assert (none.model_extra or {})["splitserve"]["warnings"]
 
 
 def test_truncated_call_is_length_not_tool_calls(m3: str) -> None:
@@ -263,7 +281,7 @@ def test_truncated_call_is_length_not_tool_calls(m3: str) -> None:
     r = c.chat.completions.create(
         model=model_id(m3),
         messages=ASK,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         max_tokens=30,
         extra_body={"force_output": M3_CALL},
     )
@@ -273,7 +291,7 @@ def test_truncated_call_is_length_not_tool_calls(m3: str) -> None:
 
 def test_multi_turn_history_with_tool_results_renders(m3: str) -> None:
     c = client(m3)
-    history = ASK + [
+    history: list[ChatCompletionMessageParam] = ASK + [
         {
             "role": "assistant",
             "content": None,
@@ -290,7 +308,7 @@ def test_multi_turn_history_with_tool_results_renders(m3: str) -> None:
     r = c.chat.completions.create(
         model=model_id(m3),
         messages=history,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         max_tokens=32,
         extra_body={"force_output": "It is sunny."},
     )
