@@ -220,3 +220,19 @@ def test_the_default_engine_stays_the_plain_one(
     assert get_engine().key == plain.key, "a newer patched engine is used only when named"
     assert get_engine(patched.key).key == patched.key
     assert plain.provenance["patches"] == []
+
+
+def test_two_patches_that_each_apply_but_not_together_build_nothing(
+    cache: Path, tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "pr-1.diff", tmp_path / "pr-2.diff"
+    first.write_bytes(threshold_patch(tree))
+    second.write_bytes(make_patch(tree, OLD, "HASH_THRESHOLD = 2 * 1024 * 1024"))
+    commands: list[list[str]] = []
+    fake_binaries(monkeypatch, commands)
+    with pytest.raises(BuildError) as exc:
+        build_engine(BuildOptions(source=str(tree), prs=[str(first), str(second)]))
+    msg = str(exc.value)
+    assert "\n" not in msg and "PR #2 (pr-2.diff) does not apply on top of the patches before it" in msg
+    assert RPC in msg and commands == [], "cmake must not run"
+    assert not list((cache / "engines").glob("*/engine.json"))
