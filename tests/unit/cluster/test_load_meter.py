@@ -96,8 +96,7 @@ def test_the_page_reads_a_warm_load_as_complete() -> None:
 
 def _pinned_rpc_cpp() -> str:
     found = sorted(sources_dir().glob("*/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp"))
-    if not found:
-        pytest.skip(f"no unpacked llama.cpp source under {sources_dir()} (the engine build unpacks it)")
+    assert found, f"no unpacked llama.cpp source under {sources_dir()} (scripts/setup.sh's engine build unpacks it)"
     return found[-1].read_text()
 
 

@@ -89,8 +89,7 @@ def test_as_dict_carries_the_reading() -> None:
 
 def _pinned_rpc_dir() -> Path:
     found = sorted(sources_dir().glob("*/llama.cpp/ggml/src/ggml-rpc"))
-    if not found:
-        pytest.skip(f"no unpacked llama.cpp source under {sources_dir()} (the engine build unpacks it)")
+    assert found, f"no unpacked llama.cpp source under {sources_dir()} (scripts/setup.sh's engine build unpacks it)"
     return found[-1]
 
 
