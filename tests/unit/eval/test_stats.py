@@ -50,6 +50,7 @@ def test_one_trial_per_scenario_is_the_plain_binomial_case() -> None:
     r = pass_rate(groups)
     assert r.se == pytest.approx(r.se_binomial, rel=1e-12)
     assert r.deff == pytest.approx(1.0)
+    assert r.estimate is not None
     assert (r.low, r.high) == pytest.approx(wilson(r.estimate, 57), rel=1e-9)
     r10 = pass_rate([(1, 1)] * 8 + [(0, 1)] * 2)
     assert (r10.low, r10.high) == pytest.approx((0.4902, 0.9433), abs=5e-5)
@@ -59,6 +60,7 @@ def test_correlated_trials_widen_the_interval() -> None:
     # every scenario all-pass or all-fail: 5 trials are worth about one
     r = pass_rate([(5, 5)] * 16 + [(0, 5)] * 4)
     naive = wilson(0.8, 100)
+    assert r.deff is not None and r.low is not None and r.high is not None
     assert r.estimate == 0.8 and r.deff > 4
     assert r.high - r.low > 1.8 * (naive[1] - naive[0])
     # independent-looking trials: no inflation
@@ -68,8 +70,10 @@ def test_correlated_trials_widen_the_interval() -> None:
 def test_extreme_rates_get_a_real_interval_and_unscored_groups_are_dropped() -> None:
     zero = pass_rate([(0, 5)] * 8 + [(0, 0)])
     assert (zero.estimate, zero.n_scenarios, zero.n_trials, zero.low) == (0.0, 8, 40, 0.0)
+    assert zero.high is not None
     assert 0.05 < zero.high < 0.15
     one = pass_rate([(3, 3)] * 10)
+    assert one.low is not None
     assert one.high == 1.0 and 0.85 < one.low < 0.95
     empty = pass_rate([(0, 0)])
     assert empty.estimate is None and empty.low is None and empty.n_scenarios == 0
@@ -108,6 +112,7 @@ def test_a_large_real_difference_is_significant() -> None:
     b = {f"s{i}": (5, 5) if i < 30 else (0, 5) for i in range(60)}
     c = paired_compare(a, b)
     assert c.delta_pp == pytest.approx(-50.0)
+    assert c.ci_high_pp is not None
     assert c.ci_high_pp < 0 and c.p_mcnemar < 1e-6 and c.significant
     assert (c.a_pass_b_fail, c.a_fail_b_pass) == (30, 0)
     assert [f.scenario for f in c.flips_down][:2] == ["s30", "s31"]
@@ -140,6 +145,7 @@ def test_majority_verdicts_flips_and_ties() -> None:
     d = [1.0, -2 / 3, -0.5, 1 / 3]  # same, up, down, tie: B - A fractions
     assert c.delta_pp == pytest.approx(100 * np.mean(d))
     assert c.mde_pp == pytest.approx(100 * 2.801585 * np.std(d, ddof=1) / 2)
+    assert c.a_pct is not None and c.b_pct is not None and c.delta_pp is not None
     assert c.a_pct - c.b_pct == pytest.approx(-c.delta_pp)
 
 
