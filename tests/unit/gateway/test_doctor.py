@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from splitserve.chat import parse_complete
 from splitserve.engine import resolve_source
@@ -11,7 +12,7 @@ from splitserve.gateway._doctor import CASES, Check, _forced_raw, _grade
 BY_NAME = {c.name: c for c in CASES}
 
 
-def graded(name: str, msg: dict[str, object], finish: str | None) -> Check:
+def graded(name: str, msg: dict[str, Any], finish: str | None) -> Check:
     check = Check(name)
     _grade(BY_NAME[name], msg, finish, check)
     return check
