@@ -40,7 +40,9 @@ class FakeServer:
         self.seen.add(text)
         n = body["max_tokens"]
         words = (self.answer.split() if self.answer is not None else ["w"] * n)[:n]
-        events = [{"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}]
+        events: list[dict[str, Any]] = [
+            {"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}
+        ]
         if self.reasoning:
             events += [{"choices": [{"index": 0, "delta": {"reasoning_content": "think "}}]}] * n
             words = []

@@ -4,13 +4,15 @@ prompts, cache-hit flags, concurrency batches, notes, the run file."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from splitserve.bench import SpeedOptions, Target, load_run, run_speed
+from splitserve.bench._records import BenchRun
 
 from .fakes import FakeServer
 
 
-def run(tmp_path: Path, fake: FakeServer, **kw: object) -> object:
+def run(tmp_path: Path, fake: FakeServer, **kw: Any) -> tuple[BenchRun, Path]:
     opts = SpeedOptions(**{"prompt_tokens": [40], "gen_tokens": 4, "concurrency": [1, 3], "repeat": 2, **kw})
     target = Target(url="http://fake:1/v1")
     result, path = run_speed(target, opts, tmp_path / "run.json", transport=fake.transport())
@@ -33,7 +35,7 @@ def test_unique_prompts_no_cache_hits_and_every_field(tmp_path: Path) -> None:
         assert len(r.token_times_ms) == 4 and r.timings and r.cached_tokens == 5
     # calibration: words -> tokens exactly (the fake counts words), prompts near 40 tokens
     assert result.calibration["tokens_per_word"] == 1.0
-    assert all(abs(r.prompt_tokens - 40) <= 2 for r in speed)
+    assert all(r.prompt_tokens is not None and abs(r.prompt_tokens - 40) <= 2 for r in speed)
     # a concurrency-3 batch is three records with one batch number
     batches = {r.batch for r in speed if r.cell["concurrency"] == 3}
     assert len(batches) == 2
