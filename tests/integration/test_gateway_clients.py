@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 import openai
 import pytest
-from pydantic import BaseModel
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionNamedToolChoiceParam
+from pydantic import BaseModel, SecretStr
 from test_gateway import engine_url, running_gateway  # noqa: F401 - fixture
 from test_gateway_required import templates
 
@@ -36,8 +37,8 @@ pytestmark = [
 ]
 
 KEY = "sk-clients-test"
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-PROMPT = ASK[0]["content"]
+PROMPT = "What is the weather in Paris?"
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
 LOCATIONS = ("Paris", "London", "Tokyo")
 
 
@@ -48,7 +49,7 @@ class Weather(BaseModel):
 
 
 TOOL = openai.pydantic_function_tool(Weather, name="get_weather")
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
+NAMED: ChatCompletionNamedToolChoiceParam = {"type": "function", "function": {"name": "get_weather"}}
 GEN: dict[str, Any] = {"max_tokens": 200, "temperature": 0}
 
 # -- offline: loopback only ----------------------------------------------------------------
@@ -134,7 +135,7 @@ def test_openai_parse_required_gives_typed_arguments(gw: str, model: str) -> Non
     r = sync(gw).chat.completions.parse(
         model=model,
         messages=ASK,
-        tools=[TOOL],  # type: ignore[arg-type]
+        tools=[TOOL],
         tool_choice="required",
         parallel_tool_calls=False,
         **GEN,
@@ -151,9 +152,9 @@ def test_openai_stream_helper_assembles_the_named_call(gw: str, model: str) -> N
     with sync(gw).chat.completions.stream(
         model=model,
         messages=ASK,
-        tools=[TOOL],  # type: ignore[arg-type]
+        tools=[TOOL],
         tool_choice=NAMED,
-        parallel_tool_calls=False,  # type: ignore[arg-type]
+        parallel_tool_calls=False,
         **GEN,
     ) as stream:
         kinds = [event.type for event in stream]
@@ -170,15 +171,15 @@ def test_openai_errors_are_the_sdk_classes(gw: str, model: str) -> None:
         sync(gw, "sk-wrong").chat.completions.create(
             model=model,
             messages=ASK,
-            tools=[TOOL],  # type: ignore[arg-type, list-item]
+            tools=[TOOL],
             tool_choice="required",
             **GEN,
         )
     assert auth.value.status_code == 401
     with pytest.raises(openai.AuthenticationError):
-        sync(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK, stream=True)  # type: ignore[arg-type]
+        sync(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK, stream=True)
     with pytest.raises(openai.BadRequestError) as bad:
-        sync(gw).chat.completions.create(model=model, messages=ASK, temperature=5)  # type: ignore[arg-type]
+        sync(gw).chat.completions.create(model=model, messages=ASK, temperature=5)
     assert bad.value.status_code == 400 and bad.value.body["param"] == "temperature"  # type: ignore[index]
 
 
@@ -192,7 +193,7 @@ def test_async_openai_call_stream_and_401(gw: str, model: str) -> None:
             model=model,
             messages=ASK,
             tools=[TOOL],
-            tool_choice="required",  # type: ignore[arg-type, list-item]
+            tool_choice="required",
             parallel_tool_calls=False,
             **GEN,
         )
@@ -200,14 +201,14 @@ def test_async_openai_call_stream_and_401(gw: str, model: str) -> None:
             model=model,
             messages=ASK,
             tools=[TOOL],
-            tool_choice=NAMED,  # type: ignore[arg-type, list-item]
+            tool_choice=NAMED,
             parallel_tool_calls=False,
             stream=True,
             **GEN,
         )
         chunks = [chunk async for chunk in stream]
         with pytest.raises(openai.AuthenticationError) as auth:
-            await aio(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK)  # type: ignore[arg-type]
+            await aio(gw, "sk-wrong").chat.completions.create(model=model, messages=ASK)
         assert auth.value.status_code == 401
         await client.close()
         return whole, chunks
@@ -230,9 +231,9 @@ def chat_openai(gw: str, model: str, key: str = KEY) -> Any:
     return ChatOpenAI(
         model=model,
         base_url=gw,
-        api_key=key,
+        api_key=SecretStr(key),
         max_retries=0,
-        timeout=300,  # type: ignore[arg-type]
+        timeout=300,
         temperature=0,
         max_tokens=200,
     )  # type: ignore[call-arg]
@@ -297,7 +298,9 @@ def test_litellm_stream_chunk_builder_assembles_the_named_call(gw: str, model: s
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) >= 2
     built = litellm.stream_chunk_builder(chunks, messages=ASK)
     assert built is not None and built.choices[0].finish_reason == "tool_calls"
-    assert isinstance(one_weather_call(built.choices[0].message.tool_calls).days, int)
+    choice = built.choices[0]
+    assert isinstance(choice, litellm.Choices)  # a chat completion's choice, not a text completion's
+    assert isinstance(one_weather_call(choice.message.tool_calls).days, int)
 
 
 def test_litellm_errors_are_its_exception_classes(gw: str, model: str) -> None:
@@ -354,7 +357,7 @@ def test_agents_run_streamed_calls_the_named_tool(gw: str, model: str) -> None:
 
     calls: list[tuple[str, int]] = []
 
-    async def main() -> tuple[Any, list[str]]:
+    async def main() -> tuple[Any, list[Any]]:
         result = Runner.run_streamed(weather_agent(gw, model, calls, tool_choice="get_weather"), PROMPT, max_turns=2)
         names = [ev.name async for ev in result.stream_events() if ev.type == "run_item_stream_event"]
         return result, names
