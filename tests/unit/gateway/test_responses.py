@@ -16,6 +16,7 @@ import anyio
 import httpx
 import openai
 import pytest
+from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
 from pydantic import BaseModel
 
 from splitserve.chat import get_format
@@ -56,7 +57,8 @@ AGENTS = {
         }
     ],
 }
-TOOLS = [WEATHER, APPLY_PATCH, AGENTS, {"type": "web_search"}]
+# the gateway's own tool kinds too (namespace), which the SDK's tool params do not name
+TOOLS: list[Any] = [WEATHER, APPLY_PATCH, AGENTS, {"type": "web_search"}]
 
 
 @functools.cache
@@ -91,7 +93,7 @@ def app_for(fmt: str, eng: FakeEngine) -> Any:
 def run(app: Any, work: Callable[[openai.AsyncOpenAI], Any]) -> Any:
     async def go() -> Any:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as http:
-            client = openai.AsyncOpenAI(base_url="http://gw/v1", api_key="k", http_client=http, max_retries=0)
+            client = openai.AsyncOpenAI(base_url="http://gw/v1", api_key="k", http_client=http, max_retries=0)  # type: ignore[arg-type]  # the SDK's stub names its httpx2 client class
             return await work(client)
 
     return anyio.run(go)
@@ -215,7 +217,8 @@ def test_a_function_call_then_its_output_then_the_answer(fmt: str) -> None:
     async def work(c: openai.AsyncOpenAI) -> Any:
         first = await c.responses.create(model="m", input="Weather in Paris?", tools=TOOLS)
         fc = first.output[-1]
-        history = [
+        assert isinstance(fc, ResponseFunctionToolCall)
+        history: list[Any] = [
             {"role": "user", "content": "Weather in Paris?"},
             *[o.model_dump(exclude_none=True) for o in first.output],
             {"type": "function_call_output", "call_id": fc.call_id, "output": "sunny, 21 C"},
@@ -252,7 +255,8 @@ def test_a_custom_tool_is_answered_as_a_custom_tool_call_with_the_raw_input(fmt:
             events = [ev async for ev in s]
             first = await s.get_final_response()
         ctc = first.output[0]
-        history = [
+        assert isinstance(ctc, ResponseCustomToolCall)
+        history: list[Any] = [
             {"role": "user", "content": "Write hello.txt"},
             ctc.model_dump(exclude_none=True),
             {"type": "custom_tool_call_output", "call_id": ctc.call_id, "output": "Success."},
@@ -394,7 +398,7 @@ def test_minimax_m3_renders_the_reasoning_sent_back_and_restores_what_a_client_d
 
 def test_bad_input_is_a_400_naming_the_item() -> None:
     app = app_for("hermes", engine("hermes", ["x"]))
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input.0.content.0.type",
