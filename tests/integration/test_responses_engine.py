@@ -21,6 +21,7 @@ from typing import Any, Literal
 import httpx
 import openai
 import pytest
+from openai.types.responses import CustomToolParam, FunctionToolParam
 from pydantic import BaseModel
 from test_gateway import engine_url, running_gateway  # noqa: F401 - fixture
 from test_gateway_required import templates
@@ -46,14 +47,14 @@ class Weather(BaseModel):
     days: Literal[1, 2, 3]
 
 
-WEATHER = {
+WEATHER: FunctionToolParam = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather forecast of a city",
     "parameters": {**Weather.model_json_schema(), "additionalProperties": False},
     "strict": True,
 }
-PATCH = {"type": "custom", "name": "apply_patch", "description": "Apply a patch to the files"}
+PATCH: CustomToolParam = {"type": "custom", "name": "apply_patch", "description": "Apply a patch to the files"}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_a_forced_function_call_then_its_output(gw: str) -> None:
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id
     Weather.model_validate_json(calls[0].arguments)
     assert first.status == "completed" and first.usage is not None and first.usage.output_tokens > 0
-    history = [
+    history: list[Any] = [
         {"role": "user", "content": ASK},
         *[o.model_dump(exclude_none=True) for o in first.output],
         {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"},
@@ -92,7 +93,7 @@ def test_a_forced_function_call_then_its_output(gw: str) -> None:
         model="m",
         input=history,
         tools=[WEATHER],
-        tool_choice="none",  # type: ignore[arg-type, list-item]
+        tool_choice="none",
         max_output_tokens=24,
         temperature=0,
     )

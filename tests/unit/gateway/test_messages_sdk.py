@@ -19,6 +19,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from anthropic.types import MessageParam
 from test_messages_translate import ARGS, BASH, WRITE, raw_call, template, think
 
 from helpers import serve_app
@@ -27,7 +28,7 @@ from splitserve.gateway import GatewayConfig, KeyRing, _messages, create_app
 
 KEY = "sk-messages-test"
 FORMATS = ["hermes", "minimax-m3", "qwen3-coder"]
-ASK = [{"role": "user", "content": "Write hi there to /tmp/x/a.txt"}]
+ASK: list[MessageParam] = [{"role": "user", "content": "Write hi there to /tmp/x/a.txt"}]
 RESULT = "wrote 8 bytes"
 
 
@@ -84,7 +85,7 @@ def test_tool_use_then_a_tool_result_turn(fmt: str) -> None:
         first = c.messages.create(
             model="claude-sonnet-x",
             max_tokens=500,
-            messages=ASK,  # type: ignore[arg-type]
+            messages=ASK,
             tools=[WRITE, BASH],
             metadata={"user_id": "session-a"},
         )
@@ -96,7 +97,7 @@ def test_tool_use_then_a_tool_result_turn(fmt: str) -> None:
         assert use.id.startswith("toolu_") and first.id.startswith("msg_")
         assert first.stop_reason == "tool_use" and first.model == "claude-sonnet-x"
         assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
-        history = [
+        history: list[Any] = [
             *ASK,
             {"role": "assistant", "content": [b.model_dump() for b in first.content]},
             {
@@ -107,7 +108,7 @@ def test_tool_use_then_a_tool_result_turn(fmt: str) -> None:
         second = c.messages.create(
             model="claude-sonnet-x",
             max_tokens=500,
-            messages=history,  # type: ignore[arg-type]
+            messages=history,
             tools=[WRITE, BASH],
             metadata={"user_id": "session-a"},
         )
@@ -122,8 +123,8 @@ def test_tool_use_then_a_tool_result_turn(fmt: str) -> None:
 def test_stream_equals_create_sync_and_async(fmt: str) -> None:
     with gateway(fmt) as (url, _):
         c = client(url)
-        whole = c.messages.create(model="m", max_tokens=500, messages=ASK, tools=[WRITE])  # type: ignore[arg-type]
-        with c.messages.stream(model="m", max_tokens=500, messages=ASK, tools=[WRITE]) as s:  # type: ignore[arg-type]
+        whole = c.messages.create(model="m", max_tokens=500, messages=ASK, tools=[WRITE])
+        with c.messages.stream(model="m", max_tokens=500, messages=ASK, tools=[WRITE]) as s:
             kinds = [e.type for e in s]
             final = s.get_final_message()
         assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
@@ -133,8 +134,8 @@ def test_stream_equals_create_sync_and_async(fmt: str) -> None:
 
         async def go() -> Any:
             a = anthropic.AsyncAnthropic(base_url=url, auth_token=KEY, max_retries=0, timeout=60)
-            got = await a.messages.create(model="m", max_tokens=500, messages=ASK, tools=[WRITE])  # type: ignore[arg-type]
-            async with a.messages.stream(model="m", max_tokens=500, messages=ASK, tools=[WRITE]) as st:  # type: ignore[arg-type]
+            got = await a.messages.create(model="m", max_tokens=500, messages=ASK, tools=[WRITE])
+            async with a.messages.stream(model="m", max_tokens=500, messages=ASK, tools=[WRITE]) as st:
                 streamed = await st.get_final_message()
             await a.close()
             return got, streamed
@@ -172,7 +173,7 @@ def test_forced_tool_choice_and_stop_sequences_reach_the_engine() -> None:
             model="m",
             max_tokens=50,
             messages=ASK,
-            tools=[WRITE, BASH],  # type: ignore[arg-type]
+            tools=[WRITE, BASH],
             tool_choice={"type": "tool", "name": "Bash"},
             stop_sequences=["STOP"],
             extra_body={"temperature": 0.2, "top_k": 5},
@@ -186,18 +187,18 @@ def test_forced_tool_choice_and_stop_sequences_reach_the_engine() -> None:
 def test_count_tokens_counts_the_rendered_prompt() -> None:
     with gateway("hermes") as (url, engine):
         c = client(url)
-        n = c.messages.count_tokens(model="m", messages=ASK, tools=[WRITE]).input_tokens  # type: ignore[arg-type]
-        c.messages.create(model="m", max_tokens=10, messages=ASK, tools=[WRITE])  # type: ignore[arg-type]
+        n = c.messages.count_tokens(model="m", messages=ASK, tools=[WRITE]).input_tokens
+        c.messages.create(model="m", max_tokens=10, messages=ASK, tools=[WRITE])
         # the prompt the engine got, as the engine counts it (BOS included)
         assert n == engine.count_tokens(engine.bodies[-1]["prompt"])
-        more = c.messages.count_tokens(model="m", messages=ASK, tools=[WRITE, BASH]).input_tokens  # type: ignore[arg-type]
+        more = c.messages.count_tokens(model="m", messages=ASK, tools=[WRITE, BASH]).input_tokens
         assert more > n
 
 
 def test_errors_arrive_as_the_sdks_exceptions() -> None:
     with gateway("hermes", strict_model_names=True) as (url, _):
         with pytest.raises(anthropic.AuthenticationError) as auth:
-            client(url, api_key="wrong").messages.create(model="served", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
+            client(url, api_key="wrong").messages.create(model="served", max_tokens=5, messages=ASK)
         assert auth.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
         with pytest.raises(anthropic.BadRequestError, match="reads text only"):
             client(url).messages.create(
@@ -213,9 +214,9 @@ def test_errors_arrive_as_the_sdks_exceptions() -> None:
                 ],
             )
         with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
-            client(url).messages.create(model="served", max_tokens=0, messages=ASK)  # type: ignore[arg-type]
+            client(url).messages.create(model="served", max_tokens=0, messages=ASK)
         with pytest.raises(anthropic.NotFoundError) as nf:
-            client(url).messages.create(model="claude-nope", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
+            client(url).messages.create(model="claude-nope", max_tokens=5, messages=ASK)
         assert nf.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
         r = httpx.post(f"{url}/v1/messages", content=b"{nope", headers={"x-api-key": KEY})
         assert r.status_code == 400 and r.json()["type"] == "error"
@@ -233,7 +234,7 @@ def test_a_full_queue_is_529_overloaded() -> None:
         with httpx.stream("POST", f"{url}/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=60) as held:
             assert held.status_code == 200  # holds the one place while the engine thinks
             with pytest.raises(anthropic.OverloadedError) as err:
-                client(url).messages.create(model="m", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
+                client(url).messages.create(model="m", max_tokens=5, messages=ASK)
             assert err.value.status_code == 529
             assert err.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
 
@@ -263,5 +264,5 @@ def test_an_engine_failing_mid_stream_is_an_error_event() -> None:
         with (
             pytest.raises(anthropic.APIStatusError),
             client(url).messages.stream(model="m", max_tokens=50, messages=ASK) as s,
-        ):  # type: ignore[arg-type]
+        ):
             s.get_final_message()
