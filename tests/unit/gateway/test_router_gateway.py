@@ -4,7 +4,7 @@ field and the ``replica``-labelled metrics on every generation endpoint, ``/v1/m
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -164,7 +164,7 @@ def test_replica_tokens_per_second_is_a_rate_over_the_window() -> None:
 def test_routing_policies_for_comparison() -> None:
     from splitserve.gateway._router import Router
 
-    def picks(policy: str, keys: list[str | None], busy: int | None = None) -> list[int]:
+    def picks(policy: str, keys: Sequence[str | None], busy: int | None = None) -> list[int]:
         r = Router(["a", "b", "c"], policy=policy)
         if busy is not None:
             r.started(busy)  # one request in flight there, for the whole run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from starlette.testclient import TestClient
 
@@ -115,7 +116,7 @@ MEMORY = [
 
 
 def _slot(sid: int, task: int | None, decoded: int, busy: bool, prompt: int = 20, cached: int = 0) -> dict:
-    s = {"id": sid, "n_ctx": 1024, "is_processing": busy}
+    s: dict[str, Any] = {"id": sid, "n_ctx": 1024, "is_processing": busy}
     if task is not None:
         s |= {
             "id_task": task,
@@ -128,7 +129,7 @@ def _slot(sid: int, task: int | None, decoded: int, busy: bool, prompt: int = 20
 
 
 def _snap(now: float, **kw) -> Snapshot:  # type: ignore[no-untyped-def]
-    base = dict(
+    base: dict[str, Any] = dict(
         state=_state(),
         alive={"gateway": True, "w1": True, "w2": True, "head": True},
         memory=MEMORY,
@@ -217,7 +218,7 @@ def test_warnings_gather_load_log_supervisor_and_parser() -> None:
         {"time": 6.0, "kind": "died", "node": "w1", "message": "ggml-rpc-server was killed by signal 9"},
         {"time": 7.0, "kind": "restarting", "node": "cluster", "message": "restart 1 in 1.0 s"},
     ]
-    samples = [("splitserve_parse_warnings_total", {}, 3.0)]
+    samples: list[tuple[str, dict[str, str], float]] = [("splitserve_parse_warnings_total", {}, 3.0)]
     load = [{"kind": "msa_dense_no_flash_attn", "text": "MSA requires it -> running DENSE attention", "fix": "fa on"}]
     out = assemble(_snap(10.0, events=events, samples=samples, load_warnings=load), History())
     kinds = [(w["source"], w["kind"]) for w in out["warnings"]]
@@ -299,7 +300,7 @@ def test_the_page_warns_on_the_link_rtt_exactly_where_preflight_does(monkeypatch
     def preflight(rtt: float) -> str:
         monkeypatch.setattr(_preflight, "_connect_rtt_ms", lambda *a, **k: (rtt, ""))
         spec = type("S", (), {"workers": [WorkerSpec(name="w1", port=50052)]})()
-        (row,) = _preflight._link_rows(spec, {"local": object()}, lambda w: "local")  # type: ignore[arg-type]
+        (row,) = _preflight._link_rows(spec, {"local": object()}, lambda w: "local")  # type: ignore[dict-item]
         return row.status
 
     for rtt in (0.009, 0.5, LINK_RTT_WARN_MS, LINK_RTT_WARN_MS + 0.001, 5.4):
