@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitserve.chat import (
+    ParseWarning,
     ToolCallArgsDelta,
     ToolCallStart,
     coalesce,
@@ -717,5 +718,6 @@ def test_h_feed_after_finish_is_a_warning_not_an_error() -> None:
     parser.feed("hi")
     parser.finish()
     (warning,) = parser.feed("more")
+    assert isinstance(warning, ParseWarning)
     assert "after finish" in warning.message
     assert json.dumps(warning.raw)

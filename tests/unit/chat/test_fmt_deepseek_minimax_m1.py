@@ -171,7 +171,7 @@ def test_dsml_rendered_turns_parse_back(tdir: Path, key: str, thinking: dict[str
 def test_dsml_prompt_after_tool_results_prefills_when_thinking(tdir: Path, key: str) -> None:
     template = src(tdir, key)
     fmt = get_format(key)
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": None, "tool_calls": [oai_call(1, "get_weather", {"location": "Oslo"})]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},

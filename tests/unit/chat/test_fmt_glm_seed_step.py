@@ -138,7 +138,7 @@ def _call(cid: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TURNS = {
+TURNS: dict[str, dict[str, Any]] = {
     "one call": {"role": "assistant", "content": None, "tool_calls": [_call("c1", "note", NOTE_ARGS)]},
     "content, reasoning, two calls": {
         "role": "assistant",

@@ -605,7 +605,7 @@ def test_mistral_issues_call_ids_its_templates_accept_in_a_history() -> None:
     (call,) = msg.tool_calls
     assert _re.fullmatch(r"[A-Za-z0-9]{9}", call["id"]), call["id"]
     template = (resolve_source(None).path / "models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja").read_text()
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": call["id"], "content": "sunny"},

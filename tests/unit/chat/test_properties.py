@@ -32,7 +32,7 @@ TEXT = st.text(
     max_size=20,
 ).filter(lambda s: "</" not in s and "<tool_call>" not in s)
 
-SCALAR_SCHEMAS = st.sampled_from(
+SCALAR_SCHEMAS: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
     [
         {"type": "string"},
         {"type": "integer"},
@@ -41,7 +41,7 @@ SCALAR_SCHEMAS = st.sampled_from(
         {"type": "string", "enum": ["red", "green", "007"]},
     ]
 )
-SCHEMAS = st.recursive(
+SCHEMAS: st.SearchStrategy[dict[str, Any]] = st.recursive(
     SCALAR_SCHEMAS,
     lambda inner: st.one_of(
         inner.map(lambda s: {"type": "array", "items": s}),
@@ -69,11 +69,13 @@ def values_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     return st.fixed_dictionaries({k: values_for(v) for k, v in schema["properties"].items()})
 
 
-ARGS = st.dictionaries(KEY, SCHEMAS, max_size=4).flatmap(
-    lambda props: st.fixed_dictionaries({k: values_for(v) for k, v in props.items()}).map(
-        lambda values, props=props: {k: (props[k], values[k]) for k in props}
-    )
-)
+def _with_values(props: dict[str, dict[str, Any]]) -> st.SearchStrategy[dict[str, tuple[dict[str, Any], Any]]]:
+    """Each property's schema paired with a value drawn for it."""
+    values = st.fixed_dictionaries({k: values_for(v) for k, v in props.items()})
+    return values.map(lambda drawn: {k: (props[k], drawn[k]) for k in props})
+
+
+ARGS = st.dictionaries(KEY, SCHEMAS, max_size=4).flatmap(_with_values)
 
 
 def _source() -> Path:

@@ -198,7 +198,9 @@ def _chat(template: str, fmt: str, output: str, tools: list[dict[str, Any]], str
                         for c in msg.get("tool_calls") or []
                     ],
                 }
-            reasoning, content, names, args = "", "", {}, {}
+            reasoning, content = "", ""
+            names: dict[int, str] = {}
+            args: dict[int, str] = {}
             for line in r.text.splitlines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue

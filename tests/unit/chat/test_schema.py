@@ -61,10 +61,6 @@ def test_coerce_text(text: str, schema: Any, want: Any) -> None:
     assert got == want and _kind(got) is _kind(want)
 
 
-def _kind(value: Any) -> type:
-    return float if isinstance(value, float) else type(value)  # a float that keeps its text
-
-
 def test_refs_allof_additional_and_prefix_items() -> None:
     root = {
         "type": "object",
