@@ -17,6 +17,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types import MetadataParam
 from test_gateway import engine_url, running_gateway  # noqa: F401 - fixture
 from test_gateway_required import templates
 
@@ -84,7 +85,7 @@ def the_call(message: Any) -> Any:
 
 def test_a_forced_call_streamed_and_not_then_the_tool_result_turn(gw: str) -> None:
     c = client(gw)
-    meta = {"user_id": "engine-session"}
+    meta: MetadataParam = {"user_id": "engine-session"}
     whole = c.messages.create(
         model="any",
         messages=ASK,
