@@ -96,4 +96,4 @@ def test_fake_reasoning_model_and_wrong_answers_are_misses(tmp_path: Path) -> No
     assert run.records[-1].extra["reason"].startswith("not found")
     opts = ContextOptions(lengths=[5000], depths=[0.5])
     run, _ = run_context(Target(url="http://fake:1"), opts, tmp_path / "c.json", transport=FakeServer().transport())
-    assert run.records[-1].extra["verdict"] == "skipped" and "n_ctx 4096" in run.records[-1].error
+    assert run.records[-1].extra["verdict"] == "skipped" and "n_ctx 4096" in (run.records[-1].error or "")

@@ -41,14 +41,14 @@ def cluster_spec(tmp_path: Path, **extra: Any) -> Any:
             }
         )
     )
-    data = {
+    spec = {
         "name": "sweeptopo",
         "model": str(model),
         "engine": str(engine),
         "state_dir": str(tmp_path / "st"),
         "workers": [{"name": "w1", "host": BOX[0], "bind": BOX[1], "port": PORT}],
     } | extra
-    return parse_spec(data)
+    return parse_spec(spec)
 
 
 def network() -> FakeNetwork:

@@ -18,12 +18,12 @@ import pytest
 
 from splitserve.bench import Target
 from splitserve.bench._client import BenchClient
-from splitserve.bench._stream import DONE, StreamTimer
+from splitserve.bench._stream import DONE, StreamTimer, StreamTrace
 from splitserve.bench._wire import MessagesChunks, ResponsesChunks, to_messages, to_responses
 from splitserve.engine import FakeEngine, FakeOutput, resolve_source
 from splitserve.gateway import GatewayConfig, create_app
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -100,7 +100,8 @@ def test_a_chat_body_as_a_stateless_responses_request() -> None:
     assert body["max_output_tokens"] == 64 and "max_tokens" not in body
 
 
-def timed(reader: MessagesChunks | ResponsesChunks, events: list[dict[str, Any]]) -> Any:
+def timed(reader: MessagesChunks | ResponsesChunks, events: list[dict[str, Any]]) -> tuple[StreamTrace, bool]:
+    """The trace the timer makes of ``events`` and whether the reader saw the stream's end."""
     timer = StreamTimer()
     done = False
     for n, ev in enumerate(events):
@@ -111,12 +112,11 @@ def timed(reader: MessagesChunks | ResponsesChunks, events: list[dict[str, Any]]
         if chunk is not None:
             timer.feed(chunk, float(n))
     trace = timer.finish(float(len(events)))
-    trace.done = done
-    return trace
+    return trace, done
 
 
 def test_messages_events_read_as_chat_chunks() -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "message_start", "message": {"usage": {"input_tokens": 7, "cache_read_input_tokens": 30}}},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}},
@@ -136,15 +136,16 @@ def test_messages_events_read_as_chat_chunks() -> None:
         {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}},
         {"type": "message_stop"},
     ]
-    tr = timed(MessagesChunks(), events)
-    assert tr.done and (tr.reasoning, tr.content) == ("hm", "Sure.")
+    tr, done = timed(MessagesChunks(), events)
+    assert tr.usage is not None
+    assert done and (tr.reasoning, tr.content) == ("hm", "Sure.")
     assert tr.tool_calls == [{"id": "toolu_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'}]
     assert tr.finish_reason == "tool_calls"
     assert tr.usage["prompt_tokens"] == 37 and tr.usage["completion_tokens"] == 12  # input + cache reads
     assert tr.usage["prompt_tokens_details"]["cached_tokens"] == 30
     assert tr.first_reasoning == 2.0 and tr.first_content == 6.0 and tr.first_chunk == 0.0
     # the counts known only at the end (message_start says 0): message_delta's, cumulative, win
-    late = [
+    late: list[dict[str, Any]] = [
         {"type": "message_start", "message": {"usage": {"input_tokens": 0}}},
         {
             "type": "message_delta",
@@ -152,15 +153,16 @@ def test_messages_events_read_as_chat_chunks() -> None:
             "usage": {"input_tokens": 5, "cache_read_input_tokens": 20, "output_tokens": 3},
         },
     ]
-    tr = timed(MessagesChunks(), late)
+    tr, done = timed(MessagesChunks(), late)
+    assert tr.usage is not None
     assert (tr.usage["prompt_tokens"], tr.usage["prompt_tokens_details"]["cached_tokens"]) == (25, 20)
-    assert tr.finish_reason == "length" and not tr.done
+    assert tr.finish_reason == "length" and not done
     err = MessagesChunks().feed({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
     assert err == {"error": {"message": "busy"}}
 
 
 def test_responses_events_read_as_chat_chunks() -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "response.created", "response": {"id": "resp_1"}},
         {"type": "response.in_progress", "response": {"id": "resp_1"}},
         {"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning"}},
@@ -181,7 +183,8 @@ def test_responses_events_read_as_chat_chunks() -> None:
             },
         },
     ]
-    tr = timed(ResponsesChunks(), events)
+    tr, _ = timed(ResponsesChunks(), events)
+    assert tr.usage is not None
     assert (tr.reasoning, tr.content) == ("hm", "Sure.")
     assert tr.tool_calls == [{"id": "call_9", "name": "get_weather", "arguments": '{"city": "Oslo"}'}]
     assert tr.finish_reason == "tool_calls"

@@ -374,6 +374,7 @@ def test_speculation_sweep_runs_the_baseline_first_and_compares_with_it(tmp_path
     assert [v["speculation"] for v in restarter.started] == ["none", "ngram-simple", "ngram-mod"]
     base, simple, mod = run.points
     assert baseline_of(run, base) is None and baseline_of(run, mod) is base
+    assert base is not None and simple is not None and mod is not None
     # every point sent the same prompts (chat included: one nonce for the sweep)
     ids = [[r.id for r in p.records] for p in run.points]
     assert ids[0] == ids[1] == ids[2]

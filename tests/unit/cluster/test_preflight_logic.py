@@ -15,7 +15,7 @@ from splitserve.engine import Engine
 
 
 def spec(**kw: object):  # type: ignore[no-untyped-def]
-    data = {
+    data: dict[str, object] = {
         "name": "c",
         "model": "/m.gguf",
         "workers": [

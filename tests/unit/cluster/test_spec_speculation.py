@@ -4,6 +4,7 @@ trap in the command line, in `up`'s warnings and in the load log; status's count
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -31,7 +32,7 @@ def fake_engine(root: Path) -> Engine:
     )
 
 
-def spec_of(tmp_path: Path, model: str | Path = "/models/m.gguf", **server: object):  # type: ignore[no-untyped-def]
+def spec_of(tmp_path: Path, model: str | Path = "/models/m.gguf", **server: Any):  # type: ignore[no-untyped-def]
     return parse_spec(
         {
             "name": "t",
@@ -113,7 +114,7 @@ def test_an_unknown_type_is_one_line_naming_the_key_and_the_allowed_values(tmp_p
         ),
     ],
 )
-def test_bad_speculation_settings(tmp_path: Path, server: dict[str, object], needle: str) -> None:
+def test_bad_speculation_settings(tmp_path: Path, server: dict[str, Any], needle: str) -> None:
     with pytest.raises(SpecError) as info:
         spec_of(tmp_path, **server)
     assert needle in str(info.value) and "\n" not in str(info.value)
@@ -149,7 +150,7 @@ def test_ngram_mod_with_its_parameters(tmp_path: Path) -> None:
 
 
 def test_every_parameter_maps_to_the_pinned_flag(tmp_path: Path) -> None:
-    values: dict[str, object] = {
+    values: dict[str, Any] = {
         "spec_draft_n_max": 16,
         "spec_draft_n_min": 2,
         "spec_draft_p_min": 0.75,

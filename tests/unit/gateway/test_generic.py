@@ -54,8 +54,8 @@ TOOLS: list[dict[str, Any]] = [
         },
     },
 ]
-ASK = {"role": "user", "content": "Weather in Paris?"}
-CALLS = {
+ASK: dict[str, Any] = {"role": "user", "content": "Weather in Paris?"}
+CALLS: dict[str, Any] = {
     "role": "assistant",
     "content": "Checking.",
     "tool_calls": [
@@ -63,7 +63,7 @@ CALLS = {
         {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Oslo"}'}},
     ],
 }
-RESULTS = [
+RESULTS: list[dict[str, Any]] = [
     {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'},
     {"role": "tool", "tool_call_id": "c2", "content": "14:00"},
 ]

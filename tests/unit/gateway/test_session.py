@@ -77,7 +77,7 @@ def test_the_restored_history_renders_what_the_model_generated() -> None:
     ns = "]<]minimax[>["
     template = (resolve_source(None).path / "models/templates/MiniMax-M3.jinja").read_text()
     model = ServedModel(id="m", template=template, format=get_format("minimax-m3"))
-    tools = [
+    tools: list[Any] = [
         {
             "type": "function",
             "function": {
@@ -86,14 +86,14 @@ def test_the_restored_history_renders_what_the_model_generated() -> None:
             },
         }
     ]
-    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    ask: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
     first = plan_chat(ChatRequest(messages=ask, tools=tools), model).prompt
     generated = (
         f"<mm:think>I should look it up.</mm:think>{ns}<tool_call>\n"
         f'{ns}<invoke name="get_weather">{ns}<location>Paris{ns}</location>'
         f"{ns}</invoke>\n{ns}</tool_call>"
     )
-    call = {
+    call: dict[str, Any] = {
         "id": "call_1",
         "type": "function",
         "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'},
