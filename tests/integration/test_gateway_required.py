@@ -126,7 +126,7 @@ def templates() -> dict[str, str]:
 # optional reasoning branch rambles there, so those runs turn thinking off (the prompt then
 # ends with the closer, or the model is told not to think, and the grammar offers no
 # reasoning)
-KWARGS = {
+KWARGS: dict[str, dict[str, Any]] = {
     "minimax-m3": {"thinking_mode": "disabled"},
     "hermes": {},
     "glm-4.5": {"enable_thinking": False},

@@ -26,7 +26,7 @@ from splitserve.engine._vllm_standin import StandinState, create_app
 from splitserve.gateway import GatewayConfig
 from splitserve.gateway import create_app as gateway_app
 
-WEATHER = {
+WEATHER: Any = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather in a city",
@@ -79,7 +79,7 @@ def client(gw: str) -> openai.OpenAI:
 def test_a_function_call_and_its_output_whole_and_streamed(gw: str, standin: tuple[str, StandinState]) -> None:
     c = client(gw)
     ask: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
-    first = c.responses.create(model="m", input=ask, tools=[WEATHER])  # type: ignore[arg-type]
+    first = c.responses.create(model="m", input=ask, tools=[WEATHER])
     (fc,) = first.output
     assert fc.type == "function_call" and fc.name == "get_weather"
     assert json.loads(fc.arguments) == {"city": "Paris"}
@@ -91,7 +91,7 @@ def test_a_function_call_and_its_output_whole_and_streamed(gw: str, standin: tup
         fc.model_dump(exclude_none=True),
         {"type": "function_call_output", "call_id": fc.call_id, "output": "sunny"},
     ]
-    with c.responses.stream(model="m", input=history, tools=[WEATHER]) as s:  # type: ignore[arg-type]
+    with c.responses.stream(model="m", input=history, tools=[WEATHER]) as s:
         deltas = [e.delta for e in s if e.type == "response.output_text.delta"]
         final = s.get_final_response()
     assert final.output_text == ANSWER and len(deltas) > 3  # token by token

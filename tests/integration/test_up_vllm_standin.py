@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import httpx
+from openai.types.chat import ChatCompletionMessageParam
 
 from helpers import free_ports, wait_dead
 from splitserve.cluster import cluster_state_dir, load_spec, read_state
@@ -157,10 +158,10 @@ def test_the_gateway_in_front_serves_openai_bench_and_eval(tmp_path: Path) -> No
         assert any("vllm+http://" in a for a in state.gateway.argv), state.gateway.argv
 
         client = openai.OpenAI(base_url=f"{state.endpoint}/v1", api_key="none")
-        msg = [{"role": "user", "content": "hello there"}]
-        whole = client.chat.completions.create(model="any", messages=msg, max_tokens=40)  # type: ignore[arg-type]
+        msg: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
+        whole = client.chat.completions.create(model="any", messages=msg, max_tokens=40)
         assert "hello there" in (whole.choices[0].message.content or "")
-        parts = client.chat.completions.create(model="any", messages=msg, max_tokens=40, stream=True)  # type: ignore[arg-type]
+        parts = client.chat.completions.create(model="any", messages=msg, max_tokens=40, stream=True)
         streamed = "".join(c.choices[0].delta.content or "" for c in parts if c.choices)
         assert streamed == whole.choices[0].message.content
 

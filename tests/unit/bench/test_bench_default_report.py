@@ -27,7 +27,7 @@ def fake_speed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real = splitserve.bench.run_speed
 
     def fake_run_speed(*args: Any, **kwargs: Any) -> Any:
-        return real(*args, **kwargs, transport=FakeServer(slots=2).transport())
+        return real(*args, **{**kwargs, "transport": FakeServer(slots=2).transport()})
 
     monkeypatch.setattr(splitserve.bench, "run_speed", fake_run_speed)
     monkeypatch.setattr(cli_bench, "console", Console(width=200, soft_wrap=True))

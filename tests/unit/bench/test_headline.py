@@ -126,7 +126,7 @@ def test_bench_speed_prints_the_tables_then_the_paths(tmp_path: Path, monkeypatc
     real = splitserve.bench.run_speed
 
     def fake_run_speed(*args: Any, **kwargs: Any) -> Any:
-        return real(*args, **kwargs, transport=FakeServer(slots=2).transport())
+        return real(*args, **{**kwargs, "transport": FakeServer(slots=2).transport()})
 
     monkeypatch.setattr(splitserve.bench, "run_speed", fake_run_speed)
     monkeypatch.setattr(cli_bench, "console", Console(width=200, soft_wrap=True))

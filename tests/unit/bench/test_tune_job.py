@@ -51,7 +51,7 @@ def run(
 ) -> tuple[TuneResult, list[TuneEvent], FakeRestarter]:
     req = request(tmp_path, **kw)
     events: list[TuneEvent] = []
-    plan = dataclasses.replace(prepare_tune(req, events.append), check=small_planner)
+    plan = dataclasses.replace(prepare_tune(req, events.append), check=small_planner)  # type: ignore[arg-type]  # a plain function stands in for the PlannerCheck
     server = LandscapeServer()
     restarter = FakeRestarter(server, small_score, **(restarter_kw or {}))
     result = tune(req, events.append, plan=plan, restarter=restarter, transport=server.transport())

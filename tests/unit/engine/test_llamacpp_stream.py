@@ -9,7 +9,7 @@ import asyncio
 import json
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -81,7 +81,7 @@ def stream(*events: dict[str, Any], end: bool = True) -> Script:
     return script
 
 
-def run(fn: Callable[[], Awaitable[Any]]) -> Any:
+def run(fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     return asyncio.run(fn())
 
 
@@ -334,7 +334,7 @@ async def _drain(conn: Connection) -> list[Any]:
 
 
 def test_an_answer_split_anywhere_reads_the_same() -> None:
-    events = [{"content": "é\u2028x"}, {"content": "", "stop": True}]
+    events: list[dict[str, Any]] = [{"content": "é\u2028x"}, {"content": "", "stop": True}]
     answer = HEAD + chunk(sse(events[0])) + chunk(sse(events[1])[:9]) + chunk(sse(events[1])[9:]) + END
 
     async def go(step: int) -> tuple[list[Any], bool]:

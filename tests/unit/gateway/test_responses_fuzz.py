@@ -9,6 +9,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import anyio
@@ -16,13 +17,14 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 
 _BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_gateway_fuzz.py"
-fuzz = sys.modules.get("bench_gateway_fuzz")
-if fuzz is None:
+_loaded = sys.modules.get("bench_gateway_fuzz")
+if _loaded is None:
     _spec = importlib.util.spec_from_file_location("bench_gateway_fuzz", _BENCH)
     assert _spec is not None and _spec.loader is not None
-    fuzz = importlib.util.module_from_spec(_spec)
-    sys.modules["bench_gateway_fuzz"] = fuzz
-    _spec.loader.exec_module(fuzz)
+    _loaded = importlib.util.module_from_spec(_spec)
+    sys.modules["bench_gateway_fuzz"] = _loaded
+    _spec.loader.exec_module(_loaded)
+fuzz: ModuleType = _loaded
 
 _APP = fuzz.in_process_app()
 
