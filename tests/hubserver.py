@@ -328,12 +328,12 @@ class _HubHandler(_Base):
                 return
             blobs = "blobs" in parse_qs(url.query)
             siblings = []
-            for f in repo.files.values():
-                s: dict[str, Any] = {"rfilename": f.path}
+            for hub_file in repo.files.values():
+                s: dict[str, Any] = {"rfilename": hub_file.path}
                 if blobs:
-                    s |= {"size": f.size, "blobId": f.blob_id}
-                    if f.lfs:
-                        s["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": 134}
+                    s |= {"size": hub_file.size, "blobId": hub_file.blob_id}
+                    if hub_file.lfs:
+                        s["lfs"] = {"size": hub_file.size, "sha256": hub_file.sha256, "pointerSize": 134}
                 siblings.append(s)
             self._json(
                 200,

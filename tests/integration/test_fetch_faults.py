@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
 
 
 def _fetch(hub: HubServer, out: Path, events: Events | None = None, **kw: object) -> object:
-    opts = dict(
+    opts: dict[str, Any] = dict(
         quants=["UD-IQ4_XS"],
         includes=["README.md"],
         dir=out,

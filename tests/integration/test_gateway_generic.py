@@ -86,7 +86,7 @@ def test_named_choice_calls_that_function(plain: str) -> None:  # noqa: F811
 
 
 def test_multi_turn_with_a_tool_result_is_answered(plain: str) -> None:  # noqa: F811
-    history = ASK + [
+    history: list[dict[str, Any]] = ASK + [
         {
             "role": "assistant",
             "content": None,

@@ -192,7 +192,7 @@ def demo_view(root: Path, files: dict[str, Path]) -> dict[str, Any]:
         "settings": {"ctx": 2048, "parallel": 2, "cache_type_k": "f16", "cache_type_v": "f16"},
         "warnings": [],
     }
-    memory = [
+    memory: list[dict[str, Any]] = [
         {
             "device": "RPC0[127.0.0.1:50052]",
             "endpoint": "127.0.0.1:50052",
@@ -228,7 +228,7 @@ def demo_view(root: Path, files: dict[str, Path]) -> dict[str, Any]:
     history, snap = History(), Snapshot(now=0.0)
     for i, t in enumerate(range(1010, 1310, 2)):
         # one request after another, each ~50 s at ~15 t/s
-        slots = [
+        slots: list[dict[str, Any]] = [
             {
                 "id": 0,
                 "n_ctx": 1024,

@@ -180,9 +180,11 @@ def test_without_supervision_status_names_the_cause_and_up_cleans_up(
         os.kill(first["w2"], signal.SIGKILL)
         # llama-server finds its worker gone at its next request, and aborts
         try:
+            state = read_state(root)
+            assert state is not None
             httpx.post(
-                f"{read_state(root).engine_url}/completion",
-                json={"prompt": "Hi", "n_predict": 1},  # type: ignore[union-attr]
+                f"{state.engine_url}/completion",
+                json={"prompt": "Hi", "n_predict": 1},
                 timeout=60,
             )
         except httpx.HTTPError:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -87,7 +88,7 @@ def test_sigkill_worker_mid_generation_cluster_comes_back(
     try:
         first = wait_ready(root, run)
         endpoint = str(first["_endpoint"])
-        started, result = threading.Event(), {}
+        started, result = threading.Event(), dict[str, Any]()
         client = threading.Thread(target=stream_until_error, args=(endpoint, started, result))
         client.start()
         assert started.wait(60)

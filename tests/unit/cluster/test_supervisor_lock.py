@@ -137,7 +137,10 @@ class FakeTransport:
 
 
 def _edges(fake: FakeTransport, clock: FakeClock | None = None) -> Edges:
-    return Edges(node=lambda host, ssh=None: fake, clock=clock or FakeClock())  # type: ignore[arg-type,return-value]
+    def node(host: object, ssh: object = None) -> FakeTransport:
+        return fake
+
+    return Edges(node=node, clock=clock or FakeClock())  # type: ignore[arg-type]
 
 
 def _state(*procs: tuple[str, str, int]) -> ClusterState:

@@ -30,7 +30,7 @@ from splitserve.eval._grade import grade
 from splitserve.eval._play import Responder
 from splitserve.eval._sandbox import SANDBOX_TOOLS, State, Workspace, open_sandbox, oracle_state
 from splitserve.eval._scenario import TIERS, Scenario
-from splitserve.eval._trace import ToolCall, Trace
+from splitserve.eval._trace import ResultKind, ToolCall, Trace
 from splitserve.eval.builtin import scenarios
 
 SUITE = scenarios()
@@ -56,6 +56,7 @@ PARALLEL = min(8, max(2, len(os.sched_getaffinity(0))))  # trials at once (each 
 
 async def _initial(s: Scenario) -> State:
     if s.id not in INITIAL:
+        assert s.sandbox is not None, s.id
         async with open_sandbox() as env:
             INITIAL[s.id] = await (await Workspace.create(env, s.sandbox)).snapshot()
     return copy.deepcopy(INITIAL[s.id])
@@ -67,7 +68,7 @@ async def _play(s: Scenario, policy: str, env: Any) -> Trace:
     trace = Trace()
     messages: list[dict] = [{"role": "user", "content": s.prompt}]
 
-    async def respond(name: str, args: dict) -> tuple[Any, str]:
+    async def respond(name: str, args: dict) -> tuple[Any, ResultKind]:
         nonlocal workspace
         if workspace is None and s.sandbox is not None and name in SANDBOX_TOOLS and name in s.tools:
             workspace = responder.workspace = await Workspace.create(env, s.sandbox)
