@@ -40,4 +40,5 @@ def test_workspace_scenarios_pass_and_inspects_log_holds_every_tool_call(tmp_pat
     assert "passed" in str(run_tests[-1].result)  # real pytest output
     (end,) = [e for e in coding.events if e.event == "info" and e.source == "splitserve: workspace at the end"]
     edited = next(e.arguments["path"] for e in coding.events if e.event == "tool" and e.function == "edit_file")
-    assert f"b/{edited}" in end.data["workspace_diff"] and "passed" in end.data["hidden_tests"]
+    assert isinstance(end.data, dict)
+    assert f"b/{edited}" in str(end.data["workspace_diff"]) and "passed" in str(end.data["hidden_tests"])

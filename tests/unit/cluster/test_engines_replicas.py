@@ -33,6 +33,12 @@ HEAD_IP, W1_IP, W2_IP, W3_IP = "10.20.20.1", "10.20.20.2", "10.20.20.3", "10.20.
 HOSTS = {"w1": ("box2", W1_IP), "w2": ("box3", W2_IP), "w3": ("box4", W3_IP)}
 
 
+def kwdefaults(fn: Any) -> dict[str, Any]:
+    """A function's keyword-only defaults (to patch one for a test); it has some."""
+    assert fn.__kwdefaults__ is not None, fn
+    return fn.__kwdefaults__
+
+
 def facts_output(address: str, engine: str) -> bytes:
     nic = json.dumps(
         [
@@ -213,8 +219,8 @@ def test_supervisor_restarts_only_the_replica_whose_server_died(
     spec = spec_of(tmp_path, backend)
     net = network(backend)
     asked: list[str] = []
-    monkeypatch.setitem(engine_up.__kwdefaults__, "first_token", token_when_listening(net, asked))
-    monkeypatch.setitem(engine_restart_replica.__kwdefaults__, "first_token", token_when_listening(net, asked))
+    monkeypatch.setitem(kwdefaults(engine_up), "first_token", token_when_listening(net, asked))
+    monkeypatch.setitem(kwdefaults(engine_restart_replica), "first_token", token_when_listening(net, asked))
     served: list[Any] = []
 
     def on_event(event: Event) -> None:
@@ -257,8 +263,8 @@ def test_a_dead_rank_restarts_its_group_of_two_only(tmp_path: Path, monkeypatch:
 
     spec = spec_of(tmp_path, "vllm", workers=3, topology="replicas:2", tensor_parallel_size=4)
     net = network("vllm", workers=3)
-    monkeypatch.setitem(engine_up.__kwdefaults__, "first_token", token_when_listening(net, []))
-    monkeypatch.setitem(engine_restart_replica.__kwdefaults__, "first_token", token_when_listening(net, []))
+    monkeypatch.setitem(kwdefaults(engine_up), "first_token", token_when_listening(net, []))
+    monkeypatch.setitem(kwdefaults(engine_restart_replica), "first_token", token_when_listening(net, []))
     sup = Supervisor(spec, edges=net.edges(), on_event=lambda e: sup.stop() if e.kind == "restarted" else None)
     sup.run(on_ready=lambda _state: net.after(2.0, lambda: net.kill("box4", "vllm", sig=9)))
     first = net.spawned[:5]
