@@ -464,12 +464,7 @@ def restart_gateway(spec: ClusterSpec, state: ClusterState, edges: Edges = REAL_
     # the engines it fronted, as it was started (every replica's URL with replicas)
     engines = old.argv[old.argv.index("--engine") + 1] if "--engine" in old.argv[:-1] else state.engine_url
     plan = gateway_restart_plan(spec, engines, Path(old.log), old.port, state.endpoint)
-    ex = Executor(spec, plan, state, edges)
-    try:
-        ex.run()
-    except BaseException:
-        ex.stop_all()
-        raise
+    _run_or_stop(Executor(spec, plan, state, edges))
     return state
 
 
@@ -503,6 +498,15 @@ def workers_only(
             up(spec, engine=engine, edges=edges)
 
 
+def _run_or_stop(ex: Executor) -> None:
+    """Run a restart's plan; on any failure stop what it started, then re-raise."""
+    try:
+        ex.run()
+    except BaseException:
+        ex.stop_all()
+        raise
+
+
 def restart_replica(spec: ClusterSpec, state: ClusterState, name: str, edges: Edges = REAL_EDGES) -> ClusterState:
     """Start one replica of a running cluster again alone (its processes are gone): its RPC workers,
     then its llama-server, until it serves (vLLM / SGLang: its server process(es), until it streams
@@ -523,12 +527,7 @@ def restart_replica(spec: ClusterSpec, state: ClusterState, name: str, edges: Ed
         spec, engines, replicas=[Replica.from_dict(rows[0])], architecture=model_architecture(spec.model)
     )
     plan = replica_restart_plan(spec, full, name)
-    ex = Executor(spec, plan, state, edges)
-    try:
-        ex.run()
-    except BaseException:
-        ex.stop_all()
-        raise
+    _run_or_stop(Executor(spec, plan, state, edges))
     write_state(cluster_state_dir(spec), state)
     return state
 
