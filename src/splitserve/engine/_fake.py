@@ -221,6 +221,16 @@ class FakeEngine(EngineBackend):
             raise _Failed(entry)
         return _Generation(self, entry, body, limit_key)
 
+    def generation(self, body: dict[str, Any], limit_key: str = "n_predict") -> _Generation | FakeFailure:
+        """Take the next script entry for the generation request ``body``, as the built-in routes
+        do: the failure it scripts, or its generation (``tokens`` cut by ``body[limit_key]``,
+        ``stop_type``, ``prompt_n``, ``delay(i)``, ``done()``, ``close()``), for a face of the
+        fake that speaks another wire shape (:mod:`._fake_http`)."""
+        try:
+            return self._generation(body, limit_key)
+        except _Failed as failed:
+            return failed.failure
+
     def count_tokens(self, prompt: Any) -> int:
         if isinstance(prompt, str):
             return len(self._tokens(prompt, True))
@@ -232,6 +242,15 @@ class FakeEngine(EngineBackend):
         if self._tokenize is not None:
             return self._tokenize(text, add_special)
         return ([BOS] if add_special else []) + [b + _OFFSET for b in text.encode("utf-8")]
+
+    def token_ids(self, text: str, add_special: bool = True) -> list[int]:
+        """The fake's tokens of ``text`` (no request recorded, no failure scripted)."""
+        return self._tokens(text, add_special)
+
+    @staticmethod
+    def token_text(tokens: Sequence[int]) -> str:
+        """The text of byte-level token ids (special tokens dropped)."""
+        return bytes(t - _OFFSET for t in tokens if _OFFSET <= t < _OFFSET + 256).decode("utf-8", "replace")
 
     # -- the interface ----------------------------------------------------------------------
     async def health(self) -> EngineHealth:
