@@ -10,6 +10,7 @@ from ._devices import GIB, Node, parse_node
 # measure_spec (it starts llama-server) lives in the cluster layer; the pure half is here.
 from ._measure import MEASURE_MARKERS, compare_breakdown
 from ._memory import CACHE_TYPES, layer_devices
+from ._parallel import ModelShape, ParallelChoice, choose_parallel
 from ._plan import Plan, PlanOptions, make_plan
 from ._serving import (
     DRAFT_MODEL_TYPES,
@@ -46,11 +47,14 @@ __all__ = [
     "Box",
     "ClusterFacts",
     "Machine",
+    "ModelShape",
     "Node",
+    "ParallelChoice",
     "Plan",
     "PlanOptions",
     "ServerFacts",
     "Topology",
+    "choose_parallel",
     "choose_topology",
     "compare_breakdown",
     "fit_problem",
