@@ -7,13 +7,13 @@
 
 from ._app import EngineStream, Gateway, GatewayConfig, create_app, load_template
 from ._auth import KeyRing, add_key, hash_key, is_loopback, require_auth_off_loopback
+from ._chat import Delta, Turn
 from ._doctor import probe_tools, report_markdown
 from ._errors import APIError
 from ._limits import KeyLimiter
 from ._plain import PLAIN
 from ._server import serve
 from ._translate import Plan, ServedModel, gbnf_literal, plan_chat
-from ._turn import Delta, Turn
 
 __all__ = [
     "PLAIN",

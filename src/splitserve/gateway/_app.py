@@ -32,7 +32,8 @@ from .._errors import EngineError
 from ..engine import CompletionStream, EngineBackend, EngineReply
 from ._access import ACCESS_LOG, CURRENT, RequestRecord, request_record
 from ._auth import KeyRing
-from ._chat import LastChunk, Timing, collect_chat, stream_chat
+from ._chat import LastChunk, Timing, Turn, collect_chat, stream_chat
+from ._engine_errors import api_error, health_error
 from ._errors import APIError
 from ._limits import KeyLimiter
 from ._messages import messages_routes
@@ -52,9 +53,7 @@ from ._router import SESSION_FIELD, ReplicaBackend, engines_backend
 from ._schemas import ChatRequest, CompletionRequest, check_history, parse_body, safe_json_loads
 from ._session import ReasoningMemory, SlotAffinity, session_key
 from ._translate import ServedModel, plan_chat, resolve_format
-from ._turn import Turn
 from ._ui import ui_routes
-from ._upstream import api_error, health_error
 
 T = TypeVar("T")
 

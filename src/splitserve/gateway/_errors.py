@@ -6,7 +6,7 @@ message, OpenAI's ``type`` and, where one field is at fault, its ``param``::
     {"error": {"message": "...", "type": "invalid_request_error", "param": "messages.1.content",
                "code": null}}
 
-The engine's failures are converted at the boundary (:mod:`._upstream`): not reachable or
+The engine's failures are converted at the boundary (:mod:`._engine_errors`): not reachable or
 still loading -> 503 with ``Retry-After``; a request the engine refuses (context too long)
 -> 400 with the engine's message; anything else from the engine -> 502.
 """

@@ -31,7 +31,8 @@ from starlette.routing import Route
 from .._errors import EngineError
 from ..engine import CompletionStream
 from ._access import RequestRecord, request_record
-from ._chat import LastChunk, Outcome, Timing, _drive, _take, record
+from ._chat import LastChunk, Outcome, Timing, Turn, drive, record, take
+from ._engine_errors import api_error
 from ._errors import APIError, bad_request
 from ._messages_translate import (
     PING,
@@ -50,8 +51,6 @@ from ._metrics import Metrics
 from ._responses_http import GatewayLike
 from ._schemas import ChatRequest, check_history, parse_body, safe_json_loads
 from ._translate import Plan, ServedModel, plan_chat
-from ._turn import Turn
-from ._upstream import api_error
 
 
 class Gateway(GatewayLike, Protocol):
@@ -155,7 +154,7 @@ async def collect_messages(
 ) -> dict[str, Any]:
     """The whole Messages answer (the caller closes ``events``)."""
     outcome = Outcome()
-    async for deltas in _drive(events, turn, outcome, timing):
+    async for deltas in drive(events, turn, outcome, timing):
         blocks.feed(deltas)
     blocks.finish()
     body = message_shell(message_id(), tr.model or "")
@@ -212,13 +211,13 @@ async def stream_messages(
                 else:
                     first = got
             if first is not None:
-                parts = blocks.feed(_take(first, turn, outcome, timing))
+                parts = blocks.feed(take(first, turn, outcome, timing))
                 if parts:
                     timing.first_sent = time.perf_counter()
                     yield b"".join(parts)
                 if not outcome.final:
                     async for batch in it:
-                        parts = blocks.feed(_take(batch, turn, outcome, timing))
+                        parts = blocks.feed(take(batch, turn, outcome, timing))
                         if parts:
                             if not timing.first_sent:
                                 timing.first_sent = time.perf_counter()

@@ -4,7 +4,7 @@
 into an OpenAI chat request body (validated by :class:`~._schemas.ChatRequest` and planned by
 :func:`~._translate.plan_chat`, so the template, the tool-call format, grammar-forced
 ``tool_choice`` and the prompt cache are the chat path's own), and :class:`Blocks` turns the
-:class:`~._turn.Turn`'s deltas into Messages content blocks and their SSE events.
+:class:`~._chat.Turn`'s deltas into Messages content blocks and their SSE events.
 
 What the translation does that a plain field mapping would not:
 
@@ -42,9 +42,9 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
+from ._chat import CALL_ARGS, CALL_END, CALL_START, CONTENT, REASONING, Delta
 from ._errors import APIError, bad_request
 from ._schemas import ENGINE_FIELDS
-from ._turn import CALL_ARGS, CALL_END, CALL_START, CONTENT, REASONING, Delta
 
 BILLING_PREFIX = "x-anthropic-billing-header"
 """The start of Claude Code's per-request system block (dropped: it changes every request)."""

@@ -2,7 +2,7 @@
 
 The request becomes the gateway's one chat request (:func:`._responses.to_chat`), is planned
 and sent as chat's is (:func:`._translate.plan_chat`: the template, the tool-call grammar,
-``json_schema``), and the engine's output is read by the same :class:`~._turn.Turn`, whose
+``json_schema``), and the engine's output is read by the same :class:`~._chat.Turn`, whose
 deltas :class:`~._responses_out.ResponseBuilder` turns into items and events. So an agent
 loop on this path keeps what chat gives it: the reasoning memory (reasoning a client dropped
 is put back by tool-call id) and the session's engine slot (``X-Session-Id``, else
@@ -27,7 +27,8 @@ from starlette.responses import JSONResponse, Response
 from .._errors import EngineError
 from ..engine import CompletionStream, EngineBackend
 from ._access import RequestRecord
-from ._chat import LastChunk, Outcome, Timing, _take, record
+from ._chat import REASONING, Delta, LastChunk, Outcome, Timing, Turn, record, take
+from ._engine_errors import api_error
 from ._errors import APIError
 from ._metrics import Metrics
 from ._responses import ChatPlan, ResponsesRequest, ResponseStore, to_chat
@@ -35,8 +36,6 @@ from ._responses_out import ResponseBuilder, responses_usage
 from ._schemas import check_history, parse_body
 from ._session import ReasoningMemory, session_key
 from ._translate import Plan, ServedModel, plan_chat
-from ._turn import REASONING, Delta, Turn
-from ._upstream import api_error
 
 T = TypeVar("T")
 
@@ -148,7 +147,7 @@ class _Answer:
 
     def feed(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.counts.raw += sum(len(data.get("content") or "") for data in batch)
-        return self.builder.feed(_count(_take(batch, self.turn, self.outcome, self.timing), self.counts))
+        return self.builder.feed(_count(take(batch, self.turn, self.outcome, self.timing), self.counts))
 
     def finish(self) -> list[dict[str, Any]]:
         events = self.builder.feed(_count(self.turn.finish(), self.counts))

@@ -1,4 +1,4 @@
-"""``POST /v1/responses`` out: the deltas of a :class:`~._turn.Turn` -> Responses output items
+"""``POST /v1/responses`` out: the deltas of a :class:`~._chat.Turn` -> Responses output items
 and stream events.
 
 :class:`ResponseBuilder` is pure: it takes the deltas in output order and returns the events
@@ -36,8 +36,8 @@ import time
 from json.encoder import encode_basestring
 from typing import Any
 
+from ._chat import CALL_ARGS, CALL_END, CALL_START, CONTENT, REASONING, Delta
 from ._responses import ToolRef
-from ._turn import CALL_ARGS, CALL_END, CALL_START, CONTENT, REASONING, Delta
 
 
 def new_id(prefix: str) -> str:

@@ -34,10 +34,10 @@ from starlette.routing import Route
 from .._errors import EngineError, SplitserveError
 from ..cluster import STATE_FILE, ClusterState, read_state
 from ..cluster import read_tail as cluster_read_tail
+from ._engine_errors import api_error
 from ._errors import APIError
 from ._router import ReplicaBackend
 from ._ui_state import History, Sample, Snapshot, assemble
-from ._upstream import api_error
 
 
 class _Config(Protocol):

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from splitserve.chat import get_format, list_formats
+from splitserve.gateway._chat import Turn
 from splitserve.gateway._schemas import MAX_DEPTH, check_json, safe_json_loads
 from splitserve.gateway._translate import Plan
-from splitserve.gateway._turn import Turn
 
 _BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_gateway_fuzz.py"
 _spec = importlib.util.spec_from_file_location("bench_gateway_fuzz", _BENCH)

@@ -16,6 +16,7 @@ import pytest
 from splitserve.chat import get_format
 from splitserve.engine import resolve_source
 from splitserve.gateway import APIError, ServedModel, plan_chat
+from splitserve.gateway._chat import Turn
 from splitserve.gateway._messages_translate import (
     Blocks,
     anthropic_error,
@@ -24,7 +25,6 @@ from splitserve.gateway._messages_translate import (
     usage,
 )
 from splitserve.gateway._schemas import ChatRequest, check_history, parse_body
-from splitserve.gateway._turn import Turn
 
 NS = "]<]minimax[>["
 TEMPLATES = {

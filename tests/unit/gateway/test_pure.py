@@ -24,8 +24,8 @@ from splitserve.gateway import (
     plan_chat,
     require_auth_off_loopback,
 )
+from splitserve.gateway._chat import CALL_ARGS, CALL_START, CONTENT
 from splitserve.gateway._schemas import ChatRequest, check_history, parse_body
-from splitserve.gateway._turn import CALL_ARGS, CALL_START, CONTENT
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
