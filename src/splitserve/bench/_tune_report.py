@@ -114,24 +114,37 @@ def _fmt(v: Any) -> str:
 def tune_markdown(
     run: BenchRun, comparison: dict[str, Any] | None = None, plots: Sequence[Path] = (), best_spec: Path | None = None
 ) -> str:
-    from ._report import pct, run_section, table
+    """The tune report: how it searched, its result, the comparison with a grid (when given), every
+    point measured, the points ruled out, the plots and the run's settings."""
+    from ._report import run_section
 
     t = run.summary.get("tune") or {}
     if not t:
         return "_no tune summary in this run_\n"
-    unit = t["unit"]
-    axes = [a["name"] for a in t["axes"]]
+    parts = [f"# Tune report: {run.name}\n", _how_section(run, t), _result_section(t, best_spec)]
+    if comparison and "error" not in comparison:
+        parts.append(_grid_section(comparison, t["unit"]))
+    parts.append(_steps_section(t))
+    if t["excluded"]:
+        parts.append(_excluded_section(t["excluded"]))
+    for p in plots:
+        parts.append(f"![{p.stem}]({p.name})\n")
+    parts.append(run_section(run))
+    return "\n".join(parts)
+
+
+def _how_section(run: BenchRun, t: dict[str, Any]) -> str:
+    """The workload, the metric, the load per point, the search, the noise rule and the axes."""
     opts = run.settings
     tset = opts.get("tune") or {}
     mode = t["mode"]
-    parts = [f"# Tune report: {run.name}\n"]
     how = (
         "every allowed point of the grid (`--grid`)"
         if mode == "grid"
         else "coordinate search: one axis at a time from the spec's settings, biggest effects first; an ordered "
         "axis walks while each step wins; passes until one changes nothing"
     )
-    parts.append(
+    return (
         f"- workload **{tset.get('workload', 'chat')}**, metric **{t['metric_label']}** "
         f"({'higher' if t['higher_is_better'] else 'lower'} is better); {opts.get('repeat')} request(s) per "
         f"point, "
@@ -161,6 +174,11 @@ def tune_markdown(
         )
         + "\n"
     )
+
+
+def _result_section(t: dict[str, Any], best_spec: Path | None) -> str:
+    """``## Result``: the best point, the start, the runs and why the search stopped."""
+    unit = t["unit"]
     start, best = t.get("start") or {}, t.get("best")
     lines = []
     if best:
@@ -176,60 +194,57 @@ def tune_markdown(
     lines.append(
         f"- runs: **{t['runs']}**, grid of {t['grid_size']} points{budget}; "
         f"{len(t['excluded'])} point(s) ruled out before measuring; stopped: {t['stopped']}"
-        + (f" after {t['passes']} pass(es)" if mode == "tune" else "")
+        + (f" after {t['passes']} pass(es)" if t["mode"] == "tune" else "")
     )
     if best_spec is not None:
         lines.append(f"- best spec: `{best_spec}`")
     for n in t.get("notes") or []:
         lines.append(f"- note: {n}")
-    parts.append("## Result\n\n" + "\n".join(lines) + "\n")
-    if comparison and "error" not in comparison:
-        c = comparison
-        frac = c["tune_runs"] / c["grid_runs"] if c.get("grid_runs") else None
-        if c["same_point"]:
-            same = "the same point"
-        elif c["within_noise"] is None:
-            same = "no noise estimate: the grid ran each point once and this workload's requests are different items"
-        else:
-            same = (
-                "within the grid's spread of those two points"
-                if c["within_noise"]
-                else "more than the grid's spread of those two points"
-            )
-        parts.append(
-            f"## Against the full grid ({c['grid_run']})\n\n"
-            + table(
-                ["", "runs", "best point", f"best {unit} (own run)", f"{unit} in the grid"],
-                [
-                    [
-                        "tune",
-                        c["tune_runs"],
-                        point_label(c["tune_best"]),
-                        _fmt(c["tune_best_score"]),
-                        _fmt(c["tune_best_in_grid"]),
-                    ],
-                    [
-                        "grid",
-                        c["grid_runs"],
-                        point_label(c["grid_best"]),
-                        _fmt(c["grid_best_score"]),
-                        _fmt(c["grid_best_score"]),
-                    ],
-                ],
-            )
-            + f"\n\ntune used {c['tune_runs']} of the grid's {c['grid_runs']} runs"
-            + (f" ({frac:.0%})" if frac is not None else "")
-            + f"; its pick ranks #{_fmt(c['rank_in_grid'])} of {c['grid_points_measured']} in the grid, "
-            f"gap {_fmt(c['gap'])} {unit}"
-            + (f" ({c['gap_fraction']:.1%})" if c.get("gap_fraction") is not None else "")
-            + f": {same}."
-            + (
-                f" The tune's start scored {_fmt(c['start_in_grid'])} {unit} in the grid."
-                if c.get("start_in_grid") is not None
-                else ""
-            )
-            + "\n"
+    return "## Result\n\n" + "\n".join(lines) + "\n"
+
+
+def _grid_section(c: dict[str, Any], unit: str) -> str:
+    """``## Against the full grid``: :func:`compare`'s figures as a table and a sentence."""
+    from ._report import table
+
+    frac = c["tune_runs"] / c["grid_runs"] if c.get("grid_runs") else None
+    if c["same_point"]:
+        same = "the same point"
+    elif c["within_noise"] is None:
+        same = "no noise estimate: the grid ran each point once and this workload's requests are different items"
+    else:
+        same = (
+            "within the grid's spread of those two points"
+            if c["within_noise"]
+            else "more than the grid's spread of those two points"
         )
+    rows = [
+        ["tune", c["tune_runs"], point_label(c["tune_best"]), _fmt(c["tune_best_score"]), _fmt(c["tune_best_in_grid"])],
+        ["grid", c["grid_runs"], point_label(c["grid_best"]), _fmt(c["grid_best_score"]), _fmt(c["grid_best_score"])],
+    ]
+    return (
+        f"## Against the full grid ({c['grid_run']})\n\n"
+        + table(["", "runs", "best point", f"best {unit} (own run)", f"{unit} in the grid"], rows)
+        + f"\n\ntune used {c['tune_runs']} of the grid's {c['grid_runs']} runs"
+        + (f" ({frac:.0%})" if frac is not None else "")
+        + f"; its pick ranks #{_fmt(c['rank_in_grid'])} of {c['grid_points_measured']} in the grid, "
+        f"gap {_fmt(c['gap'])} {unit}"
+        + (f" ({c['gap_fraction']:.1%})" if c.get("gap_fraction") is not None else "")
+        + f": {same}."
+        + (
+            f" The tune's start scored {_fmt(c['start_in_grid'])} {unit} in the grid."
+            if c.get("start_in_grid") is not None
+            else ""
+        )
+        + "\n"
+    )
+
+
+def _steps_section(t: dict[str, Any]) -> str:
+    """``## Every point measured``: a row a run, in the order measured."""
+    from ._report import pct, table
+
+    axes = [a["name"] for a in t["axes"]]
     rows = []
     for s in t["steps"]:
         p = s["point"]
@@ -247,41 +262,21 @@ def tune_markdown(
                 s["verdict"] + (f": {s['error']}" if s.get("error") else ""),
             ]
         )
-    parts.append(
-        "## Every point measured\n\n"
-        + table(
-            [
-                "run",
-                "varied",
-                *axes,
-                f"{t['metric']} {unit}",
-                "min–max",
-                "spread",
-                "n",
-                "acceptance",
-                "agreement",
-                "verdict",
-            ],
-            rows,
-        )
+    head = ["run", "varied", *axes, f"{t['metric']} {t['unit']}", "min–max", "spread", "n"]
+    return "## Every point measured\n\n" + table([*head, "acceptance", "agreement", "verdict"], rows) + "\n"
+
+
+def _excluded_section(excluded: list[dict[str, Any]], most: int = 60) -> str:
+    """``## Ruled out before measuring``: the first ``most`` points and why."""
+    from ._report import table
+
+    shown = excluded[:most]
+    return (
+        "## Ruled out before measuring\n\n"
+        + table(["point", "why"], [[point_label(e["point"]), e["reason"]] for e in shown])
+        + (f"\n\n… and {len(excluded) - len(shown)} more (all in the run file)" if len(excluded) > most else "")
         + "\n"
     )
-    if t["excluded"]:
-        shown = t["excluded"][:60]
-        parts.append(
-            "## Ruled out before measuring\n\n"
-            + table(["point", "why"], [[point_label(e["point"]), e["reason"]] for e in shown])
-            + (
-                f"\n\n… and {len(t['excluded']) - len(shown)} more (all in the run file)"
-                if len(t["excluded"]) > 60
-                else ""
-            )
-            + "\n"
-        )
-    for p in plots:
-        parts.append(f"![{p.stem}]({p.name})\n")
-    parts.append(run_section(run))
-    return "\n".join(parts)
 
 
 def plot_tune(run: BenchRun, path: Path, grid: BenchRun | None = None) -> Path | None:
@@ -300,21 +295,38 @@ def plot_tune(run: BenchRun, path: Path, grid: BenchRun | None = None) -> Path |
     plt = _plt()
     panels = 2 if grid_run is not None else 1
     fig, axs = plt.subplots(1, panels, figsize=(6.5 * panels, 4.6), squeeze=False)
-    ax = axs[0][0]
-    colors = {
-        "start": "tab:blue",
-        "start re-measured": "tab:blue",
-        "incumbent re-measured": "tab:cyan",
-        "ahead: confirming": "yellowgreen",
-        "new best (confirmed)": "tab:green",
-        "new best": "tab:green",
-        "not confirmed": "tab:olive",
-        "within noise": "tab:orange",
-        "worse": "tab:red",
-        "grid": "tab:gray",
-        "failed": "black",
-    }
-    for verdict, color in colors.items():
+    _plot_runs(axs[0][0], run, t, steps, grid, metric, workload)
+    if grid_run is not None:
+        _plot_grid(axs[0][1], t, grid_run, metric, workload)
+    return _save(plt, fig, path)
+
+
+_VERDICT_COLORS = {
+    "start": "tab:blue",
+    "start re-measured": "tab:blue",
+    "incumbent re-measured": "tab:cyan",
+    "ahead: confirming": "yellowgreen",
+    "new best (confirmed)": "tab:green",
+    "new best": "tab:green",
+    "not confirmed": "tab:olive",
+    "within noise": "tab:orange",
+    "worse": "tab:red",
+    "grid": "tab:gray",
+    "failed": "black",
+}
+
+
+def _plot_runs(
+    ax: Any,
+    run: BenchRun,
+    t: dict[str, Any],
+    steps: list[dict[str, Any]],
+    grid: BenchRun | None,
+    metric: Metric,
+    workload: str,
+) -> None:
+    """The left panel: each run's score by verdict, the incumbent's step line and the grid's best."""
+    for verdict, color in _VERDICT_COLORS.items():
         ss = [s for s in steps if s["verdict"] == verdict]
         if not ss:
             continue
@@ -355,39 +367,40 @@ def plot_tune(run: BenchRun, path: Path, grid: BenchRun | None = None) -> Path |
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    if grid_run is not None:
-        ax2 = axs[0][1]
-        gscores = scores_of_run(grid_run, metric, workload)
-        ranked = sorted(
-            ((k, m) for k, m in gscores.items() if m.ok), key=lambda km: km[1].score or 0.0, reverse=metric.higher
+
+
+def _plot_grid(ax2: Any, t: dict[str, Any], grid_run: BenchRun, metric: Metric, workload: str) -> None:
+    """The right panel: every grid point by score, tune's pick and the other points it measured marked."""
+    gscores = scores_of_run(grid_run, metric, workload)
+    ranked = sorted(
+        ((k, m) for k, m in gscores.items() if m.ok), key=lambda km: km[1].score or 0.0, reverse=metric.higher
+    )
+    tune_keys = {point_key(server_values(s["point"])) for s in t["steps"]} if t["mode"] == "tune" else set()
+    pick = point_key(server_values(t["best"])) if t.get("best") else None
+    xs = list(range(1, len(ranked) + 1))
+    cols = ["tab:green" if k == pick else ("tab:orange" if k in tune_keys else "lightgray") for k, _ in ranked]
+    ax2.bar(
+        xs,
+        [m.score for _, m in ranked],
+        color=cols,
+        yerr=[
+            [(m.score or 0) - min(m.samples) for _, m in ranked],
+            [max(m.samples) - (m.score or 0) for _, m in ranked],
+        ],
+        capsize=2,
+        ecolor="gray",
+    )
+    if len(ranked) <= 24:
+        ax2.set_xticks(xs, [_short(dict(k)) for k, _ in ranked], rotation=70, ha="right", fontsize=6)
+    title = "every grid point, best first"
+    if pick is not None:
+        title += (
+            "\n(green: tune's pick; orange: other points tune measured)"
+            if t["mode"] == "tune"
+            else "\n(green: the best)"
         )
-        tune_keys = {point_key(server_values(s["point"])) for s in t["steps"]} if t["mode"] == "tune" else set()
-        pick = point_key(server_values(t["best"])) if t.get("best") else None
-        xs = list(range(1, len(ranked) + 1))
-        cols = ["tab:green" if k == pick else ("tab:orange" if k in tune_keys else "lightgray") for k, _ in ranked]
-        ax2.bar(
-            xs,
-            [m.score for _, m in ranked],
-            color=cols,
-            yerr=[
-                [(m.score or 0) - min(m.samples) for _, m in ranked],
-                [max(m.samples) - (m.score or 0) for _, m in ranked],
-            ],
-            capsize=2,
-            ecolor="gray",
-        )
-        if len(ranked) <= 24:
-            ax2.set_xticks(xs, [_short(dict(k)) for k, _ in ranked], rotation=70, ha="right", fontsize=6)
-        title = "every grid point, best first"
-        if pick is not None:
-            title += (
-                "\n(green: tune's pick; orange: other points tune measured)"
-                if t["mode"] == "tune"
-                else "\n(green: the best)"
-            )
-        ax2.set(title=title, xlabel="grid point (rank)", ylabel=_ylabel(metric))
-        ax2.grid(alpha=0.3, axis="y")
-    return _save(plt, fig, path)
+    ax2.set(title=title, xlabel="grid point (rank)", ylabel=_ylabel(metric))
+    ax2.grid(alpha=0.3, axis="y")
 
 
 def _ylabel(metric: Metric) -> str:

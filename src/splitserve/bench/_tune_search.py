@@ -238,147 +238,163 @@ def coordinate_search(
     ``confirm``: the start is measured twice (two restarts: how far they fall apart is the noise
     floor of every comparison), and a point that beats the incumbent is measured again and wins
     only if it still does with both runs' samples, so one lucky restart does not move the search."""
-    axes = list(axes)
-    book = _Book(measure, feasible, budget, on_step)
-    notes: list[str] = []
-    inc = dict(start)
-    if book.why_not(inc):
-        reason = book.ruled[point_key(inc)]
-        first = next((p for p in grid_points(axes) if not book.why_not(p)), None)
-        if first is None:
-            return SearchResult(
-                "tune",
-                metric,
-                axes,
-                start,
-                None,
-                None,
-                [],
-                book.excluded,
-                budget,
-                "failed",
-                min_gain=min_gain,
-                notes=["the planner rules out every point of the grid"],
-            )
-        notes.append(f"the start {point_label(inc)} is ruled out ({reason}); starting from {point_label(first)}")
-        inc = first
-    start = dict(inc)
-    stopped = "passes"
-    passes = 0
-    inc_m: Measurement | None = None
-    try:
-        inc_m = book.get(inc)
-        assert inc_m is not None
-        book.record(inc, None, "start" if inc_m.ok else "failed", inc)
-        if not inc_m.ok:
-            why = inc_m.error or "no figures"
-            return SearchResult(
-                "tune",
-                metric,
-                axes,
-                start,
-                None,
-                None,
-                book.steps,
-                book.excluded,
-                budget,
-                "failed",
-                min_gain=min_gain,
-                notes=notes + [f"the start {point_label(inc)} failed: {why}"],
-            )
-        if confirm:  # the start again: how far two restarts of one point fall apart is the noise floor
-            first_score = inc_m.score
-            book.again(inc)
-            second = book.last.score if book.last is not None and book.last.ok else None
-            if first_score is not None and second is not None:
-                book.restart_noise = abs(first_score - second)
-            book.record(inc, None, "start re-measured", inc)
+    search = _CoordinateSearch(list(axes), _Book(measure, feasible, budget, on_step), metric, min_gain, confirm)
+    return search.run(start, max_passes)
 
-        def verdict_of(m: Measurement, ref: Measurement) -> str:
-            if not m.ok:
-                return "failed"
-            assert m.score is not None and ref.score is not None
-            ahead = better_score(m.score, ref.score, metric)
-            near = abs(m.score - ref.score) <= margin(m, ref, min_gain, book.noise())
-            return "within noise" if ahead or near else "worse"
 
-        def consider(point: dict[str, Any], axis: str) -> bool:
-            nonlocal inc, inc_m
-            key = point_key(point)
-            known = key in book.memo
-            m = book.get(point)
-            if m is None:
-                return False
-            assert inc_m is not None
-            won = beats(m, inc_m, metric, min_gain, book.noise())
-            pending = won and confirm and book.runs_of.get(key, 0) < 2
-            if not known:
-                book.record(
-                    point,
-                    axis,
-                    "ahead: confirming" if pending else ("new best" if won else verdict_of(m, inc_m)),
-                    point if won and not pending else inc,
-                )
-            if pending:
-                if book.runs_of.get(point_key(inc), 0) < 2:
-                    book.again(inc)
-                    book.record(inc, None, "incumbent re-measured", inc)
-                book.again(point)
-                won = beats(m, inc_m, metric, min_gain, book.noise())
-                book.record(point, axis, "new best (confirmed)" if won else "not confirmed", point if won else inc)
-            if won:
-                inc, inc_m = dict(point), m
-            return won
+class _CoordinateSearch:
+    """:func:`coordinate_search`'s state: the incumbent (``inc``, ``inc_m``) and the steps to move it."""
 
-        for passes in range(1, max_passes + 1):  # noqa: B007 - read after the loop (passes made)
-            before = dict(inc)
-            for axis in axes:
-                if len(axis.values) < 2:
-                    continue
-                if axis.ordered:
-                    idx = axis.values.index(inc[axis.name])
-                    moved_up = False
-                    for direction in (1, -1):
-                        if direction == -1 and moved_up:
-                            break  # one peak: having climbed up, down is worse
-                        j = idx + direction
-                        while 0 <= j < len(axis.values):
-                            cand = inc | {axis.name: axis.values[j]}
-                            if book.why_not(cand):
-                                j += direction  # ruled out: look past it
-                                continue
-                            if not consider(cand, axis.name):
-                                break  # early stop: a step that does not win ends this direction
-                            moved_up = moved_up or direction == 1
-                            j += direction
-                else:
-                    for value in axis.values:
-                        if value != inc[axis.name]:
-                            consider(inc | {axis.name: value}, axis.name)
-            if inc == before:
-                stopped = "converged"
-                break
-    except _BudgetSpent:
-        stopped = "budget"
-    except KeyboardInterrupt:
+    def __init__(self, axes: list[Axis], book: _Book, metric: Metric, min_gain: float, confirm: bool) -> None:
+        self.axes = axes
+        self.book = book
+        self.metric = metric
+        self.min_gain = min_gain
+        self.confirm = confirm
+        self.notes: list[str] = []
+        self.start: dict[str, Any] = {}
+        self.inc: dict[str, Any] = {}
+        self.inc_m: Measurement | None = None
+        self.passes = 0
+
+    def result(self, stopped: str, best: bool = True, notes: Sequence[str] = ()) -> SearchResult:
+        """The search so far as a result (``best=False``: no best point, as when the start fails)."""
+        book = self.book
         return SearchResult(
             "tune",
-            metric,
-            axes,
-            start,
-            inc,
-            inc_m,
+            self.metric,
+            self.axes,
+            self.start,
+            self.inc if best else None,
+            self.inc_m if best else None,
             book.steps,
             book.excluded,
-            budget,
-            "interrupted",
-            passes,
-            min_gain,
-            notes,
+            book.budget,
+            stopped,
+            self.passes,
+            self.min_gain,
+            self.notes + list(notes),
         )
-    return SearchResult(
-        "tune", metric, axes, start, inc, inc_m, book.steps, book.excluded, budget, stopped, passes, min_gain, notes
-    )
+
+    def run(self, start: dict[str, Any], max_passes: int) -> SearchResult:
+        book = self.book
+        self.start = start
+        first = self.usable_start(dict(start))
+        if first is None:
+            return self.result("failed", best=False, notes=["the planner rules out every point of the grid"])
+        self.start = dict(first)
+        self.inc = first
+        stopped = "passes"
+        try:
+            inc_m = self.inc_m = book.get(first)
+            assert inc_m is not None
+            book.record(first, None, "start" if inc_m.ok else "failed", first)
+            if not inc_m.ok:
+                why = inc_m.error or "no figures"
+                return self.result("failed", best=False, notes=[f"the start {point_label(first)} failed: {why}"])
+            if self.confirm:
+                self.remeasure_start()
+            for self.passes in range(1, max_passes + 1):
+                before = dict(self.inc)
+                for axis in self.axes:
+                    if len(axis.values) < 2:
+                        continue
+                    if axis.ordered:
+                        self.walk(axis)
+                    else:
+                        for value in axis.values:
+                            if value != self.inc[axis.name]:
+                                self.consider(self.inc | {axis.name: value}, axis.name)
+                if self.inc == before:
+                    stopped = "converged"
+                    break
+        except _BudgetSpent:
+            stopped = "budget"
+        except KeyboardInterrupt:
+            return self.result("interrupted")
+        return self.result(stopped)
+
+    def usable_start(self, inc: dict[str, Any]) -> dict[str, Any] | None:
+        """``inc``, or when the planner rules it out the grid's first point it allows (with a note);
+        None when it allows none."""
+        book = self.book
+        if not book.why_not(inc):
+            return inc
+        reason = book.ruled[point_key(inc)]
+        first = next((p for p in grid_points(self.axes) if not book.why_not(p)), None)
+        if first is not None:
+            self.notes.append(
+                f"the start {point_label(inc)} is ruled out ({reason}); starting from {point_label(first)}"
+            )
+        return first
+
+    def remeasure_start(self) -> None:
+        """The start again: how far two restarts of one point fall apart is the noise floor."""
+        book, inc = self.book, self.inc
+        assert self.inc_m is not None
+        first_score = self.inc_m.score
+        book.again(inc)
+        second = book.last.score if book.last is not None and book.last.ok else None
+        if first_score is not None and second is not None:
+            book.restart_noise = abs(first_score - second)
+        book.record(inc, None, "start re-measured", inc)
+
+    def walk(self, axis: Axis) -> None:
+        """An ordered axis: up from the incumbent's value while each step wins, then down unless it
+        climbed (one peak); a point the planner rules out is stepped over."""
+        idx = axis.values.index(self.inc[axis.name])
+        moved_up = False
+        for direction in (1, -1):
+            if direction == -1 and moved_up:
+                break  # one peak: having climbed up, down is worse
+            j = idx + direction
+            while 0 <= j < len(axis.values):
+                cand = self.inc | {axis.name: axis.values[j]}
+                if self.book.why_not(cand):
+                    j += direction  # ruled out: look past it
+                    continue
+                if not self.consider(cand, axis.name):
+                    break  # early stop: a step that does not win ends this direction
+                moved_up = moved_up or direction == 1
+                j += direction
+
+    def verdict_of(self, m: Measurement, ref: Measurement) -> str:
+        if not m.ok:
+            return "failed"
+        assert m.score is not None and ref.score is not None
+        ahead = better_score(m.score, ref.score, self.metric)
+        near = abs(m.score - ref.score) <= margin(m, ref, self.min_gain, self.book.noise())
+        return "within noise" if ahead or near else "worse"
+
+    def consider(self, point: dict[str, Any], axis: str) -> bool:
+        """Measure ``point`` (unless known) and make it the incumbent when it wins (confirmed by a
+        second run with ``confirm``)."""
+        book, inc, inc_m = self.book, self.inc, self.inc_m
+        key = point_key(point)
+        known = key in book.memo
+        m = book.get(point)
+        if m is None:
+            return False
+        assert inc_m is not None
+        won = beats(m, inc_m, self.metric, self.min_gain, book.noise())
+        pending = won and self.confirm and book.runs_of.get(key, 0) < 2
+        if not known:
+            book.record(
+                point,
+                axis,
+                "ahead: confirming" if pending else ("new best" if won else self.verdict_of(m, inc_m)),
+                point if won and not pending else inc,
+            )
+        if pending:
+            if book.runs_of.get(point_key(inc), 0) < 2:
+                book.again(inc)
+                book.record(inc, None, "incumbent re-measured", inc)
+            book.again(point)
+            won = beats(m, inc_m, self.metric, self.min_gain, book.noise())
+            book.record(point, axis, "new best (confirmed)" if won else "not confirmed", point if won else inc)
+        if won:
+            self.inc, self.inc_m = dict(point), m
+        return won
 
 
 def grid_search(
