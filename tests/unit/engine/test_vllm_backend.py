@@ -1,4 +1,4 @@
-"""VllmBackend on the vLLM stand-in (in process, over httpx's ASGI transport): llama.cpp bodies in,
+"""VllmBackend on a FakeEngine served in vLLM's HTTP shape (in process, over httpx's ASGI transport): llama.cpp bodies in,
 llama.cpp events out, vLLM's OpenAI completions in between."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import anyio
 import httpx
 import pytest
 
-from splitserve.engine import EngineHTTPError, EngineStreamError, VllmBackend
+from splitserve.engine import EngineHTTPError, EngineStreamError, FakeEngine, VllmBackend
+from splitserve.engine._fake_http import vllm_app
 from splitserve.engine._vllm import completions_body, read_tokenizer_config, stop_type
-from splitserve.engine._vllm_standin import StandinState, create_app
 
 
-def backend(state: StandinState, **kw: Any) -> VllmBackend:
-    return VllmBackend("http://standin", transport=httpx.ASGITransport(app=create_app(state=state)), **kw)
+def backend(engine: FakeEngine, model: str = "m", max_model_len: int | None = None, **kw: Any) -> VllmBackend:
+    app = vllm_app(engine, model, max_model_len=max_model_len)
+    return VllmBackend("http://fake", transport=httpx.ASGITransport(app=app), **kw)
 
 
 def run(coro: Any) -> Any:
@@ -68,14 +69,14 @@ async def collect(b: VllmBackend, body: dict[str, Any]) -> list[dict[str, Any]]:
     ],
 )
 def test_stream_gives_llama_events(body: dict[str, Any], text: str, kind: str) -> None:
-    state = StandinState(model="m", reply="Hello there.")
-    events = run(collect(backend(state), body))
+    engine = FakeEngine([list("Hello there.")])
+    events = run(collect(backend(engine), body))
     *tokens, final = events
     assert "".join(e["content"] for e in tokens) == text and all(not e["stop"] for e in tokens)
     assert final["stop"] is True and final["stop_type"] == kind
     assert final["tokens_predicted"] == len(text) and final["tokens_evaluated"] == len("Hi") + 1
     assert set(final["timings"]) >= {"prompt_n", "predicted_n", "predicted_ms"}
-    sent = state.requests[-1]
+    sent = engine.bodies[-1]
     assert sent["model"] == "m" and sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
 
 
@@ -89,8 +90,8 @@ def test_complete_props_tokenize(tmp_path: Path) -> None:
             }
         )
     )
-    state = StandinState(model=str(tmp_path), reply="Yes.", max_model_len=2048)
-    b = backend(state)
+    engine = FakeEngine([list("Yes.")])
+    b = backend(engine, str(tmp_path), 2048)
     done = run(b.complete({"prompt": "Q", "n_predict": 10}))
     assert (done["content"], done["stop"], done["tokens_predicted"]) == ("Yes.", True, 4)
     props = run(b.props())
@@ -101,7 +102,7 @@ def test_complete_props_tokenize(tmp_path: Path) -> None:
     assert run(b.slots()) == []
     assert run(b.health()).ok
     assert b"vllm:num_requests_running" in (run(b.metrics()) or b"")
-    given = backend(state, chat_template="MINE")
+    given = backend(engine, str(tmp_path), chat_template="MINE")
     assert run(given.props())["chat_template"] == "MINE"
 
 
@@ -113,9 +114,8 @@ def test_read_tokenizer_config_prefers_chat_template_jinja(tmp_path: Path) -> No
 
 
 def test_errors_are_engine_errors() -> None:
-    state = StandinState(model="m")
     with pytest.raises(EngineHTTPError, match="400"):
-        run(collect(backend(state), {"prompt": "x" * 5000, "n_predict": 1}))
+        run(collect(backend(FakeEngine()), {"prompt": "x" * 5000, "n_predict": 1}))
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
