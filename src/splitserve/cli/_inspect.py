@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +12,7 @@ from rich.table import Table
 from .._errors import UsageError
 from ..chat import NO_FORMAT_HINT, detect_format
 from ..model import ModelInfo, inspect_model
-from ..plan import CACHE_TYPES, GIB, Node, Plan, PlanOptions, Topology, make_plan, parse_node
+from ..plan import CACHE_TYPES, GIB, Plan
 from ._app import app, make_console, maps_errors
 
 console = make_console()
@@ -198,6 +197,8 @@ def plan_cmd(
 
     Example: splitserve plan MiniMax-M3-UD-IQ4_XS-00001-of-00006.gguf --node spark1=121,device=gb10 --node spark2=121,device=gb10 --ctx 65536 --cache-type-k q8_0 --cache-type-v q8_0
     """
+    from ..cluster import PlanRequest, plan_report
+
     given: dict[str, Any] = {
         "ctx": ctx,
         "parallel": parallel,
@@ -211,72 +212,26 @@ def plan_cmd(
         "link_gbps": link_gbps,
         "link_latency_us": link_latency_us,
     }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    topology: Topology | None = None
-    if config is not None:
-        from ..cluster import load_spec, plan_for_spec, spec_nodes, spec_options
-
-        spec = load_spec(config)
-        nodes = [parse_node(n) for n in node] if node else spec_nodes(spec)
-        base = spec_options(spec)
-        hn = _host_index(host_node, nodes, base.host_node)
-        # flags on the command line win over the spec's [server] table
-        plan = plan_for_spec(
-            spec, nodes=nodes if node else None, model=model, options=replace(base, host_node=hn, **overrides)
-        )
-        topology = _spec_topology(spec)
-        if measure:
-            from ..cluster import measure_spec, measured_spec
-
-            comparison = measure_spec(measured_spec(spec, overrides, model), plan)
-            if as_json:
-                print(json.dumps({"plan": plan.to_dict(), "measured": comparison}, indent=2))
-            else:
-                _print_plan(plan)
-                _print_measure(comparison)
-            return
-    else:
-        if model is None:
-            raise UsageError("give a MODEL (a GGUF file) or -c cluster.toml")
-        if not node:
-            raise UsageError("give at least one --node NAME=GIB (e.g. --node spark1=121,device=gb10)")
-        if measure:
-            raise UsageError("--measure needs -c cluster.toml with the workers up")
-        nodes = [parse_node(n) for n in node]
-        options = replace(PlanOptions(), host_node=_host_index(host_node, nodes, 0), **overrides)
-        plan = make_plan(inspect_model(model), nodes, options)
+    request = PlanRequest(
+        model=model,
+        nodes=tuple(node or ()),
+        config=config,
+        overrides={k: v for k, v in given.items() if v is not None},
+        host_node=host_node,
+        measure=measure,
+    )
+    report = plan_report(request)
     if as_json:
-        out = plan.to_dict()
-        if topology is not None:
-            out["topology"] = topology.to_dict()
-        print(json.dumps(out, indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
-        _print_plan(plan)
-        for line in topology.lines() if topology is not None else []:
-            console.print(line, markup=False, soft_wrap=True)
-    if not plan.fits and (topology is None or topology.kind == "split"):
+        _print_plan(report.plan)
+        if report.measured is not None:
+            _print_measure(report.measured)
+        elif report.topology is not None:
+            for line in report.topology.lines():
+                console.print(line, markup=False, soft_wrap=True)
+    if report.refused:
         raise typer.Exit(3)
-
-
-def _spec_topology(spec: Any) -> Topology | None:
-    """The spec's topology for a cluster of more than one node (split or replicas, and why)."""
-    from ..cluster import spec_boxes, spec_topology
-
-    if len(spec_boxes(spec)) < 2:
-        return None
-    return spec_topology(spec)
-
-
-def _host_index(host_node: str | None, nodes: list[Node], default: int | None) -> int | None:
-    """``--host-node NAME|none`` as a node index (``default`` when not given)."""
-    if host_node is None:
-        return default
-    if host_node.lower() == "none":
-        return None
-    names = [n.name for n in nodes]
-    if host_node not in names:
-        raise UsageError(f"--host-node {host_node!r} is not one of the nodes ({', '.join(names)})")
-    return names.index(host_node)
 
 
 def _print_plan(plan: Plan) -> None:

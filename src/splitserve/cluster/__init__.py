@@ -14,9 +14,9 @@ from ._gpu import local_gpu_state
 from ._launch import LaunchFacts, Step, format_plan, plan_launch
 from ._load_meter import CacheLog, parse_cache_log, parse_proc_io, read_worker_side, worker_loaded_bytes
 from ._logparse import load_progress, load_warnings, parse_load_report
-from ._measure import measure_spec
 from ._nodes import node_for
-from ._planning import draft_info, measured_spec, plan_for_spec, require_fit, spec_nodes, spec_options
+from ._plan_report import PlanReport, PlanRequest, plan_report
+from ._planning import draft_info, plan_for_spec, require_fit, spec_nodes, spec_options
 from ._prefill import cached_tensors, layers_of_devices, model_layers, parse_layers, prefill_cache
 from ._preflight import preflight
 from ._rdma_node import worker_transports
@@ -72,6 +72,8 @@ __all__ = [
     "LaunchPlan",
     "LocalNode",
     "Node",
+    "PlanReport",
+    "PlanRequest",
     "ProcessPlan",
     "ProcessRecord",
     "ProcessRef",
@@ -108,8 +110,6 @@ __all__ = [
     "load_warnings",
     "local_gpu_state",
     "lock_holder",
-    "measure_spec",
-    "measured_spec",
     "model_layers",
     "node_for",
     "parse_cache_log",
@@ -120,6 +120,7 @@ __all__ = [
     "parse_transport",
     "plan_for_spec",
     "plan_launch",
+    "plan_report",
     "prefill_cache",
     "preflight",
     "read_state",
