@@ -56,9 +56,9 @@ from bench_prefill import make_model  # noqa: E402
 from netns_hosts import make_hosts, unavailable  # noqa: E402
 
 from helpers import free_ports  # noqa: E402
+from splitserve._node import LocalNode  # noqa: E402
 from splitserve.cluster import cached_tensors, parse_cache_log, prefill_cache  # noqa: E402
 from splitserve.cluster._prefill_launch import run_on_node  # noqa: E402
-from splitserve.cluster._transport import LocalNode  # noqa: E402
 from splitserve.engine import get_engine  # noqa: E402
 from splitserve.model import read_gguf  # noqa: E402
 

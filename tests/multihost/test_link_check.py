@@ -292,8 +292,8 @@ def test_busy_rpc_port_falls_back_from_iperf3_to_the_builtin_receiver(
 def test_receiver_ends_itself_when_the_head_never_comes(hosts: Hosts, link: tuple[Box, LinkTarget]) -> None:
     """The built-in receiver's own limit (``alarm``): a head that dies before sending leaves nothing
     behind on the worker for long. Started here with a 1-second limit."""
+    from splitserve._node import stop
     from splitserve.cluster._link import RECEIVER
-    from splitserve.cluster._transport import stop
 
     box, target = link
     node = target.node

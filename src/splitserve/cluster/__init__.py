@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._node import LocalNode, Node, ProcessRef, read_tail
 from ._checks import LINK_RTT_MEANING, LINK_RTT_WARN_MS, link_rtt_status
 from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan
 from ._engines_facts import engine_preflight, gather_engine_facts
@@ -46,7 +47,6 @@ from ._supervise import (
     supervise,
 )
 from ._systemd import systemd_units
-from ._transport import LocalNode, Node, ProcessRef, read_tail
 from ._transport_log import parse_transport
 
 __all__ = [

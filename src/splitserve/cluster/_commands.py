@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SplitserveError
+from .._node import remote_env, sh_command
 from ..engine import Engine
 from ..plan import DRAFT_TYPES, MSA_ARCHS
 from ..plan import kv_unified_asked as _kv_unified
 from ._replicas import Replica
 from ._spec import DEFAULT_GATEWAY_PORT, ClusterSpec, ServerSpec, WorkerSpec, draft_in_use, is_local_host
 from ._spec_engines import engine_table
-from ._transport import remote_env, sh_command
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ProcessPlan:
     def shell(self) -> str:
         """The command as one shell line (for --dry-run and the logs), secrets masked.
 
-        A remote process's line is the one its node's shell runs (:func:`~._transport.sh_command`,
+        A remote process's line is the one its node's shell runs (:func:`~splitserve._node.sh_command`,
         as :class:`~._ssh.SshNode` starts it): ``~`` expanded there as ``"$HOME"``, the library path
         before the node's own, so it runs when pasted on that node."""
         argv = ["***" if i and self.argv[i - 1] == "--api-key" else a for i, a in enumerate(self.argv)]

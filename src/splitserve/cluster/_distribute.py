@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ClusterError, NodeError
+from .._node import Node
 from ..engine import Engine
 from ._spec import ClusterSpec, WorkerSpec
-from ._transport import Node
 
 RPC_CMD_HELLO = 14
 RPC_CONN_CAPS_SIZE = 24

@@ -1,6 +1,6 @@
 """The I/O edges the cluster layer's executor and supervisor go through, as one replaceable bundle.
 
-:class:`Edges` holds them: nodes (:class:`~._transport.Node`), the network as seen from this
+:class:`Edges` holds them: nodes (:class:`~splitserve._node.Node`), the network as seen from this
 machine (:class:`Network`: is a port held, does it answer, what does an RPC server say to
 HELLO), the engine's HTTP API (a blocking client) and the gateway's ``/health``, and a clock.
 :data:`REAL_EDGES` are the real ones; tests build fake ones from
@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError
+from .._node import Node
 from ._nodes import LOCAL_HOSTS, node_for
-from ._transport import Node
 
 
 def port_in_use(bind: str, port: int) -> bool:

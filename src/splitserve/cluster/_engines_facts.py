@@ -1,4 +1,4 @@
-"""What a vLLM / SGLang deployment needs to know of its nodes, learnt through :class:`~._transport.Node`.
+"""What a vLLM / SGLang deployment needs to know of its nodes, learnt through :class:`~splitserve._node.Node`.
 
 :func:`gather_engine_facts` runs the commands of :func:`~._engines_plan.fact_commands` on every
 node (one shell call per node, so one SSH round trip) and turns their outputs into

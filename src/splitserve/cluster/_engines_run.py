@@ -3,7 +3,7 @@
 :func:`engine_up` (what ``_execute.up`` hands such a spec to) stops what an earlier `up` left,
 gathers every node's facts (:mod:`._engines_facts`), builds the :class:`~._engines_plan.EnginePlan`,
 runs the preflight rows, then starts the processes in the plan's order through the same
-:class:`~._transport.Node` interface as llama.cpp's (``ray start --head``, waiting for its GCS
+:class:`~splitserve._node.Node` interface as llama.cpp's (``ray start --head``, waiting for its GCS
 port, then the other nodes' ``ray start``, then ``vllm serve`` or the Ray probe; for the native
 launcher and SGLang every rank in order), recording each in the cluster's state so `down` stops
 every rank and `status` shows each one.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, NodeError, SplitserveError
+from .._node import sh_path
 from ._commands import ProcessPlan, base_url, cluster_state_dir, gateway_plan
 from ._edges import REAL_EDGES, Edges
 from ._engines_facts import engine_preflight, gather_engine_facts, port_rows, ray_status
@@ -33,7 +34,6 @@ from ._runner import ProcessRunner, process_record
 from ._spec import ClusterSpec
 from ._spec_engines import ROLE_NAMES, SglangSpec, VllmSpec, engine_table
 from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
-from ._transport import sh_path
 
 FirstToken = Callable[[str, str, "str | None"], "str | None"]
 """(engine URL, model name, key) -> the text of the first streamed token, or None while the

@@ -2,7 +2,7 @@
 
 `up`, the supervisor's gateway restart, bench's workers-only mode and `plan --measure` each build
 a plan (:mod:`._launch`, pure) and hand it to :class:`Executor`, which runs its steps through
-the I/O edges in :class:`Edges` — nodes (:class:`~._transport.Node`), the network (ports, RPC
+the I/O edges in :class:`Edges` — nodes (:class:`~splitserve._node.Node`), the network (ports, RPC
 HELLO), the engine's HTTP API, the gateway's ``/health`` and a clock. Tests give fake edges
 (:class:`~._fake.FakeNetwork`, :class:`~splitserve.engine.FakeEngine`, a fake clock) and run
 `up`, supervision and restarts in microseconds.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError, NodeError, SplitserveError
+from .._node import Node, stop
 from ..engine import Engine, EngineHTTPError, EngineUnavailable
 from ._commands import (
     LaunchPlan,
@@ -47,7 +48,6 @@ from ._run import (
 from ._runner import GATEWAY_TIMEOUT, ProcessRunner, process_record
 from ._spec import ClusterSpec, check_binds, check_files, check_server_auth, is_local_host
 from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
-from ._transport import Node, stop
 
 # -- facts --------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""In-memory nodes for tests, shipped beside :class:`~._transport.Node` (as httpx ships MockTransport).
+"""In-memory nodes for tests, shipped beside :class:`~splitserve._node.Node` (as httpx ships MockTransport).
 
 A :class:`FakeNetwork` holds :class:`FakeNode` s (one per host) and a :class:`~splitserve._clock.FakeClock`.
 A process spawned on a fake node is a :class:`FakeProcess` whose behaviour comes from a
@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 
 from .._clock import FakeClock
 from .._errors import ClusterError
+from .._node import Node, ProcessRef
 from ..engine import FakeEngine, SyncEngine
 from ._edges import Edges, EngineProbe
-from ._transport import Node, ProcessRef
 
 
 @dataclass

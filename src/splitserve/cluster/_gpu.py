@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._transport import Node
+    from .._node import Node
 
 BASE_FIELDS = ("index", "name", "pstate", "clocks.sm", "clocks.max.sm", "power.draw", "power.limit")
 EVENT_FIELD = "clocks_event_reasons.active"
@@ -261,6 +261,6 @@ def gpu_rows(reports: dict[str, GpuReport], nodes_of: dict[str, list[str]]) -> l
 
 def local_gpu_state() -> GpuReport:
     """This machine's GPUs (what ``bench`` records in its run header)."""
-    from ._transport import LocalNode
+    from .._node import LocalNode
 
     return read_gpu_state(LocalNode())

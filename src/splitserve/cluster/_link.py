@@ -16,7 +16,7 @@ address RPC will use, on the worker's RPC port when free) for a couple of second
 
 The transfer is iperf3's when ``iperf3`` is installed on both ends (``iperf3 -s -1 -B BIND`` on the
 worker, ``iperf3 -c BIND -J`` on the head), else a built-in one: :data:`RECEIVER` (a small Python
-program) started on the worker through its :class:`~._transport.Node` (ssh), the head sending from
+program) started on the worker through its :class:`~splitserve._node.Node` (ssh), the head sending from
 this process. Both listen only on the worker's bind address, and both are stopped when the check
 ends, also on error (the receiver also ends itself after :data:`RECEIVER_LIMIT_S`).
 
@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 from .._errors import ClusterError
 from .._net import is_loopback
+from .._node import Node, ProcessRef, wait_reaped
+from .._node import stop as stop_process
 from ._checks import CheckRow
 from ._link_facts import (
     CX7_CAP_GBPS,
@@ -64,8 +66,6 @@ from ._link_facts import (
     route_row,
     streams_for,
 )
-from ._transport import Node, ProcessRef, wait_reaped
-from ._transport import stop as stop_process
 
 RECEIVER = r"""
 import signal, socket, sys, time

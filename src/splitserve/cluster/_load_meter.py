@@ -89,9 +89,9 @@ def worker_loaded_bytes(tcp_sent: float, io: dict[str, int] | None = None, log: 
 def read_worker_side(host: str, pid: int, log: str, ssh: Any = None) -> tuple[dict[str, int], CacheLog]:
     """A running worker's I/O counters and what its log says of the current load (empty when
     they cannot be read: another user's process, an unreachable node)."""
+    from .._node import read_tail
     from ._nodes import node_for
     from ._spec import is_local_host
-    from ._transport import read_tail
 
     io_text, log_text = "", ""
     try:

@@ -147,7 +147,7 @@ def is_model_path(model: str) -> bool:
 def model_fact_command(model: str) -> list[str]:
     """The command whose output :func:`engine_model_row` reads: what the node holds at ``model``
     (a folder's listing and its safetensors index, or a file's first bytes)."""
-    from ._transport import sh_path
+    from .._node import sh_path
 
     script = (
         f"p={sh_path(model.rstrip('/') or '/')}; "

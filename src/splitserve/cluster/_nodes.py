@@ -1,12 +1,12 @@
-"""Which :class:`~._transport.Node` serves a spec's ``host``: this machine, or another one over SSH."""
+"""Which :class:`~splitserve._node.Node` serves a spec's ``host``: this machine, or another one over SSH."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from .._node import LocalNode, Node
 from ._ssh import SshNode
-from ._transport import LocalNode, Node
 
 _NODES: dict[object, Node] = {}
 

@@ -12,7 +12,7 @@ the engine's 10 MiB threshold in the layers llama.cpp gives the worker's devices
 ``--tensor-split`` (:func:`~._prefill.layers_of_devices`), or every such tensor when the split is
 not known (no split, or one whose length is not the spec's device count). The head reads the
 GGUF's tensor table; the node hashes and writes (:mod:`._prefill_node`, run by the worker's
-``python3`` over its :class:`~._transport.Node`, in batches so `up` shows progress).
+``python3`` over its :class:`~splitserve._node.Node`, in batches so `up` shows progress).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, SplitserveError
+from .._node import Node
 from ._commands import Step
 from ._prefill import CacheEntry, cached_tensors, layers_of_devices, model_layers
 from ._prefill_node import NODE_ARGV_CODE, source
 from ._run import Event, OnEvent
 from ._spec import ClusterSpec, WorkerSpec
-from ._transport import Node
 
 BATCHES = 10
 """At most this many node runs per worker (a progress line after each)."""

@@ -1,7 +1,7 @@
 """The part of `up`'s cache pre-fill that runs on the worker's own node.
 
 Standard library only: `up` sends this file's source to the node's Python over its
-:class:`~._transport.Node` (``python3 -c`` reading ``{"code", "job"}`` from stdin, over SSH for a
+:class:`~splitserve._node.Node` (``python3 -c`` reading ``{"code", "job"}`` from stdin, over SSH for a
 remote worker), so the node needs no splitserve, no numpy and no copy of the model's headers: the
 head reads the GGUF's tensor table and sends the byte ranges. The node checks that its copy has
 the head's shard sizes, hashes each range with 64-bit FNV-1a (the pinned engine's ``fnv_hash``)

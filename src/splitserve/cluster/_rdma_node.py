@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._transport import sh_path
+from .._node import sh_path
 from ._transport_log import GOOD_MTU, TransportReading, parse_transport
 
 if TYPE_CHECKING:
+    from .._node import Node, ProcessRef
     from ._state import ClusterState
-    from ._transport import Node, ProcessRef
 
 SYSFS = "/sys/class/infiniband"
 RDMA_LOCKED_BYTES = 25 * 256 * 1024

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ClusterError, NotRunningError, SpecError
+from .._node import Node, ProcessRef, stop, wait_reaped
 from ..engine import Engine, get_engine
 from ._commands import (
     cluster_state_dir,
@@ -39,7 +40,6 @@ from ._state import (
     lock_holder,
     read_state,
 )
-from ._transport import Node, ProcessRef, stop, wait_reaped
 
 
 @dataclass
@@ -251,7 +251,7 @@ def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str
     """SIGTERM the supervisor holding ``root`` and wait for its lock to go; the nodes that ran."""
     import signal
 
-    from ._transport import start_ticks
+    from .._node import start_ticks
 
     state = read_state(root)
     running = []

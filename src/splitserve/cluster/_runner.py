@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._errors import ClusterError, NodeError
+from .._node import Node, ProcessRef, stop, wait_reaped
 from ._commands import ProcessPlan, process_env
 from ._edges import REAL_EDGES, Edges
 from ._run import OnEvent, death_message
 from ._spec import ClusterSpec, is_local_host
 from ._state import ClusterState, ProcessRecord
-from ._transport import Node, ProcessRef, stop, wait_reaped
 
 GATEWAY_TIMEOUT = 60.0
 """Seconds the gateway gets, once the engine is ready, to answer ``/health`` with 200."""

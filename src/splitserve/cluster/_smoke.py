@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SplitserveError
+from .._node import Node, ProcessRef, stop
 from ..engine import (
     Check,
     Engine,
@@ -28,7 +29,6 @@ from ..engine import (
 )
 from ._spec import ClusterSpec, WorkerSpec
 from ._ssh import exit_status_from_log
-from ._transport import Node, ProcessRef, stop
 
 ROLES = ("server", "rpc_server", "bench")
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import ClusterError
-from ._transport import Node, ProcessRef, remote_env, sh_env_value, sh_path, sh_program
+from .._node import Node, ProcessRef, remote_env, sh_env_value, sh_path, sh_program
 
 EXIT_MARK = "# splitserve: exit status "
 _EXIT_RE = re.compile(re.escape(EXIT_MARK) + r"(\d+)")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError
-from ._transport import ProcessRef
+from .._node import ProcessRef
 
 STATE_FILE = "state.json"
 
@@ -179,7 +179,7 @@ class SupervisorLock:
         import sys
         import time
 
-        from ._transport import start_ticks
+        from .._node import start_ticks
 
         if self._fd is not None:
             return

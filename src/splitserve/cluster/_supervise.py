@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ClusterError, SplitserveError
+from .._node import stop
 from ..engine import Engine
 from ._commands import cluster_state_dir
 from ._edges import REAL_EDGES, Edges
@@ -39,7 +40,6 @@ from ._run import SUPERVISOR_STOP_TIMEOUT, Event, OnEvent, death_message, down
 from ._spec import ClusterSpec
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, SupervisorLock
-from ._transport import stop
 
 SUPERVISOR_LOG = "supervisor.log"
 SUPERVISION_FILE = "supervisor.json"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from splitserve._node import LocalNode
 from splitserve.cluster._gpu import GPU_QUERY_SCRIPT, gpu_rows, parse_nvidia_smi, read_gpu_state
-from splitserve.cluster._transport import LocalNode
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi"
 

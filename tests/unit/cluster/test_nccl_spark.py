@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from splitserve._node import LocalNode
 from splitserve.cluster import EngineFacts, engine_dry_run_lines, engine_plan, parse_spec
 from splitserve.cluster._engines_plan import node_facts, rdma_facts
 from splitserve.cluster._rdma_node import RdmaPort, spark_port, sysfs_script, write_fake_sysfs
-from splitserve.cluster._transport import LocalNode
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "plans" / "engines"
 NIC = json.dumps(

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from gguf_factory import Q, dense_llama
+from splitserve._node import LocalNode
 from splitserve.cluster import Event, FakeNetwork, cached_tensors, parse_spec
 from splitserve.cluster._prefill import fnv1a64
 from splitserve.cluster._prefill_launch import prefill_steps, run_prefill, worker_device_indexes
 from splitserve.cluster._prefill_node import NODE_ARGV_CODE, source
-from splitserve.cluster._transport import LocalNode
 from splitserve.model import read_gguf
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from splitserve._node import LocalNode, ProcessRef
 from splitserve.cluster._rdma_node import (
     RDMA_LOCKED_BYTES,
     RdmaPort,
@@ -22,7 +23,6 @@ from splitserve.cluster._rdma_node import (
     worker_facts,
     write_fake_sysfs,
 )
-from splitserve.cluster._transport import LocalNode, ProcessRef
 from splitserve.cluster._transport_log import TransportReading, parse_transport
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "rpc_transport"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from splitserve import ClusterError
+from splitserve._node import start_ticks, stop
 from splitserve.cluster import ClusterState, LocalNode, ProcessRecord, ProcessRef, read_state
 from splitserve.cluster._state import clear_state, write_state
-from splitserve.cluster._transport import start_ticks, stop
 
 
 def record(pid: int, ticks: int | None, node: str = "w1") -> ProcessRecord:
@@ -164,7 +164,7 @@ def test_a_stopped_process_of_another_parent_is_gone_when_stop_returns() -> None
     # Started by a shell that exits at once: its parent becomes init, as for a cluster that one
     # `splitserve up` started and another `splitserve down` stops. Killed, it stays a zombie
     # until init reaps it; wait_reaped waits for that.
-    from splitserve.cluster._transport import wait_reaped
+    from splitserve._node import wait_reaped
 
     out = subprocess.run(
         ["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True

@@ -13,6 +13,7 @@ import pytest
 
 from splitserve import ClusterError
 from splitserve._clock import FakeClock
+from splitserve._node import ProcessRef
 from splitserve.cluster import Edges, cluster_state_dir, down, parse_spec, up
 from splitserve.cluster import _supervise as sv
 from splitserve.cluster._state import (
@@ -24,7 +25,6 @@ from splitserve.cluster._state import (
     read_state,
     write_state,
 )
-from splitserve.cluster._transport import ProcessRef
 
 
 def make_spec(tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -72,7 +72,7 @@ def test_a_second_up_is_refused_and_down_asks_the_supervisor_to_stop(tmp_path: P
     root.mkdir(parents=True)
     # A "running" cluster: this test's own sleeping child stands in for a worker.
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
-    from splitserve.cluster._transport import start_ticks
+    from splitserve._node import start_ticks
 
     state = ClusterState(
         name="lk",

@@ -52,7 +52,7 @@ def test_worker_rows_carry_their_transport_and_the_head_none() -> None:
 def test_the_reader_reads_a_live_workers_log(tmp_path: Path) -> None:
     import os
 
-    from splitserve.cluster._transport import start_ticks
+    from splitserve._node import start_ticks
 
     log = tmp_path / "w1.log"
     log.write_text((FIX / "tcp_build_without_rdma.log").read_text())

@@ -1,8 +1,9 @@
 """A node: how splitserve runs commands, starts and watches processes, and reads and writes files on a machine.
 
-:class:`Node` is the one I/O boundary of the cluster layer: run a shell command, spawn a
-process with its output going to a log file, ask whether it is alive, signal and stop it, read
-its memory and its log, read and write a file. :class:`LocalNode` runs on this machine;
+:class:`Node` is splitserve's one process interface (the engine build, the engine smoke test and
+the cluster all use it): run a shell command, spawn a process with its output going to a log
+file, ask whether it is alive, signal and stop it, read its memory and its log, read and write a
+file. :class:`LocalNode` runs on this machine;
 :class:`~splitserve.cluster._ssh.SshNode` does the same over the system OpenSSH client;
 :class:`~splitserve.cluster._fake.FakeNode` is the in-memory one for tests;
 :func:`~splitserve.cluster._nodes.node_for` picks one from a spec's ``host``.
@@ -20,8 +21,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import ClusterError
+from ._clock import SYSTEM_CLOCK, Clock
+from ._errors import ClusterError
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class Node(ABC):
 
     @abstractmethod
     def exit_code(self, ref: ProcessRef) -> int | None:
-        """The exit status of a process this transport started and that has ended, where known."""
+        """The exit status of a process this node started and that has ended, where known."""
 
     def rss_bytes(self, ref: ProcessRef) -> int | None:
         """Resident memory of the process, where known."""
@@ -162,7 +163,7 @@ class Node(ABC):
         return data.decode("utf-8", "replace"), start + len(data)
 
     def read_log(self, log_path: Path, max_bytes: int = 1 << 20) -> str:
-        """The end of a log file this transport writes."""
+        """The end of a log file this node writes."""
         return read_tail(log_path, max_bytes)
 
 
@@ -317,20 +318,20 @@ def wait_reaped(items: list[tuple[Node, ProcessRef]], timeout: float = 3.0, cloc
             clock.sleep(0.02)
 
 
-def stop(transport: Node, ref: ProcessRef, grace: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> bool:
+def stop(node: Node, ref: ProcessRef, grace: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> bool:
     """SIGTERM the process group, then SIGKILL after ``grace`` seconds; True if it is gone."""
-    if not transport.alive(ref):
+    if not node.alive(ref):
         return True
-    transport.signal(ref, signal.SIGTERM)
+    node.signal(ref, signal.SIGTERM)
     deadline = clock.monotonic() + grace
     while clock.monotonic() < deadline:
-        if not transport.alive(ref):
+        if not node.alive(ref):
             return True
         clock.sleep(0.05)
-    transport.signal(ref, signal.SIGKILL)
+    node.signal(ref, signal.SIGKILL)
     deadline = clock.monotonic() + 5
     while clock.monotonic() < deadline:
-        if not transport.alive(ref):
+        if not node.alive(ref):
             return True
         clock.sleep(0.05)
-    return not transport.alive(ref)
+    return not node.alive(ref)
