@@ -15,12 +15,15 @@ import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError
 from .._node import Node
 from ._nodes import LOCAL_HOSTS, node_for
+
+if TYPE_CHECKING:
+    from ..engine import CompletionRequest, EngineHealth
 
 
 def port_in_use(bind: str, port: int) -> bool:
@@ -109,11 +112,11 @@ class RealNetwork:
 
 
 class EngineProbe(Protocol):
-    """The engine's HTTP API as readiness needs it (``splitserve.engine``'s blocking client)."""
+    """The engine's HTTP API as readiness needs it (``splitserve.engine.BlockingEngine``)."""
 
-    def health_status(self) -> int: ...
+    def health(self) -> EngineHealth: ...
 
-    def complete(self, prompt: str, n_predict: int = 1, **fields: Any) -> dict[str, Any]: ...
+    def complete(self, request: CompletionRequest) -> dict[str, Any]: ...
 
 
 def _http_health(url: str) -> tuple[int, str]:
@@ -128,9 +131,9 @@ def _http_health(url: str) -> tuple[int, str]:
 
 
 def _engine_client(url: str, api_key: str | None) -> AbstractContextManager[EngineProbe]:
-    from ..engine import connect
+    from ..engine import BlockingEngine
 
-    return connect(url, api_key=api_key, timeout=60.0)
+    return BlockingEngine(url, api_key=api_key, timeout=60.0)
 
 
 @dataclass

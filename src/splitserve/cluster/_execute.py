@@ -21,7 +21,7 @@ from pathlib import Path
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError, NodeError, SplitserveError
 from .._node import Node, stop
-from ..engine import Engine, EngineHTTPError, EngineUnavailable
+from ..engine import CompletionRequest, Engine, EngineHTTPError, EngineUnavailable
 from ._commands import (
     LaunchPlan,
     ProcessPlan,
@@ -341,11 +341,7 @@ class Executor(ProcessRunner):
         with self.edges.engine(url, self.spec.server.api_key) as client:
             while True:
                 self.check_alive("during load")
-                try:
-                    status = client.health_status()
-                except EngineUnavailable:
-                    status = 0
-                if status == 200:
+                if client.health().http_status == 200:  # (0: no answer yet)
                     break
                 progress = load_progress(node.read_log(head.log, max_bytes=64 << 10))
                 if progress and progress != last_progress:
@@ -359,7 +355,7 @@ class Executor(ProcessRunner):
                     )
                 self.clock.sleep(0.02)
             try:
-                client.complete("Hello", n_predict=1, cache_prompt=False)
+                client.complete(CompletionRequest("Hello", n_predict=1, cache_prompt=False))
             except (EngineHTTPError, EngineUnavailable) as exc:
                 self.check_alive("during the first completion")
                 raise NodeError(head.node, f"the first one-token completion failed: {exc}") from None

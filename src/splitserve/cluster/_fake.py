@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from .._clock import FakeClock
 from .._errors import ClusterError
 from .._node import Node, ProcessRef
-from ..engine import FakeEngine, SyncEngine
+from ..engine import BlockingEngine, FakeEngine
 from ._edges import Edges, EngineProbe
 
 
@@ -239,7 +239,7 @@ class FakeNetwork:
         parts = urlsplit(url)
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
         engine.available = lambda: self.listener(host, port) is not None
-        return SyncEngine(engine)
+        return BlockingEngine(engine)
 
     def http_health(self, url: str) -> tuple[int, str]:
         """``GET url`` (the gateway's ``/health``): the listening process's ``http_status``, or

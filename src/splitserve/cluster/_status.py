@@ -15,7 +15,7 @@ from typing import Any
 
 from .._errors import ClusterError, EngineError, NotRunningError
 from .._paths import state_dir
-from ..engine import connect
+from ..engine import BlockingEngine
 from ._logparse import load_warnings, parse_load_report
 from ._nodes import node_for
 from ._rdma_node import worker_transport
@@ -71,9 +71,9 @@ def _spec_types(argv: list[str]) -> list[str]:
 
 
 def _engine_spec_metrics(url: str) -> dict[str, Any]:
-    from ..engine import connect
+    from ..engine import BlockingEngine
 
-    with connect(url, timeout=3.0) as engine:
+    with BlockingEngine(url, timeout=3.0) as engine:
         text = engine.metrics()
     if text is None:
         raise EngineError(f"{url}/metrics: no Prometheus text (llama-server needs --metrics)")
@@ -200,7 +200,7 @@ def serving_now(root: Path, timeout: float = 3.0) -> ClusterState | None:
         return None
     for rec in state.processes:
         try:
-            if not node_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
+            if not node_for(rec.host, state.ssh).alive(rec.ref):
                 return None
         except ClusterError:
             return None
@@ -222,7 +222,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     procs = []
     head_log = None
     for rec in state.processes:
-        transport = node_for(rec.host, state.extra.get("ssh"))
+        transport = node_for(rec.host, state.ssh)
         entry: dict[str, Any] = {
             "node": rec.node,
             "role": rec.role,
@@ -318,7 +318,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
     server_alive = any(p["alive"] for p in procs if p["role"] == "server")
     if with_slots and server_alive:
         try:
-            with connect(state.engine_url, timeout=3.0) as client:
+            with BlockingEngine(state.engine_url, timeout=3.0) as client:
                 out["slots"] = [
                     {
                         "id": s.get("id"),
@@ -326,7 +326,7 @@ def cluster_status(root: Path, with_slots: bool = True) -> dict[str, Any]:
                         "is_processing": s.get("is_processing"),
                         "id_task": s.get("id_task"),
                     }
-                    for s in client.slots()
+                    for s in client.info().slots
                 ]
         except EngineError as exc:
             out["slots_error"] = str(exc)

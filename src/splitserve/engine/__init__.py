@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from ._backend import (
     DOWN_RETRY_AFTER,
+    CompletionRequest,
     CompletionStream,
     EngineBackend,
     EngineHealth,
+    EngineInfo,
     EngineReply,
     EngineStreamError,
     engine_message,
 )
 from ._build import BuildOptions, build_engine
-from ._client import EngineHTTPError, EngineUnavailable, SyncEngine, connect
+from ._client import BlockingEngine, EngineHTTPError, EngineUnavailable
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
 from ._llamacpp import LlamaCppBackend
@@ -32,13 +34,16 @@ from ._vllm import VllmBackend, backend_for, split_engine_url
 
 __all__ = [
     "DOWN_RETRY_AFTER",
+    "BlockingEngine",
     "BuildOptions",
     "Check",
+    "CompletionRequest",
     "CompletionStream",
     "Engine",
     "EngineBackend",
     "EngineHTTPError",
     "EngineHealth",
+    "EngineInfo",
     "EngineReply",
     "EngineStreamError",
     "EngineUnavailable",
@@ -50,12 +55,10 @@ __all__ = [
     "LocalRunner",
     "RunResult",
     "SmokeReport",
-    "SyncEngine",
     "VllmBackend",
     "backend_for",
     "build_engine",
     "check_rpc",
-    "connect",
     "engine_message",
     "get_engine",
     "list_engines",

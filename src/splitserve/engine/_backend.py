@@ -1,6 +1,6 @@
 """The engine as the gateway and the cluster need it: one async interface, no HTTP types in it.
 
-:class:`EngineBackend` is what sits behind the gateway (and, through :class:`~._client.SyncEngine`,
+:class:`EngineBackend` is what sits behind the gateway (and, through :class:`~._client.BlockingEngine`,
 behind the cluster's readiness wait and ``status``): health, the server's settings and slots,
 tokenizing, raw completions whole or streamed, the engine's Prometheus text and a pass-through
 for the gateway's native routes. :class:`~._llamacpp.LlamaCppBackend` is llama-server over HTTP;
@@ -167,6 +167,122 @@ class EngineReply:
         await self.aclose()
 
 
+@dataclass(slots=True)
+class CompletionRequest:
+    """One raw completion, as every backend takes it: rendered by each to its own wire format
+    (:meth:`llamacpp`: llama-server's ``/completion`` body; vLLM's ``/v1/completions`` in
+    :func:`~._vllm.completions_body`).
+
+    ``prompt``: text (the engine tokenizes it, adding BOS where the model wants one) or token
+    ids. ``n_predict``: the most tokens to generate (-1: no limit). The sampling fields are
+    left to the engine's defaults when None. ``grammar`` (GBNF) and ``json_schema`` constrain
+    the output; ``stop`` ends it at any of these strings. ``cache_prompt`` and ``id_slot`` are
+    llama.cpp's prompt cache and slot (other engines cache prefixes by themselves).
+    ``extra``: llama.cpp fields passed on as they are (``samplers``, ``dry_multiplier``, ...);
+    an engine that has no such field ignores them."""
+
+    prompt: str | list[int]
+    n_predict: int = -1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
+    ignore_eos: bool | None = None
+    n_probs: int | None = None
+    stop: list[str] = field(default_factory=list)
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    cache_prompt: bool = True
+    id_slot: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def llamacpp(self) -> dict[str, Any]:
+        """llama-server's ``/completion`` body (``stream`` not set): the fields that are set, then ``extra``."""
+        body: dict[str, Any] = {**self.extra, "prompt": self.prompt, "n_predict": self.n_predict}
+        for name in _OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = value
+        if self.stop:
+            body["stop"] = list(self.stop)
+        body["cache_prompt"] = self.cache_prompt
+        return body
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> CompletionRequest:
+        """The request of a llama-server ``/completion`` body (``stream`` dropped; fields this
+        type does not name go to ``extra``)."""
+        known = {k: body[k] for k in _FIELDS if k in body and body[k] is not None}
+        if "stop" in known:
+            known["stop"] = [known["stop"]] if isinstance(known["stop"], str) else list(known["stop"])
+        extra = {k: v for k, v in body.items() if k not in _FIELDS and k != "stream"}
+        return cls(**known, extra=extra)
+
+
+_OPTIONAL = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "ignore_eos",
+    "n_probs",
+    "grammar",
+    "json_schema",
+    "id_slot",
+)
+_FIELDS = frozenset(_OPTIONAL) | {"prompt", "n_predict", "stop", "cache_prompt"}
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine says about itself, in one value: its settings (llama-server's ``/props``,
+    as ``props``), its parallel slots (``/slots``; none for an engine that schedules requests
+    itself) and the fields the gateway reads from them."""
+
+    props: dict[str, Any]
+    slots: list[dict[str, Any]]
+
+    @property
+    def chat_template(self) -> str:
+        return str(self.props.get("chat_template") or "")
+
+    @property
+    def bos_token(self) -> str:
+        return str(self.props.get("bos_token") or "")
+
+    @property
+    def eos_token(self) -> str:
+        return str(self.props.get("eos_token") or "")
+
+    @property
+    def model_path(self) -> str:
+        return str(self.props.get("model_path") or "")
+
+    @property
+    def model_alias(self) -> str:
+        return str(self.props.get("model_alias") or "")
+
+    @property
+    def n_ctx(self) -> int | None:
+        """The context length of a request (per slot), None when the engine does not say."""
+        settings = self.props.get("default_generation_settings") or {}
+        value = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return value if isinstance(value, int) else None
+
+    @property
+    def total_slots(self) -> int | None:
+        value = self.props.get("total_slots")
+        return value if isinstance(value, int) else None
+
+
 class CompletionStream(ABC):
     """One streamed raw completion: ``async with backend.stream(body) as events`` sends it, and
     ``async for batch in events`` yields its server-sent events as lists of decoded JSON objects,
@@ -215,6 +331,10 @@ class EngineBackend(ABC):
     @abstractmethod
     async def health(self) -> EngineHealth:
         """The engine's health; never raises for an engine that is down or failing."""
+
+    async def info(self, timeout: float | None = None) -> EngineInfo:
+        """The engine's settings and slots in one value (see :class:`EngineInfo`)."""
+        return EngineInfo(await self.props(timeout), await self.slots(timeout))
 
     @abstractmethod
     async def props(self, timeout: float | None = None) -> dict[str, Any]:
@@ -266,10 +386,12 @@ class EngineBackend(ABC):
 __all__ = [
     "DOWN_RETRY_AFTER",
     "LOADING_RETRY_AFTER",
+    "CompletionRequest",
     "CompletionStream",
     "EngineBackend",
     "EngineHTTPError",
     "EngineHealth",
+    "EngineInfo",
     "EngineReply",
     "EngineStreamError",
     "EngineUnavailable",

@@ -1,10 +1,11 @@
-"""The engine for blocking callers (the cluster's readiness wait, ``splitserve status``).
+"""The engine for blocking callers (the cluster's readiness wait, ``splitserve status``, tests).
 
-:class:`SyncEngine` runs any :class:`~._backend.EngineBackend` on an event loop of its own (an
-anyio blocking portal, started on the first call) and offers its calls as plain functions::
+:class:`BlockingEngine` runs an :class:`~._backend.EngineBackend` (given, or the one of an engine
+URL) on an event loop of its own (an anyio blocking portal, started on the first call) and
+offers the backend's calls as plain functions::
 
-    with connect("http://127.0.0.1:8080", timeout=3.0) as engine:
-        engine.slots()
+    with BlockingEngine("http://127.0.0.1:8080", timeout=3.0) as engine:
+        engine.info().slots
 
 Connection failures and HTTP errors are :class:`EngineUnavailable` / :class:`EngineHTTPError`.
 """
@@ -18,17 +19,30 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from ._backend import EngineBackend, EngineHealth, EngineHTTPError, EngineUnavailable
-from ._llamacpp import LlamaCppBackend
+from ._backend import (
+    CompletionRequest,
+    EngineBackend,
+    EngineHealth,
+    EngineHTTPError,
+    EngineInfo,
+    EngineUnavailable,
+)
 
 T = TypeVar("T")
 
 
-class SyncEngine:
-    """A blocking facade over ``backend``; close it (or use it as a context manager)."""
+class BlockingEngine:
+    """A blocking facade over ``engine``: an :class:`~._backend.EngineBackend`, or an engine URL
+    (:func:`~._vllm.backend_for`: ``http://`` llama-server, ``vllm+http://`` vLLM) reached with
+    ``api_key``, ``timeout`` bounding connecting and each read of a completion (the small
+    requests have their own 5 s). Close it (or use it as a context manager)."""
 
-    def __init__(self, backend: EngineBackend) -> None:
-        self.backend = backend
+    def __init__(self, engine: EngineBackend | str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
+        if isinstance(engine, str):
+            from ._vllm import backend_for
+
+            engine = backend_for(engine, api_key=api_key, connect_timeout=timeout, timeout=timeout)
+        self.backend = engine
         self._portal_cm: contextlib.AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
 
@@ -36,7 +50,8 @@ class SyncEngine:
     def url(self) -> str:
         return self.backend.url
 
-    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await fn(*args)`` on the engine's loop (e.g. ``run(backend.relay, "GET", "/slots")``)."""
         if self._portal is None:
             self._portal_cm = start_blocking_portal()
             self._portal = self._portal_cm.__enter__()
@@ -51,7 +66,7 @@ class SyncEngine:
             cm, self._portal_cm, self._portal = self._portal_cm, None, None
             cm.__exit__(None, None, None)
 
-    def __enter__(self) -> SyncEngine:
+    def __enter__(self) -> BlockingEngine:
         return self
 
     def __exit__(
@@ -60,41 +75,20 @@ class SyncEngine:
         self.close()
 
     def health(self) -> EngineHealth:
-        return self._call(self.backend.health)
+        """The engine's health (``down``, HTTP status 0, when it does not answer; never raises)."""
+        return self.run(self.backend.health)
 
-    def health_status(self) -> int:
-        """HTTP status of the health check: 200 ready, 503 loading; :class:`EngineUnavailable`
-        when the engine does not answer."""
-        health = self.health()
-        if health.status == "down":
-            raise EngineUnavailable(health.message, url=self.url, path="/health")
-        return health.http_status
+    def info(self) -> EngineInfo:
+        """The engine's settings and slots."""
+        return self.run(self.backend.info)
 
-    def complete(self, prompt: str, n_predict: int = 1, **fields: Any) -> dict[str, Any]:
-        """A non-streamed completion of ``prompt``; ``fields`` go into the body as they are."""
-        body = {"prompt": prompt, "n_predict": n_predict, **fields}
-        return self._call(self.backend.complete, body)
-
-    def props(self) -> dict[str, Any]:
-        """The server's effective settings."""
-        return self._call(self.backend.props)
-
-    def slots(self) -> list[dict[str, Any]]:
-        """One entry per parallel slot."""
-        return self._call(self.backend.slots)
-
-    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        return self._call(self.backend.tokenize, text, add_special)
+    def complete(self, request: CompletionRequest) -> dict[str, Any]:
+        """A whole completion: llama.cpp's last event, ``content`` the whole text."""
+        return self.run(self.backend.complete, request.llamacpp())
 
     def metrics(self) -> bytes | None:
         """The engine's Prometheus text, None when it has none."""
-        return self._call(self.backend.metrics)
+        return self.run(self.backend.metrics)
 
 
-def connect(url: str, api_key: str | None = None, timeout: float = 30.0) -> SyncEngine:
-    """A :class:`SyncEngine` of llama-server at ``url``; ``timeout`` bounds connecting and each
-    read of a completion (the small requests have their own 5 s)."""
-    return SyncEngine(LlamaCppBackend(url, api_key=api_key, connect_timeout=timeout, timeout=timeout))
-
-
-__all__ = ["EngineHTTPError", "EngineUnavailable", "SyncEngine", "connect"]
+__all__ = ["BlockingEngine", "EngineHTTPError", "EngineUnavailable"]

@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from splitserve.engine import (
+    BlockingEngine,
+    CompletionRequest,
     EngineBackend,
     EngineHTTPError,
     EngineStreamError,
@@ -21,8 +23,6 @@ from splitserve.engine import (
     FakeFailure,
     FakeOutput,
     LlamaCppBackend,
-    SyncEngine,
-    connect,
 )
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -294,40 +294,45 @@ def test_props_slots_tokenize_and_complete() -> None:
 # -- the blocking facade ----------------------------------------------------------------------
 
 
-def test_sync_engine_blocks_and_raises_the_engine_errors() -> None:
+def test_blocking_engine_blocks_and_raises_the_engine_errors() -> None:
     state = {"status": 503}
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/health":
             return httpx.Response(state["status"], json={})
         body = json.loads(request.content)
-        return httpx.Response(200, json={"content": "!", "echo": body})
+        event = {"content": "!", "stop": True, "echo": {k: v for k, v in body.items() if k != "stream"}}
+        if body.get("stream"):
+            return httpx.Response(200, content=sse(event), headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json=event)
 
-    with SyncEngine(backend(handler)) as engine:
-        assert engine.health_status() == 503
+    with BlockingEngine(backend(handler)) as engine:
+        assert engine.health().http_status == 503 and engine.health().status == "loading"
         state["status"] = 200
-        assert engine.health_status() == 200 and engine.health().ok
-        got = engine.complete("Hello", n_predict=1, cache_prompt=False)
-        assert got["echo"] == {"prompt": "Hello", "n_predict": 1, "cache_prompt": False, "stream": False}
+        assert engine.health().http_status == 200 and engine.health().ok
+        got = engine.complete(CompletionRequest("Hello", n_predict=1, cache_prompt=False))
+        assert got["content"] == "!"
+        assert got["echo"] == {"prompt": "Hello", "n_predict": 1, "cache_prompt": False}
 
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    with SyncEngine(backend(refuse)) as down:
-        with pytest.raises(EngineUnavailable):
-            down.health_status()
+    with BlockingEngine(backend(refuse)) as down:
+        health = down.health()
+        assert health.status == "down" and health.http_status == 0
         with pytest.raises(EngineUnavailable) as err:
-            down.complete("Hello")
+            down.complete(CompletionRequest("Hello"))
         assert str(err.value) == "http://engine:8080/completion: ConnectError: refused"
 
 
-def test_connect_is_the_facade_of_a_url() -> None:
-    with connect("http://127.0.0.1:9/", timeout=0.5) as client:  # nothing listens on port 9
-        assert isinstance(client, SyncEngine) and client.url == "http://127.0.0.1:9"
+def test_a_blocking_engine_of_a_url_is_its_backend() -> None:
+    with BlockingEngine("http://127.0.0.1:9/", timeout=0.5) as client:  # nothing listens on port 9
+        assert isinstance(client.backend, LlamaCppBackend) and client.url == "http://127.0.0.1:9"
+        assert client.health().status == "down"
         with pytest.raises(EngineUnavailable):
-            client.health_status()
-        with pytest.raises(EngineUnavailable):
-            client.slots()
+            client.info()
+    with BlockingEngine("vllm+http://127.0.0.1:9/", timeout=0.5) as vllm:
+        assert type(vllm.backend).__name__ == "VllmBackend"
 
 
 # -- FakeEngine -------------------------------------------------------------------------------
