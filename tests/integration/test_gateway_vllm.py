@@ -1,5 +1,5 @@
-"""The gateway in front of a server speaking vLLM's API (the stand-in shipped beside the engine
-backends, splitserve.engine._vllm_standin), through :class:`splitserve.engine.VllmBackend`:
+"""The gateway in front of a server speaking vLLM's API (a FakeEngine served in vLLM's HTTP shape,
+splitserve.engine._fake_http), through :class:`splitserve.engine.VllmBackend`:
 splitserve renders the chat template (read from the model folder's tokenizer_config.json, as
 for a real vLLM model) and parses the tool calls, streamed and not, as the official ``openai``
 client sees them; plain ``/v1/completions`` is relayed with the engine's own model name."""
@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from helpers import serve_app
-from splitserve.engine import VllmBackend, backend_for, split_engine_url
-from splitserve.engine._vllm_standin import StandinState, create_app
+from splitserve.engine import FakeEngine, VllmBackend, backend_for, split_engine_url
+from splitserve.engine._fake_http import by_prompt, vllm_app
 from splitserve.gateway import GatewayConfig
 from splitserve.gateway import create_app as gateway_app
 
@@ -82,7 +82,7 @@ def reply(prompt: str) -> str:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("Qwen-standin")
+    folder = tmp_path_factory.mktemp("Qwen-fake")
     (folder / "tokenizer_config.json").write_text(
         json.dumps({"chat_template": TEMPLATE, "bos_token": None, "eos_token": "<|im_end|>"})
     )
@@ -90,15 +90,15 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def standin(model_dir: Path) -> Iterator[tuple[str, StandinState]]:
-    state = StandinState(model=str(model_dir), reply=reply, max_model_len=8192)
-    with serve_app(create_app(state=state)) as url:
-        yield url, state
+def fake_vllm(model_dir: Path) -> Iterator[tuple[str, FakeEngine]]:
+    engine = FakeEngine(by_prompt(reply))
+    with serve_app(vllm_app(engine, str(model_dir), max_model_len=8192)) as url:
+        yield url, engine
 
 
 @pytest.fixture(scope="module")
-def gateway(standin: tuple[str, StandinState]) -> Iterator[str]:
-    url, _ = standin
+def gateway(fake_vllm: tuple[str, FakeEngine]) -> Iterator[str]:
+    url, _ = fake_vllm
     backend = backend_for(f"vllm+{url}")
     assert isinstance(backend, VllmBackend)
     app = gateway_app(GatewayConfig(engine_url=url), backend=backend)
@@ -117,7 +117,7 @@ def test_engine_urls_pick_the_backend() -> None:
     assert type(backend_for("http://127.0.0.1:8080")).__name__ == "LlamaCppBackend"
 
 
-def test_chat_whole_and_streamed(gateway: str, standin: tuple[str, StandinState], model_dir: Path) -> None:
+def test_chat_whole_and_streamed(gateway: str, fake_vllm: tuple[str, FakeEngine], model_dir: Path) -> None:
     c = client(gateway)
     whole = c.chat.completions.create(
         model="anything", messages=[{"role": "user", "content": "Hi there"}], max_tokens=64, temperature=0
@@ -125,7 +125,7 @@ def test_chat_whole_and_streamed(gateway: str, standin: tuple[str, StandinState]
     assert whole.choices[0].message.content == "Hello from vLLM."
     assert whole.choices[0].finish_reason == "stop"
     assert whole.usage is not None and whole.usage.completion_tokens == len("Hello from vLLM.")
-    sent = standin[1].requests[-1]
+    sent = fake_vllm[1].bodies[-1]
     # splitserve rendered the prompt; the engine got its own model name and OpenAI fields
     assert sent["prompt"].endswith("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n")
     assert sent["model"] == str(model_dir) and sent["max_tokens"] == 64 and sent["temperature"] == 0
@@ -144,7 +144,7 @@ def test_chat_whole_and_streamed(gateway: str, standin: tuple[str, StandinState]
     assert cut.choices[0].message.content == "Hello" and cut.choices[0].finish_reason == "length"
 
 
-def test_tool_calls_parsed_by_splitserve_whole_and_streamed(gateway: str, standin: tuple[str, StandinState]) -> None:
+def test_tool_calls_parsed_by_splitserve_whole_and_streamed(gateway: str, fake_vllm: tuple[str, FakeEngine]) -> None:
     c = client(gateway)
     messages: list[Any] = [{"role": "user", "content": "Weather in Paris for 2 days?"}]
     whole = c.chat.completions.create(model="m", messages=messages, tools=TOOLS, max_tokens=200)
@@ -153,7 +153,7 @@ def test_tool_calls_parsed_by_splitserve_whole_and_streamed(gateway: str, standi
     (call,) = choice.message.tool_calls or []
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(call.function.arguments) == {"city": "Paris", "days": 2}  # type: ignore[union-attr]
-    assert "<tools>" in standin[1].requests[-1]["prompt"]  # the tools rendered by splitserve
+    assert "<tools>" in fake_vllm[1].bodies[-1]["prompt"]  # the tools rendered by splitserve
 
     names, args, finish = [], "", None
     for ch in c.chat.completions.create(model="m", messages=messages, tools=TOOLS, max_tokens=200, stream=True):
@@ -173,14 +173,16 @@ def test_tool_calls_parsed_by_splitserve_whole_and_streamed(gateway: str, standi
     ]
     answer = c.chat.completions.create(model="m", messages=messages, tools=TOOLS, max_tokens=200)
     assert answer.choices[0].message.content == "It is sunny in Paris for the next 2 days."
-    assert '<tool_response>\n{"sky": "sunny"}\n</tool_response>' in standin[1].requests[-1]["prompt"]
+    assert '<tool_response>\n{"sky": "sunny"}\n</tool_response>' in fake_vllm[1].bodies[-1]["prompt"]
 
 
-def test_completions_are_relayed_with_the_engines_model_name(gateway: str, standin: tuple[str, StandinState]) -> None:
+def test_completions_are_relayed_with_the_engines_model_name(
+    gateway: str, fake_vllm: tuple[str, FakeEngine], model_dir: Path
+) -> None:
     c = client(gateway)
     done = c.completions.create(model="gateway-name", prompt="Once upon", max_tokens=8)
     assert done.choices[0].text == "Hello fr" and done.choices[0].finish_reason == "length"
-    assert standin[1].requests[-1]["model"] == standin[1].model
+    assert fake_vllm[1].bodies[-1]["model"] == str(model_dir)
     streamed = "".join(
         ch.choices[0].text
         for ch in c.completions.create(model="x", prompt="Hi", max_tokens=4, stream=True)

@@ -1,5 +1,5 @@
-"""``/v1/messages`` on the vLLM backend: the gateway in front of the vLLM stand-in (the
-engine's API shipped beside the backends), driven by the official ``anthropic`` SDK: a tool
+"""``/v1/messages`` on the vLLM backend: the gateway in front of a FakeEngine served in vLLM's
+HTTP shape (splitserve.engine._fake_http), driven by the official ``anthropic`` SDK: a tool
 call, the tool_result turn, a stream equal to the whole answer, count_tokens."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-from test_gateway_vllm import gateway, model_dir, standin  # noqa: F401 - fixtures
+from test_gateway_vllm import fake_vllm, gateway, model_dir  # noqa: F401 - fixtures
 
-from splitserve.engine._vllm_standin import StandinState
+from splitserve.engine import FakeEngine
 
 TOOL: Any = {
     "name": "get_weather",
@@ -27,13 +27,13 @@ def client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="none", max_retries=0, timeout=60)
 
 
-def test_messages_tool_loop_on_vllm(gateway: str, standin: tuple[str, StandinState]) -> None:  # noqa: F811
+def test_messages_tool_loop_on_vllm(gateway: str, fake_vllm: tuple[str, FakeEngine]) -> None:  # noqa: F811
     c = client(gateway)
     first = c.messages.create(model="claude-x", max_tokens=200, messages=ASK, tools=[TOOL])
     assert first.stop_reason == "tool_use"
     (use,) = [b for b in first.content if b.type == "tool_use"]
     assert use.name == "get_weather" and use.input == {"city": "Paris", "days": 2}
-    sent = standin[1].requests[-1]
+    sent = fake_vllm[1].bodies[-1]
     assert "get_weather" in sent["prompt"] and sent["max_tokens"] == 200
     history: Any = [
         *ASK,

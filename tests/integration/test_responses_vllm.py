@@ -1,8 +1,8 @@
 """``/v1/responses`` on the vLLM backend: the gateway in front of the server that speaks vLLM's
-API (splitserve.engine._vllm_standin) through :class:`~splitserve.engine.VllmBackend`, with the
+API (a FakeEngine in vLLM's HTTP shape, splitserve.engine._fake_http) through :class:`~splitserve.engine.VllmBackend`, with the
 official ``openai`` SDK and with the real Codex CLI.
 
-The stand-in's model is scripted (it calls ``get_weather`` while it has the tool and no result,
+The fake's model is scripted (it calls ``get_weather`` while it has the tool and no result,
 then answers); splitserve renders the prompt and reads the calls, as it does for llama.cpp. A
 prompt beyond vLLM's ``max_model_len`` is ``context_length_exceeded``: a 400 for a whole
 answer, ``response.failed`` for a streamed one.
@@ -21,8 +21,8 @@ from test_codex import COMMAND, PATCH, items, raw_call, run_codex
 from test_gateway_vllm import TEMPLATE
 
 from helpers import serve_app
-from splitserve.engine import VllmBackend, backend_for
-from splitserve.engine._vllm_standin import StandinState, create_app
+from splitserve.engine import FakeEngine, VllmBackend, backend_for
+from splitserve.engine._fake_http import by_prompt, vllm_app
 from splitserve.gateway import GatewayConfig
 from splitserve.gateway import create_app as gateway_app
 
@@ -50,14 +50,15 @@ def reply(prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, StandinState]]:
-    folder = tmp_path_factory.mktemp("Qwen-standin")
+def fake_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, FakeEngine, str]]:
+    """The fake's URL, the engine and the model folder (its served name)."""
+    folder = tmp_path_factory.mktemp("Qwen-fake")
     (folder / "tokenizer_config.json").write_text(
         json.dumps({"chat_template": TEMPLATE, "bos_token": None, "eos_token": "<|im_end|>"})
     )
-    state = StandinState(model=str(folder), reply=reply, max_model_len=200_000)
-    with serve_app(create_app(state=state)) as url:
-        yield url, state
+    engine = FakeEngine(by_prompt(reply))
+    with serve_app(vllm_app(engine, str(folder), max_model_len=200_000)) as url:
+        yield url, engine, str(folder)
 
 
 def gateway(url: str) -> Any:
@@ -67,8 +68,8 @@ def gateway(url: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def gw(standin: tuple[str, StandinState]) -> Iterator[str]:
-    with serve_app(gateway(standin[0])) as url:
+def gw(fake_vllm: tuple[str, FakeEngine, str]) -> Iterator[str]:
+    with serve_app(gateway(fake_vllm[0])) as url:
         yield url
 
 
@@ -76,7 +77,7 @@ def client(gw: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gw}/v1", api_key="none", max_retries=0)
 
 
-def test_a_function_call_and_its_output_whole_and_streamed(gw: str, standin: tuple[str, StandinState]) -> None:
+def test_a_function_call_and_its_output_whole_and_streamed(gw: str, fake_vllm: tuple[str, FakeEngine, str]) -> None:
     c = client(gw)
     ask: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
     first = c.responses.create(model="m", input=ask, tools=[WEATHER])
@@ -95,13 +96,13 @@ def test_a_function_call_and_its_output_whole_and_streamed(gw: str, standin: tup
         deltas = [e.delta for e in s if e.type == "response.output_text.delta"]
         final = s.get_final_response()
     assert final.output_text == ANSWER and len(deltas) > 3  # token by token
-    sent = standin[1].requests[-1]
+    sent = fake_vllm[1].bodies[-1]
     assert "<tool_response>\nsunny\n</tool_response>" in sent["prompt"] and sent["stream"] is True
 
 
-def test_max_output_tokens_and_a_prompt_too_long(standin: tuple[str, StandinState]) -> None:
-    small = StandinState(model=standin[1].model, reply=reply, max_model_len=64)
-    with serve_app(create_app(state=small)) as url, serve_app(gateway(url)) as gw:
+def test_max_output_tokens_and_a_prompt_too_long(fake_vllm: tuple[str, FakeEngine, str]) -> None:
+    small = vllm_app(by_prompt(reply), fake_vllm[2], max_model_len=64)
+    with serve_app(small) as url, serve_app(gateway(url)) as gw:
         c = client(gw)
         cut = c.responses.create(model="m", input="hi", max_output_tokens=5)
         assert cut.status == "incomplete" and cut.incomplete_details is not None
@@ -117,11 +118,11 @@ def test_max_output_tokens_and_a_prompt_too_long(standin: tuple[str, StandinStat
 
 
 def test_codex_on_the_vllm_backend_runs_the_tools_and_finishes(
-    standin: tuple[str, StandinState], tmp_path: Path
+    fake_vllm: tuple[str, FakeEngine, str], tmp_path: Path
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    events, stderr, rc = run_codex(gateway(standin[0]), tmp_path, work, "Run the check, then write the file.")
+    events, stderr, rc = run_codex(gateway(fake_vllm[0]), tmp_path, work, "Run the check, then write the file.")
     assert rc == 0, stderr[-3000:]
     assert "42-ok" in items(events, "command_execution")[0]["aggregated_output"]
     assert (work / "hello.txt").read_text() == "hello from the patch\n"
