@@ -1,5 +1,6 @@
 """`splitserve up` / `status` / `down` of a one-node ``backend = "vllm"`` spec whose ``vllm`` is the
-stand-in (a ``vllm`` script next to the spec's interpreter that serves vLLM's API): preflight
+stand-in (a ``vllm`` script next to the spec's interpreter that serves a FakeEngine in vLLM's HTTP
+shape, ``python -m splitserve.engine._fake_http --shape vllm``): preflight
 finds the engine's version, readiness is a real streamed token through ``/v1/completions``,
 `status` shows the rank, `down` leaves nothing; a stand-in that never answers fails `up` in time
 with its log named."""
@@ -21,7 +22,7 @@ from splitserve.cluster import cluster_state_dir, load_spec, read_state
 CLI = [sys.executable, "-m", "splitserve"]
 
 VLLM = """#!/bin/sh
-# `vllm serve MODEL --host H --port P ...` -> the stand-in (other flags ignored)
+# `vllm serve MODEL --host H --port P ...` -> a FakeEngine in vLLM's shape (other flags ignored)
 shift
 model=$1; shift
 host=127.0.0.1; port=8000
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
   case $1 in --host) host=$2; shift;; --port) port=$2; shift;; esac
   shift
 done
-{sleep}exec {python} -m splitserve.engine._vllm_standin --model "$model" --host "$host" --port "$port"
+{sleep}exec {python} -m splitserve.engine._fake_http --shape vllm --model "$model" --host "$host" --port "$port"
 """
 
 
