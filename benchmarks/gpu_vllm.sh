@@ -23,7 +23,7 @@
 # its sampler on CUDA unless told not to). PY (default python3) must hold torch == vllm's pin.
 # Environment: PROMPT_TOKENS=128 GEN_TOKENS=64 CONCURRENCY=1,4 REPEAT=2 GPU_UTIL=0.3 MAXLEN=2048
 # LOAD_TIMEOUT=400 EXTRA_ARGS='"--enforce-eager"' (TOML list items) WORK=/tmp/vllmrun;
-# STANDIN=1 MODEL_ARGS=--tokenizer-only rehearses it all without a GPU (splitserve's vLLM stand-in).
+# STANDIN=1 MODEL_ARGS=--tokenizer-only rehearses it all without a GPU (a FakeEngine in vLLM's HTTP shape).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -57,13 +57,13 @@ cat > "$WORK/bin/vllm" <<EOF
 export PYTHONPATH=$PYTHONPATH
 exec $REAL_PY -c 'import sys; sys.argv[0] = "vllm"; from vllm.entrypoints.cli.main import main; sys.exit(main())' "\$@"
 EOF
-if [ -n "${STANDIN:-}" ]; then  # a rehearsal without a GPU: vLLM's API from splitserve's stand-in
+if [ -n "${STANDIN:-}" ]; then  # a rehearsal without a GPU: vLLM's API from a FakeEngine (splitserve.engine._fake_http)
     cat > "$WORK/bin/vllm" <<EOF
 #!/bin/sh
 shift; model=\$1; shift; port=8080
 while [ \$# -gt 0 ]; do case \$1 in --port) port=\$2; shift;; --served-model-name) model=\$2; shift;; esac; shift; done
 export PYTHONPATH=$PYTHONPATH
-exec $REAL_PY -m splitserve.engine._vllm_standin --model "\$model" --host 127.0.0.1 --port "\$port"
+exec $REAL_PY -m splitserve.engine._fake_http --shape vllm --model "\$model" --host 127.0.0.1 --port "\$port"
 EOF
     mkdir -p "$SITE/vllm" && [ -f "$SITE/vllm/__init__.py" ] || echo '__version__ = "0.0.0+standin"' > "$SITE/vllm/__init__.py"
 fi
