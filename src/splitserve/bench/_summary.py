@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ._markdown import exact, fmt, headline_items, pct
 from ._records import BenchRun
-from ._report import exact, fmt, headline_items, pct
 from ._tables import engine_rows, prefill_by_length, speed_rows, sweep_rows, workload_rows
 
 Table = tuple[str, list[str], list[list[str]]]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
+from ._markdown import fmt, pct, table
 from ._records import BenchRun
 from ._stats import median
 from ._tune_metrics import Measurement, Metric, exchangeable, keyed_samples, metric_for
@@ -105,8 +106,7 @@ def compare(tune: BenchRun, grid: BenchRun) -> dict[str, Any]:
 
 
 def _fmt(v: Any) -> str:
-    """The report's number format (:func:`._report.fmt`) at two decimals."""
-    from ._report import fmt
+    """The report's number format (:func:`._markdown.fmt`) at two decimals."""
 
     return fmt(v, 2)
 
@@ -205,8 +205,6 @@ def _result_section(t: dict[str, Any], best_spec: Path | None) -> str:
 
 def _grid_section(c: dict[str, Any], unit: str) -> str:
     """``## Against the full grid``: :func:`compare`'s figures as a table and a sentence."""
-    from ._report import table
-
     frac = c["tune_runs"] / c["grid_runs"] if c.get("grid_runs") else None
     if c["same_point"]:
         same = "the same point"
@@ -242,8 +240,6 @@ def _grid_section(c: dict[str, Any], unit: str) -> str:
 
 def _steps_section(t: dict[str, Any]) -> str:
     """``## Every point measured``: a row a run, in the order measured."""
-    from ._report import pct, table
-
     axes = [a["name"] for a in t["axes"]]
     rows = []
     for s in t["steps"]:
@@ -268,8 +264,6 @@ def _steps_section(t: dict[str, Any]) -> str:
 
 def _excluded_section(excluded: list[dict[str, Any]], most: int = 60) -> str:
     """``## Ruled out before measuring``: the first ``most`` points and why."""
-    from ._report import table
-
     shown = excluded[:most]
     return (
         "## Ruled out before measuring\n\n"
