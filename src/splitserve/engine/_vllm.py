@@ -19,7 +19,7 @@ on every backend); the engine only continues a prompt. So this backend translate
 
 :func:`backend_for` picks the backend of an engine URL: ``vllm+http://host:port`` (and
 ``sglang+http://...``) is this one, a plain ``http://`` URL llama-server's.
-:mod:`._vllm_standin` is a small server speaking vLLM's API, the fake beside this backend.
+:mod:`._fake_http` serves a :class:`~._fake.FakeEngine`'s script in vLLM's API, the fake beside this backend.
 """
 
 from __future__ import annotations
