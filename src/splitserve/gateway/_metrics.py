@@ -23,6 +23,7 @@ engine's own metrics carry ``replica`` too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -45,140 +46,113 @@ _TPOT = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5
 _TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
+class _Maker:
+    """Makes a registry's metrics, each named ``splitserve_`` and its name."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(f"splitserve_{name}", doc, labels, registry=self.registry)
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(f"splitserve_{name}", doc, registry=self.registry)
+
+    def histogram(self, name: str, doc: str, buckets: Sequence[float], labels: Sequence[str] = ()) -> Histogram:
+        return Histogram(f"splitserve_{name}", doc, labels, buckets=buckets, registry=self.registry)
+
+
 class Metrics:
     """The gateway's counters, gauges and histograms."""
 
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "splitserve_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
-        )
-        m = ["model_name"]
-        self.ttft = Histogram(
-            "splitserve_time_to_first_token_seconds",
-            "request arrival to the first generated token (sent, when streamed; from the engine, for a whole answer)",
-            m,
-            buckets=_TTFT,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "splitserve_e2e_request_latency_seconds",
-            "request arrival to its last byte sent",
-            m,
-            buckets=_E2E,
-            registry=r,
-        )
-        self.queue_time = Histogram(
-            "splitserve_request_queue_time_seconds",
-            "time waiting for a place in the key's limit",
-            m,
-            buckets=_QUEUE,
-            registry=r,
-        )
-        self.prefill = Histogram(
-            "splitserve_request_prefill_time_seconds",
-            "the engine's prompt processing time (timings.prompt_ms)",
-            m,
-            buckets=_E2E,
-            registry=r,
-        )
-        self.decode = Histogram(
-            "splitserve_request_decode_time_seconds",
-            "the engine's generation time (timings.predicted_ms)",
-            m,
-            buckets=_E2E,
-            registry=r,
-        )
-        self.tpot = Histogram(
-            "splitserve_request_time_per_output_token_seconds",
-            "decode time / (completion tokens - 1), per request",
-            m,
-            buckets=_TPOT,
-            registry=r,
-        )
-        self.prompt_hist = Histogram(
-            "splitserve_request_prompt_tokens", "prompt tokens per request", m, buckets=_TOKENS, registry=r
-        )
-        self.gen_hist = Histogram(
-            "splitserve_request_generation_tokens", "completion tokens per request", m, buckets=_TOKENS, registry=r
-        )
-        self.prompt_total = Counter("splitserve_prompt_tokens", "prompt tokens (cached included)", m, registry=r)
-        self.cached_total = Counter(
-            "splitserve_prompt_tokens_cached", "prompt tokens the engine reused from its cache", m, registry=r
-        )
-        self.gen_total = Counter("splitserve_generation_tokens", "completion tokens", m, registry=r)
-        self.success = Counter(
-            "splitserve_request_success",
-            "generations that ended, by finish reason",
-            m + ["finished_reason"],
-            registry=r,
-        )
-        self.engine_up = Gauge(
-            "splitserve_engine_metrics_up",
-            "1 when the engine's own metrics were appended to the last scrape",
-            registry=r,
-        )
-        self.added = Histogram(
-            "splitserve_gateway_added_seconds",
-            "time the gateway itself adds before the first token: request "
-            "handling before the engine call plus first-chunk relay",
-            buckets=_FAST,
-            registry=r,
-        )
-        self.tps = Histogram(
-            "splitserve_decode_tokens_per_second",
-            "completion tokens per second of decode, per request",
-            buckets=_TPS,
-            registry=r,
-        )
-        self.tokens = Counter(
-            "splitserve_tokens",
-            "tokens by kind, not overlapping: prompt (computed), cached (prompt tokens reused), completion",
-            ["kind"],
-            registry=r,
-        )
-        self.queue = Gauge("splitserve_queue_depth", "requests waiting for a per-key slot", registry=r)
-        self.running = Gauge("splitserve_requests_running", "requests holding a slot", registry=r)
-        self.warnings = Counter("splitserve_parse_warnings", "parser and policy warnings", registry=r)
-        self.disconnects = Counter(
-            "splitserve_client_disconnects", "generations cancelled because the client went away", registry=r
-        )
-        self.drafted = Counter(
-            "splitserve_draft_tokens",
-            "tokens drafted by the engine's speculative decoding (timings.draft_n)",
-            registry=r,
-        )
-        self.accepted = Counter(
-            "splitserve_draft_accepted_tokens",
-            "drafted tokens the model accepted (timings.draft_n_accepted)",
-            registry=r,
-        )
-        self.acceptance = Gauge(
-            "splitserve_draft_acceptance_ratio",
-            "accepted / drafted tokens since the gateway started (0 before a draft)",
-            registry=r,
-        )
-        rep = ["replica"]
-        self.replica_requests = Counter(
-            "splitserve_replica_requests",
-            "requests that reached a replica, by endpoint and status",
-            rep + ["endpoint", "status"],
-            registry=r,
-        )
-        self.replica_tokens = Counter(
-            "splitserve_replica_tokens",
-            "tokens by replica and kind (prompt computed, cached, completion), as tokens_total",
-            rep + ["kind"],
-            registry=r,
-        )
-        self.replica_errors = Counter(
-            "splitserve_replica_errors",
-            "engine errors by replica: down, loading, error (other engine errors), 5xx (requests answered so)",
-            rep + ["kind"],
-            registry=r,
-        )
+        self.registry = CollectorRegistry()
+        make = _Maker(self.registry)
+        self.requests = make.counter("requests", "HTTP requests by endpoint and status", ["endpoint", "status"])
+        self._request_metrics(make, ["model_name"])
+        self._gateway_metrics(make)
+        self._replica_metrics(make, ["replica"])
         self._drafted = 0
         self._accepted = 0
+
+    def _request_metrics(self, make: _Maker, m: list[str]) -> None:
+        """vLLM's set, by model: latencies, token counts, finish reasons."""
+        self.ttft = make.histogram(
+            "time_to_first_token_seconds",
+            "request arrival to the first generated token (sent, when streamed; from the engine, for a whole answer)",
+            _TTFT,
+            m,
+        )
+        self.e2e = make.histogram("e2e_request_latency_seconds", "request arrival to its last byte sent", _E2E, m)
+        self.queue_time = make.histogram(
+            "request_queue_time_seconds", "time waiting for a place in the key's limit", _QUEUE, m
+        )
+        self.prefill = make.histogram(
+            "request_prefill_time_seconds", "the engine's prompt processing time (timings.prompt_ms)", _E2E, m
+        )
+        self.decode = make.histogram(
+            "request_decode_time_seconds", "the engine's generation time (timings.predicted_ms)", _E2E, m
+        )
+        self.tpot = make.histogram(
+            "request_time_per_output_token_seconds", "decode time / (completion tokens - 1), per request", _TPOT, m
+        )
+        self.prompt_hist = make.histogram("request_prompt_tokens", "prompt tokens per request", _TOKENS, m)
+        self.gen_hist = make.histogram("request_generation_tokens", "completion tokens per request", _TOKENS, m)
+        self.prompt_total = make.counter("prompt_tokens", "prompt tokens (cached included)", m)
+        self.cached_total = make.counter("prompt_tokens_cached", "prompt tokens the engine reused from its cache", m)
+        self.gen_total = make.counter("generation_tokens", "completion tokens", m)
+        self.success = make.counter(
+            "request_success", "generations that ended, by finish reason", m + ["finished_reason"]
+        )
+
+    def _gateway_metrics(self, make: _Maker) -> None:
+        """The gateway's own: its added latency, queue, tokens by kind, warnings, drafts."""
+        self.engine_up = make.gauge(
+            "engine_metrics_up", "1 when the engine's own metrics were appended to the last scrape"
+        )
+        self.added = make.histogram(
+            "gateway_added_seconds",
+            "time the gateway itself adds before the first token: request "
+            "handling before the engine call plus first-chunk relay",
+            _FAST,
+        )
+        self.tps = make.histogram(
+            "decode_tokens_per_second", "completion tokens per second of decode, per request", _TPS
+        )
+        self.tokens = make.counter(
+            "tokens",
+            "tokens by kind, not overlapping: prompt (computed), cached (prompt tokens reused), completion",
+            ["kind"],
+        )
+        self.queue = make.gauge("queue_depth", "requests waiting for a per-key slot")
+        self.running = make.gauge("requests_running", "requests holding a slot")
+        self.warnings = make.counter("parse_warnings", "parser and policy warnings")
+        self.disconnects = make.counter("client_disconnects", "generations cancelled because the client went away")
+        self.drafted = make.counter(
+            "draft_tokens", "tokens drafted by the engine's speculative decoding (timings.draft_n)"
+        )
+        self.accepted = make.counter(
+            "draft_accepted_tokens", "drafted tokens the model accepted (timings.draft_n_accepted)"
+        )
+        self.acceptance = make.gauge(
+            "draft_acceptance_ratio", "accepted / drafted tokens since the gateway started (0 before a draft)"
+        )
+
+    def _replica_metrics(self, make: _Maker, rep: list[str]) -> None:
+        """Per replica, behind a ReplicaBackend: requests, tokens, errors."""
+        self.replica_requests = make.counter(
+            "replica_requests", "requests that reached a replica, by endpoint and status", rep + ["endpoint", "status"]
+        )
+        self.replica_tokens = make.counter(
+            "replica_tokens",
+            "tokens by replica and kind (prompt computed, cached, completion), as tokens_total",
+            rep + ["kind"],
+        )
+        self.replica_errors = make.counter(
+            "replica_errors",
+            "engine errors by replica: down, loading, error (other engine errors), 5xx (requests answered so)",
+            rep + ["kind"],
+        )
 
     def on_timings(self, timings: dict[str, Any]) -> None:
         """Count one response's speculative-decoding figures (llama-server adds ``draft_n`` and
