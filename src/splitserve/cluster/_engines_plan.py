@@ -44,6 +44,7 @@ from typing import Any
 from .._errors import ClusterError
 from ._checks import CheckRow
 from ._commands import ProcessPlan, base_url, cluster_state_dir
+from ._parallel_sizes import with_parallel_sizes
 from ._rdma_node import gid_for_address, parse_sysfs
 from ._spec import ClusterSpec
 from ._spec_engines import (
@@ -189,7 +190,16 @@ class EngineReplica:
 
 
 def engine_plan(spec: ClusterSpec, facts: EngineFacts) -> EnginePlan:
-    """The deployment of ``spec`` (backend ``vllm`` or ``sglang``) on nodes described by ``facts``."""
+    """The deployment of ``spec`` (backend ``vllm`` or ``sglang``) on nodes described by ``facts``;
+    parallel sizes the spec leaves unset are chosen from the nodes first (a note says which and why)."""
+    spec, sizes = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes})
+    plan = _engine_plan(spec, facts)
+    if sizes:
+        plan.notes.insert(0, sizes)
+    return plan
+
+
+def _engine_plan(spec: ClusterSpec, facts: EngineFacts) -> EnginePlan:
     table = engine_table(spec)
     if table is None:
         raise ClusterError(f"{spec.source_file or '<spec>'}: backend = {spec.backend!r} has no engine plan here")
@@ -570,7 +580,7 @@ class _Builder:
             if rank == 0:
                 argv += ["--host", self.host, "--port", str(self.port)]
             argv += ["--tp-size", str(t.tensor_parallel_size)]
-            if t.pipeline_parallel_size > 1:
+            if (t.pipeline_parallel_size or 1) > 1:
                 argv += ["--pp-size", str(t.pipeline_parallel_size)]
             if t.data_parallel_size > 1:
                 argv += ["--dp-size", str(t.data_parallel_size)]
@@ -758,6 +768,7 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
     """Preflight rows for a vLLM / SGLang spec: ``engine`` (importable everywhere, one version),
     ``nic`` (the private link's interface found and up, its MTU), ``gpus`` (per node against the
     parallel sizes) and, for the Ray launcher, ``ray`` (one version everywhere)."""
+    spec = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes})[0]
     table = engine_table(spec)
     if table is None:
         return []

@@ -12,7 +12,7 @@ Example (two nodes, vLLM's Ray-free launcher)::
     [vllm]
     model = "Qwen/Qwen3-0.6B"     # a hub id or a folder, as vLLM takes it
     head_bind = "10.20.20.1"      # the head's address on the private link (default: found from the workers')
-    tensor_parallel_size = 2
+    tensor_parallel_size = 2      # unset (with pipeline_parallel_size): chosen from the GPUs and the model
     launcher = "native"           # or "ray": ray start on every node, then --distributed-executor-backend ray
 
 Nodes are the head (rank 0, where splitserve runs) and the ``[[workers]]`` in order.
@@ -131,8 +131,13 @@ class EngineSpec(_Strict):
     """A hub id (``Qwen/Qwen3-0.6B``) or a folder, as the engine takes it (the same on every node)."""
     served_model_name: str | None = None
     """The model id the engine answers to (default: the engine's, i.e. ``model``)."""
-    tensor_parallel_size: PositiveInt = 1
-    pipeline_parallel_size: PositiveInt = 1
+    tensor_parallel_size: PositiveInt | None = None
+    """Tensor parallel ranks. Unset together with ``pipeline_parallel_size``: `up` chooses both from
+    the nodes' GPUs and the model's heads (:func:`splitserve.plan.choose_parallel`: tensor over
+    every GPU when the heads divide evenly, else tensor over each node's GPUs and pipeline over the
+    nodes) and `up --dry-run` says which and why. One of the two given: the other is 1."""
+    pipeline_parallel_size: PositiveInt | None = None
+    """Pipeline parallel stages (see ``tensor_parallel_size``)."""
     data_parallel_size: PositiveInt = 1
     quantization: str | None = None
     """``--quantization`` (``fp8``, ``awq``, ``modelopt_fp4``, ...); default: read from the checkpoint."""
@@ -206,6 +211,14 @@ class EngineSpec(_Strict):
         return value
 
     @model_validator(mode="after")
+    def _one_size_given(self) -> EngineSpec:
+        if self.tensor_parallel_size is not None and self.pipeline_parallel_size is None:
+            self.pipeline_parallel_size = 1
+        elif self.pipeline_parallel_size is not None and self.tensor_parallel_size is None:
+            self.tensor_parallel_size = 1
+        return self
+
+    @model_validator(mode="after")
     def _parser_names(self) -> EngineSpec:
         named = [k for k in ("tool_call_parser", "reasoning_parser") if getattr(self, k)]
         if self.parsers == "gateway" and named:
@@ -220,9 +233,14 @@ class EngineSpec(_Strict):
         return self
 
     @property
+    def auto_sizes(self) -> bool:
+        """Neither tensor nor pipeline parallel size given: `up` chooses them from the nodes."""
+        return self.tensor_parallel_size is None and self.pipeline_parallel_size is None
+
+    @property
     def world_size(self) -> int:
-        """GPUs the deployment uses: tensor x pipeline x data parallel."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+        """GPUs the deployment uses: tensor x pipeline x data parallel (an unset size counts 1)."""
+        return (self.tensor_parallel_size or 1) * (self.pipeline_parallel_size or 1) * self.data_parallel_size
 
 
 class VllmSpec(EngineSpec):
@@ -360,7 +378,9 @@ def check_engine_tables(spec: SpecLike) -> None:
         return
     table = engine_table(spec)
     if table is None:
-        raise ValueError(f'{backend}: required with backend = "{backend}" (the model and the parallel sizes)')
+        raise ValueError(
+            f'{backend}: required with backend = "{backend}" (the model; the parallel sizes are chosen from the nodes when unset)'
+        )
     if "server" in spec.model_fields_set:
         raise ValueError(f'server: llama-server\'s options; with backend = "{backend}" use the [{backend}] table')
     nodes = node_names(spec)
@@ -386,16 +406,25 @@ def check_engine_tables(spec: SpecLike) -> None:
             f"{backend}.head_bind = {table.head_bind!r} is loopback but a worker is remote: give the head's "
             "address on the private link"
         )
-    world = table.world_size
-    sizes = (
-        f"tensor_parallel_size x pipeline_parallel_size x data_parallel_size = "
-        f"{table.tensor_parallel_size} x {table.pipeline_parallel_size} x {table.data_parallel_size} = {world}"
-    )
     if isinstance(table, VllmSpec) and count > 1 and table.data_parallel_size > 1:
         raise ValueError(
             f"{backend}.data_parallel_size = {table.data_parallel_size} over {count} nodes is not supported: "
             "splitserve spreads tensor/pipeline parallel ranks over nodes; use one node for data parallel"
         )
+    if not table.auto_sizes:  # unset: `up` chooses them from the nodes (splitserve.plan.choose_parallel)
+        _check_sizes(spec, table, count)
+    _check_ports(spec, table)
+    _check_key(spec, table)
+
+
+def _check_sizes(spec: SpecLike, table: VllmSpec | SglangSpec, count: int) -> None:
+    """Given sizes split evenly over the ``count`` nodes of a server and fit the devices listed."""
+    backend = spec.backend
+    world = table.world_size
+    sizes = (
+        f"tensor_parallel_size x pipeline_parallel_size x data_parallel_size = "
+        f"{table.tensor_parallel_size} x {table.pipeline_parallel_size} x {table.data_parallel_size} = {world}"
+    )
     per_node = gpus_per_rank_node(table, count)
     if count > 1 and per_node is not None and world % count:
         raise ValueError(
@@ -412,9 +441,12 @@ def check_engine_tables(spec: SpecLike) -> None:
             )
     elif len(given) == count and sum(given.values()) < world:
         raise ValueError(f"{backend}.{sizes} needs {world} GPUs; the nodes' devices list {sum(given.values())}")
-    _check_ports(spec, table)
+
+
+def _check_key(spec: SpecLike, table: VllmSpec | SglangSpec) -> None:
     from .._net import is_loopback
 
+    backend = spec.backend
     if not is_loopback(table.host) and not table.api_key:
         raise ValueError(
             f"{backend}.host = {table.host!r} is beyond loopback and the engine has no key: set "
