@@ -463,7 +463,7 @@ def logs_cmd(
         root = _root(config, name)
         state = read_state(root)
         logs_dir = root / "logs"
-        ssh = state.extra.get("ssh") if state is not None else None
+        ssh = state.ssh if state is not None else None
         if state is not None:
             files = {}
             for p in state.processes:  # a node with several processes (Ray head and probe): NODE/ROLE

@@ -258,7 +258,7 @@ def engine_up(
         started_at=edges.clock.time(),
         engine_endpoint=engine_kind_url(spec.backend, plan.endpoint) if plan.endpoint else None,
     )
-    state.extra["ssh"] = spec.ssh.model_dump(mode="json")
+    state.ssh = spec.ssh
     state.extra["backend"] = spec.backend
     state.extra["notes"] = list(plan.notes)
     state.extra["head_python"] = head.python

@@ -103,7 +103,7 @@ def gather_facts(
     if old is not None:
         for rec in old.processes:
             try:
-                running = edges.node(rec.host, old.extra.get("ssh")).alive(rec.ref)
+                running = edges.node(rec.host, old.ssh).alive(rec.ref)
             except ClusterError:
                 running = True
             if running:
@@ -188,7 +188,7 @@ class Executor(ProcessRunner):
             dead = []
             for rec in old.processes:
                 try:
-                    if not self.edges.node(rec.host, old.extra.get("ssh")).alive(rec.ref):
+                    if not self.edges.node(rec.host, old.ssh).alive(rec.ref):
                         dead.append(rec.node)
                 except ClusterError:
                     pass
@@ -431,7 +431,7 @@ def up(
         started_at=edges.clock.time(),
         engine_endpoint=plan.engine_endpoint,
     )
-    state.extra["ssh"] = spec.ssh.model_dump(mode="json")
+    state.ssh = spec.ssh
     if plan.replicas:  # who serves as which replica: status shows them, the supervisor restarts one alone
         groups = {r.name: r for r in replica_groups(spec, facts.topology)} if facts.topology else {}
         state.extra["replicas"] = [

@@ -30,9 +30,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._errors import SplitserveError
+
+if TYPE_CHECKING:
+    from ._spec import SshSpec
 
 _HIT = re.compile(r"\[set_tensor_hash\] buffer: \S+, data: \S+, offset: \d+, size: (\d+), hash: ([0-9a-f]+)")
 _SAVED = re.compile(r"\[set_tensor\] saved to '([^']*)'")
@@ -86,7 +89,7 @@ def worker_loaded_bytes(tcp_sent: float, io: dict[str, int] | None = None, log: 
     return int(over_link + from_cache)
 
 
-def read_worker_side(host: str, pid: int, log: str, ssh: Any = None) -> tuple[dict[str, int], CacheLog]:
+def read_worker_side(host: str, pid: int, log: str, ssh: SshSpec | None = None) -> tuple[dict[str, int], CacheLog]:
     """A running worker's I/O counters and what its log says of the current load (empty when
     they cannot be read: another user's process, an unreachable node)."""
     from .._node import read_tail

@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._node import LocalNode, Node
 from ._ssh import SshNode
+
+if TYPE_CHECKING:
+    from ._spec import SshSpec
 
 _NODES: dict[object, Node] = {}
 
 LOCAL_HOSTS = ("local", "localhost", "127.0.0.1")
 
 
-def node_for(host: str, ssh: Any = None) -> Node:
+def node_for(host: str, ssh: SshSpec | None = None) -> Node:
     """The node for a spec's ``host`` value (one shared instance per host and ssh settings).
 
-    ``ssh`` is the spec's :class:`~splitserve.cluster.SshSpec` (or its dict form from a state
-    file); without it the plain ``ssh`` defaults apply."""
+    ``ssh`` is the spec's (or the state's) :class:`~splitserve.cluster.SshSpec`; without it the
+    plain ``ssh`` defaults apply."""
     if host in LOCAL_HOSTS:
         return _NODES.setdefault("local", LocalNode())
-    if isinstance(ssh, dict):
-        cfg, options, timeout = ssh.get("config"), ssh.get("options") or [], ssh.get("connect_timeout", 10.0)
-    elif ssh is not None:
-        cfg, options, timeout = ssh.config, ssh.options, ssh.connect_timeout
-    else:
-        cfg, options, timeout = None, [], 10.0
+    cfg, options, timeout = (ssh.config, ssh.options, ssh.connect_timeout) if ssh is not None else (None, [], 10.0)
     key = (host, str(cfg) if cfg else None, tuple(options), float(timeout))
     if key not in _NODES:
         _NODES[key] = SshNode(host, config=Path(cfg) if cfg else None, options=options, connect_timeout=float(timeout))

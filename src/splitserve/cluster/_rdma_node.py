@@ -313,7 +313,7 @@ def worker_transports(state: ClusterState, max_bytes: int = 1 << 20) -> dict[str
         if rec.role != "rpc":
             continue
         try:
-            node = node_for(rec.host, state.extra.get("ssh"))
+            node = node_for(rec.host, state.ssh)
             if not node.alive(rec.ref):
                 continue
             out[rec.node] = worker_transport(node, rec.ref, node.read_log(Path(rec.log), max_bytes), rec.bind)

@@ -148,7 +148,7 @@ def stop_recorded(state: ClusterState, grace: float = 10.0, edges: Edges = REAL_
     order = sorted(state.processes, key=lambda p: rank.get(p.role, 2))
     done: list[tuple[Node, ProcessRef]] = []
     for rec in order:
-        transport = edges.node(rec.host, state.extra.get("ssh"))
+        transport = edges.node(rec.host, state.ssh)
         if transport.alive(rec.ref):
             if not stop(transport, rec.ref, grace=grace, clock=edges.clock):
                 raise ClusterError(f"{rec.node}: pid {rec.pid} did not stop after SIGKILL")
@@ -258,7 +258,7 @@ def _stop_supervisor(root: Path, holder: LockHolder, timeout: float) -> list[str
     if state is not None:
         for rec in state.processes:
             try:
-                if node_for(rec.host, state.extra.get("ssh")).alive(rec.ref):
+                if node_for(rec.host, state.ssh).alive(rec.ref):
                     running.append(rec.node)
             except ClusterError:
                 running.append(rec.node)

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._errors import ClusterError
 from .._node import ProcessRef
+from ._spec import SshSpec
 
 STATE_FILE = "state.json"
 
@@ -53,6 +54,9 @@ class ClusterState:
     extra: dict[str, Any] = field(default_factory=dict)
     engine_endpoint: str | None = None
     """llama-server's own URL (None in states written before the gateway was started by `up`)."""
+    ssh: SshSpec | None = None
+    """How `down`, `status` and the supervisor reach the remote nodes: the spec's ``[ssh]`` at `up`
+    (None: the plain ``ssh`` defaults)."""
 
     @property
     def engine_url(self) -> str:
@@ -64,13 +68,17 @@ class ClusterState:
         return next((p for p in self.processes if p.role == "gateway"), None)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        data = asdict(self)
+        data["ssh"] = self.ssh.model_dump(mode="json") if self.ssh is not None else None
+        return json.dumps(data, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ClusterState:
         data = json.loads(text)
         procs = [ProcessRecord(**p) for p in data.pop("processes", [])]
-        return cls(processes=procs, **data)
+        # states written before ``ssh`` was a field kept it under ``extra``
+        ssh = data.pop("ssh", None) or (data.get("extra") or {}).pop("ssh", None)
+        return cls(processes=procs, ssh=SshSpec.model_validate(ssh) if ssh is not None else None, **data)
 
 
 def read_state(root: Path) -> ClusterState | None:

@@ -131,7 +131,7 @@ def find_dead(state: ClusterState, settle: float = SETTLE_SECONDS, edges: Edges 
     its head is dead died because the head went away (it wrote to the closed connection), so the
     head comes first; otherwise workers come first (a lost RPC worker aborts llama-server).
     The others are on the root's ``others``, each saying after whom it died."""
-    ssh = state.extra.get("ssh")
+    ssh = state.ssh
     dead: list[tuple[int, Death]] = []
     for rec in state.processes:
         d = _death(rec, ssh, edges)
@@ -367,7 +367,7 @@ class Supervisor:
             self.replica_attempts[name] = 0  # it had served long enough: the first backoff again
         attempt = self.replica_attempts.get(name, 0)
         self.record("restarting", attempt + 1, death.short, death.message)
-        ssh = state.extra.get("ssh")
+        ssh = state.ssh
         for rec in state.processes:
             if rec.node in nodes and rec.node not in dead:
                 try:

@@ -369,7 +369,7 @@ class ClusterReader:
                 continue
             at, io, log = self._worker_side.get(p.node, (0.0, {}, None))
             if p.host == "local" or time.monotonic() - at >= SLOW_SECONDS:  # ssh for a remote one: not every refresh
-                io, log = read_worker_side(p.host, p.pid, p.log, state.extra.get("ssh"))
+                io, log = read_worker_side(p.host, p.pid, p.log, state.ssh)
                 self._worker_side[p.node] = (time.monotonic(), io, log)
             link = snap.links[ep]
             link["loaded_bytes"] = float(worker_loaded_bytes(link.get("bytes_sent") or 0, io, log))
@@ -382,7 +382,7 @@ class ClusterReader:
             if now - at < SLOW_SECONDS:
                 return value
         try:
-            value = node_for(p.host, state.extra.get("ssh")).alive(p.ref)
+            value = node_for(p.host, state.ssh).alive(p.ref)
         except SplitserveError:
             value = None
         if p.host != "local":

@@ -57,7 +57,7 @@ def test_node_for_picks_local_or_ssh_and_shares_instances() -> None:
     )
     a = node_for("user@box2", spec.ssh)
     assert isinstance(a, SshNode) and a.options == ["Port=2222"]
-    assert node_for("user@box2", spec.ssh.model_dump(mode="json")) is a  # from a state file
+    assert node_for("user@box2", spec.ssh.model_copy()) is a  # the same settings, read back from a state file
     assert node_for("user@box2") is not a
 
 

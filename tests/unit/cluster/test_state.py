@@ -3,6 +3,7 @@ ours, and stopping a process group leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -12,7 +13,16 @@ import pytest
 
 from splitserve import ClusterError
 from splitserve._node import start_ticks, stop
-from splitserve.cluster import ClusterState, LocalNode, ProcessRecord, ProcessRef, read_state
+from splitserve.cluster import (
+    ClusterState,
+    LocalNode,
+    ProcessRecord,
+    ProcessRef,
+    SshNode,
+    SshSpec,
+    node_for,
+    read_state,
+)
 from splitserve.cluster._state import clear_state, write_state
 
 
@@ -86,6 +96,29 @@ def test_state_knows_the_gateway_and_the_engine_url(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text(text)
     back = read_state(tmp_path)
     assert back is not None and back.gateway is None and back.engine_url == "http://127.0.0.1:8080"
+
+
+def test_ssh_settings_are_a_typed_field_and_old_states_still_read(tmp_path: Path) -> None:
+    ssh = SshSpec(config=tmp_path / "ssh_config", options=["Port=2222"], connect_timeout=4.0)
+    state = ClusterState(name="c", spec_file=None, model="/m.gguf", endpoint="http://x", engine="e", ssh=ssh)
+    write_state(tmp_path, state)
+    assert json.loads((tmp_path / "state.json").read_text())["ssh"] == {
+        "config": str(tmp_path / "ssh_config"),
+        "options": ["Port=2222"],
+        "connect_timeout": 4.0,
+    }
+    back = read_state(tmp_path)
+    assert back == state and back.ssh == ssh and "ssh" not in back.extra
+    # a state file of an earlier `up` kept the ssh settings under "extra"
+    data = json.loads(state.to_json())
+    data["extra"] = {"ssh": data.pop("ssh"), "backend": "vllm"}
+    (tmp_path / "state.json").write_text(json.dumps(data))
+    old = read_state(tmp_path)
+    assert old is not None and old.ssh == ssh and old.extra == {"backend": "vllm"}
+    node = node_for("box2", old.ssh)
+    assert node is node_for("box2", ssh)
+    assert isinstance(node, SshNode) and node.ssh_argv()[1:3] == ["-F", str(tmp_path / "ssh_config")]
+    assert node.options == ["Port=2222"] and node.connect_timeout == 4.0
 
 
 def test_corrupt_state_is_a_clear_error(tmp_path: Path) -> None:
