@@ -2,8 +2,8 @@
 
 :class:`EngineBackend` is what sits behind the gateway (and, through :class:`~._client.BlockingEngine`,
 behind the cluster's readiness wait and ``status``): health, the server's settings and slots,
-tokenizing, raw completions whole or streamed, the engine's Prometheus text and a pass-through
-for the gateway's native routes. :class:`~._llamacpp.LlamaCppBackend` is llama-server over HTTP;
+tokenizing, raw completions streamed (or collected whole), the engine's Prometheus text and a
+pass-through for the gateway's native routes. :class:`~._llamacpp.LlamaCppBackend` is llama-server over HTTP;
 :class:`~._fake.FakeEngine` is a scripted engine for tests.
 
 Failures are engine errors, converted by each caller at its own boundary (the gateway turns them
@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
+
+import anyio
 
 from .._errors import EngineError
 
@@ -284,7 +286,7 @@ class EngineInfo:
 
 
 class CompletionStream(ABC):
-    """One streamed raw completion: ``async with backend.stream(body) as events`` sends it, and
+    """One streamed raw completion: ``async with backend.stream(request) as events`` sends it, and
     ``async for batch in events`` yields its server-sent events as lists of decoded JSON objects,
     as many at a time as one read of the engine brought (a reader that falls behind then handles
     several tokens at once instead of falling further behind). The ``[DONE]`` marker ends the
@@ -323,7 +325,11 @@ class CompletionStream(ABC):
 
 
 class EngineBackend(ABC):
-    """An engine that turns prompts into tokens (see the module)."""
+    """An engine that turns prompts into tokens (see the module).
+
+    What a backend implements: :meth:`info`, :meth:`health`, :meth:`stream`, :meth:`tokenize`,
+    :meth:`relay` and :meth:`aclose`. :meth:`complete` (the stream, collected) and
+    :meth:`metrics` (``GET /metrics``, relayed) are built on them."""
 
     url: str
     """Where the engine is, for messages (``http://127.0.0.1:8080``)."""
@@ -332,35 +338,21 @@ class EngineBackend(ABC):
     async def health(self) -> EngineHealth:
         """The engine's health; never raises for an engine that is down or failing."""
 
+    @abstractmethod
     async def info(self, timeout: float | None = None) -> EngineInfo:
-        """The engine's settings and slots in one value (see :class:`EngineInfo`)."""
-        return EngineInfo(await self.props(timeout), await self.slots(timeout))
+        """The engine's settings and slots in one value (see :class:`EngineInfo`). ``timeout``:
+        seconds, None for the backend's default."""
 
     @abstractmethod
-    async def props(self, timeout: float | None = None) -> dict[str, Any]:
-        """The server's effective settings (llama-server's ``/props``: chat template, model path,
-        default generation settings, slots). ``timeout``: seconds, None for the backend's default."""
-
-    @abstractmethod
-    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        """One entry per parallel slot (llama-server's ``/slots``)."""
+    def stream(self, request: CompletionRequest) -> CompletionStream:
+        """A streamed raw completion of ``request``; use it as ``async with backend.stream(request)
+        as events`` (see :class:`CompletionStream`): its events are llama.cpp's (``content``,
+        and a last one with ``stop``, ``stop_type``, ``tokens_predicted``, ``tokens_evaluated``,
+        ``timings``) whatever the engine."""
 
     @abstractmethod
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         """The token ids of ``text`` (with BOS and the like when ``add_special``)."""
-
-    @abstractmethod
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A raw, non-streamed completion (llama.cpp's ``/completion`` body and answer)."""
-
-    @abstractmethod
-    def stream(self, body: dict[str, Any]) -> CompletionStream:
-        """A streamed raw completion of this ``/completion`` body (``stream`` is set for you);
-        use it as ``async with backend.stream(body) as events`` (see :class:`CompletionStream`)."""
-
-    @abstractmethod
-    async def metrics(self) -> bytes | None:
-        """The engine's Prometheus text, None when it has none (or does not answer)."""
 
     @abstractmethod
     async def relay(
@@ -381,6 +373,33 @@ class EngineBackend(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Release the backend's connections."""
+
+    async def complete(self, request: CompletionRequest) -> dict[str, Any]:
+        """A whole completion: the stream, collected; llama.cpp's last event with ``content``
+        the whole text."""
+        texts: list[str] = []
+        final: dict[str, Any] = {}
+        async with self.stream(request) as events:
+            async for batch in events:
+                for data in batch:
+                    text = data.get("content")
+                    if text:
+                        texts.append(str(text))
+                    if data.get("stop"):
+                        final = data
+        return {**final, "content": "".join(texts)}
+
+    async def metrics(self) -> bytes | None:
+        """The engine's Prometheus text, None when it has none (or does not answer within a second)."""
+        with anyio.move_on_after(1.0):
+            try:
+                async with await self.relay("GET", "/metrics") as reply:
+                    if reply.status != 200 or "text/plain" not in reply.headers.get("content-type", ""):
+                        return None
+                    return await reply.aread()
+            except EngineError:
+                return None
+        return None
 
 
 __all__ = [

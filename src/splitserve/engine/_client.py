@@ -83,8 +83,8 @@ class BlockingEngine:
         return self.run(self.backend.info)
 
     def complete(self, request: CompletionRequest) -> dict[str, Any]:
-        """A whole completion: llama.cpp's last event, ``content`` the whole text."""
-        return self.run(self.backend.complete, request.llamacpp())
+        """A whole completion (the stream, collected): llama.cpp's last event, ``content`` the whole text."""
+        return self.run(self.backend.complete, request)
 
     def metrics(self) -> bytes | None:
         """The engine's Prometheus text, None when it has none."""

@@ -30,10 +30,12 @@ import anyio
 
 from ._backend import (
     LOADING_RETRY_AFTER,
+    CompletionRequest,
     CompletionStream,
     EngineBackend,
     EngineHealth,
     EngineHTTPError,
+    EngineInfo,
     EngineReply,
     EngineStreamError,
     EngineUnavailable,
@@ -80,8 +82,8 @@ Entry = str | Sequence[str] | FakeOutput | FakeFailure
 @dataclass
 class FakeRequest:
     """One request the fake got: ``kind`` is the method of the backend that was called
-    (``health``, ``props``, ``slots``, ``tokenize``, ``complete``, ``stream``,
-    ``metrics``, ``relay``); ``path`` / ``method`` / ``query`` the llama-server request it stands
+    (``health``, ``info``, ``tokenize``, ``stream``, ``relay``; a whole completion is a
+    ``stream``, the metrics a ``relay`` of ``/metrics``); ``path`` / ``method`` / ``query`` the llama-server request it stands
     for; ``body`` the decoded JSON body (or the raw bytes when it is not JSON)."""
 
     kind: str
@@ -173,7 +175,7 @@ class FakeEngine(EngineBackend):
     @property
     def bodies(self) -> list[Any]:
         """The body of every generation request, in order."""
-        return [r.body for r in self.requests if r.kind in ("complete", "stream") or r.path in GENERATING]
+        return [r.body for r in self.requests if r.kind == "stream" or r.path in GENERATING]
 
     def _record(self, kind: str, path: str, body: Any = None, method: str = "POST", query: str = "") -> None:
         self.requests.append(FakeRequest(kind, path, body, method, query))
@@ -262,39 +264,20 @@ class FakeEngine(EngineBackend):
             return health_down(self.url, "/health", "ConnectError")
         return EngineHealth("loading", 503, failure.message, LOADING_RETRY_AFTER)
 
-    async def props(self, timeout: float | None = None) -> dict[str, Any]:
-        self._record("props", "/props", method="GET")
+    async def info(self, timeout: float | None = None) -> EngineInfo:
+        self._record("info", "/props", method="GET")
         self._check("/props")
-        return dict(self.props_answer)
-
-    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        self._record("slots", "/slots", method="GET")
-        self._check("/slots")
-        return [dict(s) for s in self.slots_answer]
+        return EngineInfo(dict(self.props_answer), [dict(s) for s in self.slots_answer])
 
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         self._record("tokenize", "/tokenize", {"content": text, "add_special": add_special})
         self._check("/tokenize")
         return self._tokens(text, add_special)
 
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._record("complete", "/completion", dict(body))
-        self._check("/completion")
-        try:
-            gen = self._generation(body)
-        except _Failed as failed:
-            self._raise(failed.failure, "/completion")
-        await gen.wait_all()
-        return gen.whole_native()
-
-    def stream(self, body: dict[str, Any]) -> CompletionStream:
-        return _FakeStream(self, {**body, "stream": True})
-
-    async def metrics(self) -> bytes | None:
-        self._record("metrics", "/metrics", method="GET")
-        if self._gate("/metrics") is not None:
-            return None
-        return self.metrics_text
+    def stream(self, request: CompletionRequest) -> CompletionStream:
+        body = request.llamacpp()
+        body["stream"] = True
+        return _FakeStream(self, body)
 
     async def relay(
         self,
@@ -538,7 +521,7 @@ class _FakeStream(CompletionStream):
 
     def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
         if self._gen is None:
-            raise RuntimeError("the stream is not open: use `async with backend.stream(body) as events`")
+            raise RuntimeError("the stream is not open: use `async with backend.stream(request) as events`")
         return self._gen.events()
 
     async def aclose(self) -> None:

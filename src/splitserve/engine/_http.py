@@ -86,16 +86,6 @@ class HttpEngine(EngineBackend):
             return health_down(self.base_url, "/health", type(exc).__name__)
         return health_of(resp.status_code, resp.text)
 
-    async def metrics(self) -> bytes | None:
-        """The engine's Prometheus text, or None when it does not serve it."""
-        try:
-            resp = await self._http.get("/metrics", timeout=1.0)
-        except httpx.HTTPError:
-            return None
-        if resp.status_code != 200 or "text/plain" not in resp.headers.get("content-type", ""):
-            return None
-        return resp.content
-
     async def _send(self, request: httpx.Request, path: str, retry: bool) -> httpx.Response:
         for attempt in (1, 2):
             try:

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from ._backend import CompletionStream, EngineStreamError
+from ._backend import CompletionRequest, CompletionStream, EngineHTTPError, EngineInfo, EngineStreamError
 from ._http import DONE, SHORT, HttpEngine, sse_data
 from ._llamacpp_stream import Pool, RawStream
 
@@ -56,28 +56,28 @@ class LlamaCppBackend(HttpEngine):
             self._raw[0].close()
         await super().aclose()
 
-    async def props(self, timeout: float | None = None) -> dict[str, Any]:
-        data = await self._json("GET", "/props", timeout=timeout or SHORT)
-        return data if isinstance(data, dict) else {}
-
-    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        data = await self._json("GET", "/slots", timeout=timeout or SHORT)
-        return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
+    async def info(self, timeout: float | None = None) -> EngineInfo:
+        """``/props`` and ``/slots`` (no slots when the server has them off: ``--no-slots``)."""
+        props = await self._json("GET", "/props", timeout=timeout or SHORT)
+        try:
+            data = await self._json("GET", "/slots", timeout=timeout or SHORT)
+        except EngineHTTPError:
+            data = []
+        slots = [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
+        return EngineInfo(props if isinstance(props, dict) else {}, slots)
 
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         data = await self._json("POST", "/tokenize", {"content": text, "add_special": add_special})
         tokens = data.get("tokens") if isinstance(data, dict) else None
         return [t["id"] if isinstance(t, dict) else t for t in tokens or []]
 
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        data = await self._json("POST", "/completion", {**body, "stream": False}, timeout=None)
-        return data if isinstance(data, dict) else {}
-
-    def stream(self, body: dict[str, Any]) -> CompletionStream:
+    def stream(self, request: CompletionRequest) -> CompletionStream:
+        body = request.llamacpp()
+        body["stream"] = True
         if self._raw is not None and self._http is self._own_http:  # (not swapped for a mock client)
             pool, head = self._raw
-            return RawStream(pool, self.base_url, "/completion", head, {**body, "stream": True}, self._timeout)
-        return _LlamaStream(self, {**body, "stream": True})
+            return RawStream(pool, self.base_url, "/completion", head, body, self._timeout)
+        return _LlamaStream(self, body)
 
 
 def _proxied(host: str) -> bool:
@@ -101,7 +101,7 @@ class _LlamaStream(CompletionStream):
 
     def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
         if self._resp is None:
-            raise RuntimeError("the stream is not open: use `async with backend.stream(body) as events`")
+            raise RuntimeError("the stream is not open: use `async with backend.stream(request) as events`")
         return sse_batches(self._resp)
 
     async def aclose(self) -> None:

@@ -581,7 +581,7 @@ class RawStream(CompletionStream):
 
     def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
         if self._conn is None:
-            raise RuntimeError("the stream is not open: use `async with backend.stream(body) as events`")
+            raise RuntimeError("the stream is not open: use `async with backend.stream(request) as events`")
         return _batches(self._conn, self._timeout)
 
     async def aclose(self) -> None:

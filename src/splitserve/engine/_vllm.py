@@ -4,15 +4,15 @@ made to look like llama-server's ``/completion`` to the gateway.
 The gateway renders the chat template and parses tool calls and reasoning itself (the same way
 on every backend); the engine only continues a prompt. So this backend translates:
 
-- a llama.cpp ``/completion`` body to a ``/v1/completions`` one: ``n_predict`` -> ``max_tokens``
+- a :class:`~._backend.CompletionRequest` to a ``/v1/completions`` body: ``n_predict`` -> ``max_tokens``
   (``-1``: none), ``repeat_penalty`` -> ``repetition_penalty``, ``json_schema`` / ``grammar`` (GBNF,
   which xgrammar reads) -> ``structured_outputs``; llama.cpp-only fields (``cache_prompt``,
-  ``id_slot``, ``samplers``, ...) are dropped (vLLM caches prefixes by itself);
+  ``id_slot``, ``extra``: ``samplers``, ...) are left out (vLLM caches prefixes by itself);
 - each streamed chunk's ``choices[0].text`` to a ``{"content": ...}`` event, and the finish (with
   the usage chunk ``stream_options.include_usage`` asks for) to llama.cpp's final event:
   ``stop``, ``stop_type`` (``limit`` / ``word`` / ``eos``), ``tokens_predicted``,
   ``tokens_evaluated`` and ``timings`` measured here;
-- ``props``: the chat template, BOS/EOS tokens and context length from ``/v1/models`` and the
+- ``info``: the chat template, BOS/EOS tokens and context length from ``/v1/models`` and the
   model's ``tokenizer_config.json`` (a local folder, or the Hugging Face cache for a hub id);
   a template given to the backend (the gateway's ``--chat-template``) wins;
 - ``/tokenize`` and ``/detokenize`` (vLLM's, which take the model's name).
@@ -30,12 +30,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
 from ._backend import (
+    CompletionRequest,
     CompletionStream,
     EngineBackend,
     EngineHTTPError,
+    EngineInfo,
     EngineStreamError,
 )
 from ._http import DONE, HttpEngine, sse_data
@@ -44,7 +47,6 @@ KINDS = ("vllm", "sglang")
 """Engine URL prefixes (``vllm+http://...``) served by :class:`VllmBackend`."""
 
 _SAME = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty", "ignore_eos")
-_RENAMED = {"repeat_penalty": "repetition_penalty", "n_probs": "logprobs"}
 
 
 def split_engine_url(url: str) -> tuple[str, str]:
@@ -65,25 +67,26 @@ def backend_for(url: str, api_key: str | None = None, **kwargs: Any) -> EngineBa
     return LlamaCppBackend(plain, api_key=api_key, **kwargs)
 
 
-def completions_body(body: dict[str, Any], model: str) -> dict[str, Any]:
-    """A llama.cpp ``/completion`` body as a vLLM ``/v1/completions`` body (see the module)."""
-    out: dict[str, Any] = {"model": model, "prompt": body.get("prompt", "")}
-    n = body.get("n_predict")
-    if isinstance(n, int) and n >= 0:
-        out["max_tokens"] = n
+def completions_body(request: CompletionRequest, model: str) -> dict[str, Any]:
+    """A :class:`~._backend.CompletionRequest` as a vLLM ``/v1/completions`` body (see the module)."""
+    out: dict[str, Any] = {"model": model, "prompt": request.prompt}
+    if request.n_predict >= 0:
+        out["max_tokens"] = request.n_predict
     for key in _SAME:
-        if body.get(key) is not None:
-            out[key] = body[key]
-    for key, new in _RENAMED.items():
-        if body.get(key) is not None:
-            out[new] = body[key]
-    if body.get("stop"):
-        out["stop"] = list(body["stop"])
+        value = getattr(request, key)
+        if value is not None:
+            out[key] = value
+    if request.repeat_penalty is not None:
+        out["repetition_penalty"] = request.repeat_penalty
+    if request.n_probs is not None:
+        out["logprobs"] = request.n_probs
+    if request.stop:
+        out["stop"] = list(request.stop)
     structured: dict[str, Any] = {}
-    if isinstance(body.get("json_schema"), dict):
-        structured["json"] = body["json_schema"]
-    if isinstance(body.get("grammar"), str) and body["grammar"]:
-        structured["grammar"] = body["grammar"]
+    if isinstance(request.json_schema, dict):
+        structured["json"] = request.json_schema
+    if request.grammar:
+        structured["grammar"] = request.grammar
     if structured:
         out["structured_outputs"] = structured
     return out
@@ -185,6 +188,7 @@ class VllmBackend(HttpEngine):
         self._chat_template = chat_template
         self._model = model
         self._card: dict[str, Any] | None = None
+        self._props: dict[str, Any] | None = None
 
     async def card(self) -> dict[str, Any]:
         """The served model's entry in ``/v1/models`` (``id``, ``root``, ``max_model_len``)."""
@@ -200,24 +204,23 @@ class VllmBackend(HttpEngine):
     async def model(self) -> str:
         return self._model or str((await self.card()).get("id"))
 
-    async def props(self, timeout: float | None = None) -> dict[str, Any]:
-        import anyio
-
-        card = await self.card()
-        root = str(card.get("root") or card.get("id") or "")
-        tok = await anyio.to_thread.run_sync(read_tokenizer_config, root)
-        return {
-            "chat_template": self._chat_template or tok["chat_template"],
-            "model_path": root,
-            "model_alias": str(card.get("id") or ""),
-            "bos_token": tok["bos_token"],
-            "eos_token": tok["eos_token"],
-            "default_generation_settings": {"n_ctx": card.get("max_model_len")},
-            "total_slots": None,
-        }
-
-    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        return []  # vLLM schedules requests itself: no slots
+    async def info(self, timeout: float | None = None) -> EngineInfo:
+        """The template, BOS/EOS and context length (``/v1/models`` and the model's tokenizer
+        config, read once); no slots: vLLM schedules requests itself."""
+        if self._props is None:
+            card = await self.card()
+            root = str(card.get("root") or card.get("id") or "")
+            tok = await anyio.to_thread.run_sync(read_tokenizer_config, root)
+            self._props = {
+                "chat_template": self._chat_template or tok["chat_template"],
+                "model_path": root,
+                "model_alias": str(card.get("id") or ""),
+                "bos_token": tok["bos_token"],
+                "eos_token": tok["eos_token"],
+                "default_generation_settings": {"n_ctx": card.get("max_model_len")},
+                "total_slots": None,
+            }
+        return EngineInfo(dict(self._props), [])
 
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         data = await self._json(
@@ -225,18 +228,8 @@ class VllmBackend(HttpEngine):
         )
         return [int(t) for t in (data.get("tokens") or [])] if isinstance(data, dict) else []
 
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        started = time.perf_counter()
-        req = {**completions_body(body, await self.model()), "stream": False}
-        data = await self._json("POST", "/v1/completions", req, timeout=None)
-        choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
-        ended = time.perf_counter()
-        final = final_event(choice, data.get("usage") if isinstance(data, dict) else None, started, ended, ended)
-        final["content"] = str(choice.get("text") or "")
-        return final
-
-    def stream(self, body: dict[str, Any]) -> CompletionStream:
-        return _VllmStream(self, body)
+    def stream(self, request: CompletionRequest) -> CompletionStream:
+        return _VllmStream(self, request)
 
     async def _relay_content(self, path: str, content: bytes) -> bytes:
         if path in ("/v1/completions", "/tokenize", "/detokenize") and content:
@@ -254,22 +247,22 @@ class VllmBackend(HttpEngine):
 class _VllmStream(CompletionStream):
     """One streamed completion, its OpenAI chunks turned into llama.cpp events (see the module)."""
 
-    def __init__(self, backend: VllmBackend, body: dict[str, Any]) -> None:
+    def __init__(self, backend: VllmBackend, request: CompletionRequest) -> None:
         self._backend = backend
-        self._body = body
+        self._request = request
         self._resp: httpx.Response | None = None
         self._started = 0.0
 
     async def open(self) -> None:
         self._started = time.perf_counter()
-        req = completions_body(self._body, await self._backend.model())
+        req = completions_body(self._request, await self._backend.model())
         req.update(stream=True, stream_options={"include_usage": True})
         request = self._backend._http.build_request("POST", "/v1/completions", json=req)
         self._resp = await self._backend.open(request, "/v1/completions")
 
     def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
         if self._resp is None:
-            raise RuntimeError("the stream is not open: use `async with backend.stream(body) as events`")
+            raise RuntimeError("the stream is not open: use `async with backend.stream(request) as events`")
         return self._events(self._resp)
 
     async def _events(self, resp: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:

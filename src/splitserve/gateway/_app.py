@@ -29,6 +29,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .._errors import EngineError
+from ..engine import CompletionRequest as EngineRequest
 from ..engine import CompletionStream, EngineBackend, EngineReply
 from ._access import ACCESS_LOG, CURRENT, RequestRecord, request_record
 from ._auth import KeyRing
@@ -204,7 +205,7 @@ class Gateway:
 
     async def _load_model(self) -> ServedModel:
         try:
-            props = await self.backend.props()
+            props = (await self.backend.info()).props
         except EngineError as exc:
             raise api_error(exc) from None
         template = self.config.chat_template or props.get("chat_template") or ""
@@ -361,7 +362,7 @@ class Gateway:
 
         async def open_() -> CompletionStream:
             timing.engine_called = time.perf_counter()
-            return await stack.enter_async_context(self.backend.stream(plan.body))
+            return await stack.enter_async_context(self.backend.stream(plan.request()))
 
         events = await self.start(request, key, stack, open_)
         if events is None:
@@ -534,7 +535,7 @@ class Gateway:
         out: dict[str, Any] = {"status": "ok", "engine": self.backend.url}
         if deep:
             stack = contextlib.AsyncExitStack()
-            probe = {"prompt": "Hello", "n_predict": 1, "cache_prompt": False}
+            probe = EngineRequest("Hello", n_predict=1, cache_prompt=False)
 
             async def open_() -> CompletionStream:
                 return await stack.enter_async_context(self.backend.stream(probe))

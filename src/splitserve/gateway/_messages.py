@@ -129,7 +129,7 @@ async def _messages(gw: Gateway, request: Request, stream_response: StreamRespon
 
     async def open_() -> CompletionStream:
         timing.engine_called = time.perf_counter()
-        return await stack.enter_async_context(gw.backend.stream(plan.body))
+        return await stack.enter_async_context(gw.backend.stream(plan.request()))
 
     events = await gw.start(request, key, stack, open_)
     if events is None:

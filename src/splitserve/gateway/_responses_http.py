@@ -263,7 +263,7 @@ def responses_handler(
 
         async def open_() -> CompletionStream:
             timing.engine_called = time.perf_counter()
-            return await stack.enter_async_context(gw.backend.stream(plan.body))
+            return await stack.enter_async_context(gw.backend.stream(plan.request()))
 
         try:
             events = await gw.start(request, key, stack, open_)

@@ -17,8 +17,8 @@ replica; a stream that broke after it began is not retried (its client already h
 gateway ends it with an error event. Replicas marked down are probed again (``health()``) before a
 request is refused for want of one, and every ``probe_interval`` seconds while one is down.
 
-The gateway passes the session to :class:`ReplicaBackend` in the request body under
-:data:`SESSION_FIELD`, which is removed before the body reaches an engine.
+The gateway passes the session to :class:`ReplicaBackend` in the request's ``extra`` (or a
+passed-on body) under :data:`SESSION_FIELD`, which is removed before it reaches an engine.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from typing import Any, TypeVar
 
 from .._errors import EngineError, UsageError
 from ..engine import (
+    CompletionRequest,
     CompletionStream,
     EngineBackend,
     EngineHealth,
     EngineHTTPError,
+    EngineInfo,
     EngineReply,
     EngineUnavailable,
     backend_for,
@@ -182,10 +184,12 @@ class Router:
 def session_of(body: dict[str, Any]) -> str | None:
     """The routing key of a request body (its session, else its prompt's prefix); removes
     :data:`SESSION_FIELD` from the body."""
-    session = body.pop(SESSION_FIELD, None)
+    return _key(body.pop(SESSION_FIELD, None), body.get("prompt"))
+
+
+def _key(session: Any, prompt: Any) -> str | None:
     if isinstance(session, str) and session:
         return "s:" + session
-    prompt = body.get("prompt")
     if isinstance(prompt, str) and prompt:
         return "p:" + hashlib.sha1(prompt[:PREFIX_CHARS].encode("utf-8", "replace")).hexdigest()
     return None
@@ -204,10 +208,10 @@ class _RoutedStream(CompletionStream):
     """One streamed completion on the replica the router picks, tried once more elsewhere when
     the first one turns out to be down or loading before it answered."""
 
-    def __init__(self, owner: ReplicaBackend, body: dict[str, Any]) -> None:
+    def __init__(self, owner: ReplicaBackend, request: CompletionRequest) -> None:
         self.owner = owner
-        self.body = body
-        self.key = session_of(body)
+        self.request = request
+        self.key = _key(request.extra.pop(SESSION_FIELD, None), request.prompt)
         self.replica: int | None = None
         self.inner: CompletionStream | None = None
 
@@ -215,7 +219,7 @@ class _RoutedStream(CompletionStream):
         tried: tuple[int, ...] = ()
         while True:
             i = await self.owner.choose(self.key, tried)
-            inner = self.owner.backends[i].stream(self.body)
+            inner = self.owner.backends[i].stream(self.request)
             self.owner.router.started(i)
             note_replica(self.owner.names[i])
             try:
@@ -353,19 +357,16 @@ class ReplicaBackend(EngineBackend):
                     raise
                 tried += (i,)
 
-    async def props(self, timeout: float | None = None) -> dict[str, Any]:
-        return await self._any(lambda b: b.props(timeout))
-
-    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        """The slots of one replica (each has the same ``--parallel``); :meth:`all_slots` for all."""
-        return await self._any(lambda b: b.slots(timeout))
+    async def info(self, timeout: float | None = None) -> EngineInfo:
+        """The settings and slots of one replica (each has the same ``--parallel``); :meth:`all_slots` for all."""
+        return await self._any(lambda b: b.info(timeout))
 
     async def all_slots(self, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
         """Every replica's slots (an empty list for one that does not answer); updates their load."""
         out: dict[str, list[dict[str, Any]]] = {}
         for i, (name, b) in enumerate(zip(self.names, self.backends, strict=True)):
             try:
-                slots = await b.slots(timeout)
+                slots = (await b.info(timeout)).slots
             except EngineError:
                 slots = []
             self.router.set_busy(i, sum(1 for s in slots if s.get("is_processing")))
@@ -375,29 +376,8 @@ class ReplicaBackend(EngineBackend):
     async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         return await self._any(lambda b: b.tokenize(text, add_special))
 
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        key = session_of(body)
-        tried: tuple[int, ...] = ()
-        while True:
-            i = await self.choose(key, tried)
-            self.router.started(i)
-            note_replica(self.names[i])
-            try:
-                return await self.backends[i].complete(body)
-            except Exception as exc:
-                status = _failover(exc)
-                self.failed(i, status)
-                if status is not None:
-                    self.mark(i, status)
-                if status is None or tried:
-                    raise
-                self.router.replicas[i].retried_away += 1
-                tried += (i,)
-            finally:
-                self.router.finished(i)
-
-    def stream(self, body: dict[str, Any]) -> CompletionStream:
-        return _RoutedStream(self, body)
+    def stream(self, request: CompletionRequest) -> CompletionStream:
+        return _RoutedStream(self, request)
 
     async def metrics(self) -> bytes | None:
         """Every replica's Prometheus text, each sample labelled ``replica="NAME"``."""

@@ -36,6 +36,7 @@ from ..chat import (
     render_chat,
     tool_call_grammar,
 )
+from ..engine import CompletionRequest
 from ._errors import APIError, bad_request
 from ._generic import GENERIC, generic_messages, uses_generic
 from ._plain import PLAIN
@@ -80,6 +81,11 @@ class Plan:
 
     def parser(self, fmt: ToolCallFormat | None = None) -> ChatParser:
         return (fmt or self.format).parser(self.tools, prefilled=self.prefilled)
+
+    def request(self) -> CompletionRequest:
+        """The engine request of :attr:`body` (llama.cpp's ``/completion`` fields, as the client's
+        passed-on engine fields name them), typed: each backend renders it to its own wire format."""
+        return CompletionRequest.of(self.body)
 
 
 RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "template", "self"})

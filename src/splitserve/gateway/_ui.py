@@ -34,6 +34,7 @@ from starlette.routing import Route
 from .._errors import EngineError, SplitserveError
 from ..cluster import STATE_FILE, ClusterState, read_state
 from ..cluster import read_tail as cluster_read_tail
+from ..engine import EngineInfo
 from ._engine_errors import api_error
 from ._errors import APIError
 from ._router import ReplicaBackend
@@ -48,8 +49,8 @@ class _Config(Protocol):
     def engine_url(self) -> str: ...
 
 
-class _Slots(Protocol):
-    async def slots(self, timeout: float | None = None) -> list[dict[str, Any]]: ...
+class _Info(Protocol):
+    async def info(self, timeout: float | None = None) -> EngineInfo: ...
 
 
 class _Registry(Protocol):
@@ -64,7 +65,7 @@ class Gateway(Protocol):
     def config(self) -> _Config: ...
 
     @property
-    def backend(self) -> _Slots: ...
+    def backend(self) -> _Info: ...
 
     @property
     def metrics(self) -> _Registry: ...
@@ -471,7 +472,7 @@ class Dashboard:
             snap.replicas = backend.state()
         else:
             try:
-                snap.slots = await backend.slots(timeout=1.0)
+                snap.slots = (await backend.info(timeout=1.0)).slots
             except EngineError as exc:
                 snap.slots_error = api_error(exc).message
         snap.samples = samples_of(self.gw.metrics.registry)

@@ -51,7 +51,7 @@ def test_a_two_worker_cluster_comes_up_in_order_and_goes_down(tmp_path: Path) ->
     assert all(p.env["LD_LIBRARY_PATH"].startswith("/opt/llama/bin") for p in net.spawned[1:])
 
     # Ready means /health 200 and then a one-token completion.
-    assert [r.kind for r in engine.requests] == ["health"] * 5 + ["complete"]
+    assert [r.kind for r in engine.requests] == ["health"] * 5 + ["stream"]  # a whole completion, streamed
     assert engine.requests[-1].body["n_predict"] == 1
     assert state.phase == "ready" and state.endpoint == f"http://127.0.0.1:{GATEWAY}"
     assert state.load_seconds is not None and state.load_seconds > 0

@@ -107,13 +107,13 @@ def test_a_stream_yields_one_batch_per_read_and_sends_stream_true() -> None:
     be = backend(handler, api_key="sk-e")
 
     async def go() -> list[list[dict[str, Any]]]:
-        async with be.stream({"prompt": "x", "n_predict": 3}) as events:
+        async with be.stream(CompletionRequest("x", n_predict=3)) as events:
             return [batch async for batch in events]
 
     batches = run(go)
     assert [[e["content"] for e in b] for b in batches] == [["a", "b"], ["c"], [""]]
     assert batches[-1][0]["stop"] is True
-    assert json.loads(seen[0].content) == {"prompt": "x", "n_predict": 3, "stream": True}
+    assert json.loads(seen[0].content) == {"prompt": "x", "n_predict": 3, "cache_prompt": True, "stream": True}
     assert seen[0].url.path == "/completion" and seen[0].headers["authorization"] == "Bearer sk-e"
     assert body.closed
 
@@ -123,7 +123,7 @@ def test_done_ends_a_stream_and_leaving_early_closes_the_response() -> None:
     be = backend(lambda r: httpx.Response(200, stream=body))
 
     async def done() -> list[str]:
-        async with be.stream({"prompt": "x"}) as events:
+        async with be.stream(CompletionRequest("x")) as events:
             return [e["content"] async for e in events.events()]
 
     assert run(done) == ["a"]
@@ -133,7 +133,7 @@ def test_done_ends_a_stream_and_leaving_early_closes_the_response() -> None:
     be = backend(lambda r: httpx.Response(200, stream=long))
 
     async def leave() -> None:
-        async with be.stream({"prompt": "x"}) as events:
+        async with be.stream(CompletionRequest("x")) as events:
             async for _ in events:
                 break  # the client left: the engine's response is closed on exit
 
@@ -154,7 +154,7 @@ def test_stream_failures_after_the_start_are_stream_errors(chunks: list[bytes | 
 
     async def go() -> list[dict[str, Any]]:
         got = []
-        async with be.stream({"prompt": "x"}) as events:
+        async with be.stream(CompletionRequest("x")) as events:
             async for batch in events:
                 got += batch
         return got
@@ -168,7 +168,7 @@ def test_an_error_status_at_open_is_an_http_error_and_a_refused_connection_unava
     be = backend(lambda r: httpx.Response(400, json={"error": {"message": "the prompt is too long"}}))
 
     async def go(b: EngineBackend) -> None:
-        async with b.stream({"prompt": "x"}):
+        async with b.stream(CompletionRequest("x")):
             pass
 
     with pytest.raises(EngineHTTPError) as err:
@@ -195,7 +195,7 @@ def test_a_connection_dropped_on_reuse_is_retried_once() -> None:
         return httpx.Response(200, content=sse({"content": "", "stop": True}))
 
     async def go(b: EngineBackend) -> int:
-        async with b.stream({"prompt": "x"}) as events:
+        async with b.stream(CompletionRequest("x")) as events:
             return len([e async for e in events.events()])
 
     assert anyio.run(go, backend(flaky)) == 1 and calls == 2
@@ -260,17 +260,19 @@ def test_metrics_only_when_the_engine_serves_prometheus_text() -> None:
     assert run(off.metrics) is None and run(html.metrics) is None
 
 
-def test_props_slots_tokenize_and_complete() -> None:
+def test_info_tokenize_and_a_whole_completion_collected_from_the_stream() -> None:
     seen: list[tuple[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
         seen.append((request.url.path, body))
+        if request.url.path == "/completion":
+            events = sse({"content": "Hi"}, {"content": "!", "stop": True, "stop_type": "eos"})
+            return httpx.Response(200, content=events, headers={"content-type": "text/event-stream"})
         answers: dict[str, Any] = {
-            "/props": {"total_slots": 2},
+            "/props": {"total_slots": 2, "default_generation_settings": {"n_ctx": 512}},
             "/slots": [{"id": 0}, "junk", {"id": 1}],
             "/tokenize": {"tokens": [1, {"id": 7, "piece": "a"}]},
-            "/completion": {"content": "Hi", "stop": True},
         }
         return httpx.Response(200, json=answers[request.url.path])
 
@@ -278,17 +280,49 @@ def test_props_slots_tokenize_and_complete() -> None:
 
     async def go() -> tuple[Any, ...]:
         return (
-            await be.props(),
-            await be.slots(),
+            await be.info(),
             await be.tokenize("a", add_special=True),
-            await be.complete({"prompt": "x", "n_predict": 1}),
+            await be.complete(CompletionRequest("x", n_predict=2)),
         )
 
-    assert run(go) == ({"total_slots": 2}, [{"id": 0}, {"id": 1}], [1, 7], {"content": "Hi", "stop": True})
+    info, tokens, whole = run(go)
+    assert info.props["total_slots"] == 2 and info.total_slots == 2 and info.n_ctx == 512
+    assert info.slots == [{"id": 0}, {"id": 1}]
+    assert tokens == [1, 7]
+    assert whole == {"content": "Hi!", "stop": True, "stop_type": "eos"}
     assert seen[2] == ("/tokenize", {"content": "a", "add_special": True})
-    assert seen[3] == ("/completion", {"prompt": "x", "n_predict": 1, "stream": False})
+    assert seen[3] == ("/completion", {"prompt": "x", "n_predict": 2, "cache_prompt": True, "stream": True})
     with pytest.raises(EngineHTTPError):
-        run(backend(lambda r: httpx.Response(503, json={"error": {"message": "Loading model"}})).props)
+        run(backend(lambda r: httpx.Response(503, json={"error": {"message": "Loading model"}})).info)
+    no_slots = backend(
+        lambda r: httpx.Response(501, json={}) if r.url.path == "/slots" else httpx.Response(200, json={})
+    )
+    assert run(no_slots.info).slots == []  # llama-server --no-slots
+
+
+def test_a_request_renders_to_llama_cpp_s_completion_body_and_back() -> None:
+    req = CompletionRequest(
+        [1, 2, 3],
+        n_predict=4,
+        temperature=0.5,
+        stop=["END"],
+        grammar="root ::= x",
+        id_slot=1,
+        extra={"samplers": ["k"]},
+    )
+    body = req.llamacpp()
+    assert body == {
+        "samplers": ["k"],
+        "prompt": [1, 2, 3],
+        "n_predict": 4,
+        "temperature": 0.5,
+        "grammar": "root ::= x",
+        "id_slot": 1,
+        "stop": ["END"],
+        "cache_prompt": True,
+    }
+    assert CompletionRequest.of({**body, "stream": True}) == req
+    assert CompletionRequest.of({"prompt": "p", "stop": "s"}).stop == ["s"]
 
 
 # -- the blocking facade ----------------------------------------------------------------------
@@ -339,7 +373,7 @@ def test_a_blocking_engine_of_a_url_is_its_backend() -> None:
 
 
 async def _stream(engine: FakeEngine, body: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    async with engine.stream(body) as events:
+    async with engine.stream(CompletionRequest.of(body)) as events:
         return [batch async for batch in events]
 
 
@@ -387,7 +421,7 @@ def test_fake_engine_failures_and_drops() -> None:
     got: list[str] = []
 
     async def dropped() -> None:
-        async with engine.stream({"prompt": "x"}) as events:
+        async with engine.stream(CompletionRequest("x")) as events:
             async for e in events.events():
                 got.append(e["content"])
 
@@ -402,18 +436,18 @@ def test_fake_engine_loading_until_ready_or_for_n_calls() -> None:
     h = run(engine.health)
     assert (h.status, h.http_status, h.message, h.retry_after) == ("loading", 503, "Loading model", 2.0)
     with pytest.raises(EngineHTTPError) as err:
-        run(engine.props)
+        run(engine.info)
     assert err.value.status == 503
     assert run(engine.health).status == "loading"  # still, however often it is asked
     engine.ready()
-    assert run(engine.health).ok and run(engine.props)["total_slots"] == 1
+    assert run(engine.health).ok and run(engine.info).total_slots == 1
 
     counted = FakeEngine(loading=2)
     assert [run(counted.health).status for _ in range(3)] == ["loading", "loading", "ok"]
     down = FakeEngine(down=True)
     assert run(down.health).status == "down"
     with pytest.raises(EngineUnavailable):
-        run(down.slots)
+        run(down.info)
     assert run(down.metrics) is None
 
 
@@ -423,7 +457,7 @@ def test_fake_engine_delays_are_sleeps_of_the_given_length() -> None:
     async def go() -> list[float]:
         start = anyio.current_time()
         stamps = []
-        async with engine.stream({"prompt": "x"}) as events:
+        async with engine.stream(CompletionRequest("x")) as events:
             async for _ in events:
                 stamps.append(anyio.current_time() - start)
         return stamps

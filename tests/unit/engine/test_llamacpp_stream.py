@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from splitserve.engine import EngineHTTPError, EngineStreamError, EngineUnavailable, LlamaCppBackend
+from splitserve.engine import CompletionRequest, EngineHTTPError, EngineStreamError, EngineUnavailable, LlamaCppBackend
 from splitserve.engine._llamacpp_stream import HIGH_WATER, Connection, RawStream
 
 Writer = asyncio.StreamWriter
@@ -86,7 +86,7 @@ def run(fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 
 
 async def read(be: LlamaCppBackend, body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    async with be.stream(body or {"prompt": "x"}) as events:
+    async with be.stream(CompletionRequest.of(body or {"prompt": "x"})) as events:
         assert isinstance(events, RawStream)
         return [e async for e in events.events()]
 
@@ -107,7 +107,7 @@ def test_events_and_reuse_of_the_connection() -> None:
     assert server.connections == 1 and len(server.requests) == 2
     line, headers, body = server.requests[0]
     assert line == "POST /completion HTTP/1.1" and headers["authorization"] == "Bearer k"
-    assert body == {"prompt": "é", "n_predict": 3, "stream": True}
+    assert body == {"prompt": "é", "n_predict": 3, "cache_prompt": True, "stream": True}
 
 
 def test_an_answer_ended_at_its_stop_event_hands_its_connection_back_after_the_body_end() -> None:
@@ -123,7 +123,7 @@ def test_an_answer_ended_at_its_stop_event_hands_its_connection_back_after_the_b
         async with server as url:
             be = LlamaCppBackend(url)
             for _ in range(2):
-                async with be.stream({"prompt": "x"}) as events:
+                async with be.stream(CompletionRequest("x")) as events:
                     async for batch in events:
                         if batch[-1].get("stop"):
                             break  # as the gateway does: the answer is over
@@ -147,7 +147,7 @@ def test_leaving_before_the_stop_event_closes_the_connection() -> None:
     async def go() -> None:
         async with server as url:
             be = LlamaCppBackend(url)
-            async with be.stream({"prompt": "x"}) as events:
+            async with be.stream(CompletionRequest("x")) as events:
                 async for _ in events:
                     break  # the client left
             await asyncio.wait_for(server.closed.wait(), 5)  # the engine sees the connection close
@@ -235,7 +235,7 @@ def test_stream_failures_after_the_start_are_stream_errors(script: Script, messa
         async with Server([script]) as url:
             be = LlamaCppBackend(url)
             try:
-                async with be.stream({"prompt": "x"}) as events:
+                async with be.stream(CompletionRequest("x")) as events:
                     async for e in events.events():
                         got.append(e)
             finally:

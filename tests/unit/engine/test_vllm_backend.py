@@ -1,4 +1,4 @@
-"""VllmBackend on a FakeEngine served in vLLM's HTTP shape (in process, over httpx's ASGI transport): llama.cpp bodies in,
+"""VllmBackend on a FakeEngine served in vLLM's HTTP shape (in process, over httpx's ASGI transport): typed requests in,
 llama.cpp events out, vLLM's OpenAI completions in between."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from splitserve.engine import EngineHTTPError, EngineStreamError, FakeEngine, VllmBackend
+from splitserve.engine import CompletionRequest, EngineHTTPError, EngineStreamError, FakeEngine, VllmBackend
 from splitserve.engine._fake_http import vllm_app
 from splitserve.engine._vllm import completions_body, read_tokenizer_config, stop_type
 
@@ -29,19 +29,20 @@ def run(coro: Any) -> Any:
 
 
 def test_completion_body_translation() -> None:
-    body = {
-        "prompt": "<|im_start|>user\nHi",
-        "n_predict": 32,
-        "cache_prompt": True,
-        "id_slot": 2,
-        "temperature": 0.2,
-        "top_k": 40,
-        "repeat_penalty": 1.1,
-        "stop": ["<|im_end|>"],
-        "json_schema": {"type": "object"},
-        "grammar": 'root ::= "x"',
-    }
-    assert completions_body(body, "m") == {
+    request = CompletionRequest(
+        "<|im_start|>user\nHi",
+        n_predict=32,
+        cache_prompt=True,
+        id_slot=2,
+        temperature=0.2,
+        top_k=40,
+        repeat_penalty=1.1,
+        stop=["<|im_end|>"],
+        json_schema={"type": "object"},
+        grammar='root ::= "x"',
+        extra={"samplers": ["top_k"]},
+    )
+    assert completions_body(request, "m") == {
         "model": "m",
         "prompt": "<|im_start|>user\nHi",
         "max_tokens": 32,
@@ -51,12 +52,13 @@ def test_completion_body_translation() -> None:
         "stop": ["<|im_end|>"],
         "structured_outputs": {"json": {"type": "object"}, "grammar": 'root ::= "x"'},
     }
-    assert "max_tokens" not in completions_body({"prompt": "x", "n_predict": -1}, "m")
+    assert "max_tokens" not in completions_body(CompletionRequest("x", n_predict=-1), "m")
+    assert completions_body(CompletionRequest("x", n_probs=2), "m")["logprobs"] == 2
     assert (stop_type("length", None), stop_type("stop", "</s>"), stop_type("stop", None)) == ("limit", "word", "eos")
 
 
 async def collect(b: VllmBackend, body: dict[str, Any]) -> list[dict[str, Any]]:
-    async with b.stream(body) as events:
+    async with b.stream(CompletionRequest.of(body)) as events:
         return [e async for e in events.events()]
 
 
@@ -80,7 +82,7 @@ def test_stream_gives_llama_events(body: dict[str, Any], text: str, kind: str) -
     assert sent["model"] == "m" and sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
 
 
-def test_complete_props_tokenize(tmp_path: Path) -> None:
+def test_complete_info_tokenize(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps(
             {
@@ -92,18 +94,19 @@ def test_complete_props_tokenize(tmp_path: Path) -> None:
     )
     engine = FakeEngine([list("Yes.")])
     b = backend(engine, str(tmp_path), 2048)
-    done = run(b.complete({"prompt": "Q", "n_predict": 10}))
+    done = run(b.complete(CompletionRequest("Q", n_predict=10)))
     assert (done["content"], done["stop"], done["tokens_predicted"]) == ("Yes.", True, 4)
-    props = run(b.props())
+    info = run(b.info())
+    props = info.props
     assert (props["chat_template"], props["bos_token"], props["eos_token"]) == ("T", "<s>", "</s>")
     assert props["default_generation_settings"] == {"n_ctx": 2048} and props["model_path"] == str(tmp_path)
     assert run(b.tokenize("a", add_special=True)) == [1, ord("a") + 3]
     assert run(b.tokenize("a")) == [ord("a") + 3]
-    assert run(b.slots()) == []
+    assert info.slots == [] and info.n_ctx == 2048
     assert run(b.health()).ok
     assert b"vllm:num_requests_running" in (run(b.metrics()) or b"")
     given = backend(engine, str(tmp_path), chat_template="MINE")
-    assert run(given.props())["chat_template"] == "MINE"
+    assert run(given.info()).chat_template == "MINE"
 
 
 def test_read_tokenizer_config_prefers_chat_template_jinja(tmp_path: Path) -> None:

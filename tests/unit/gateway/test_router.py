@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from splitserve.engine import EngineHTTPError, EngineUnavailable
+from splitserve.engine import CompletionRequest, EngineHTTPError, EngineUnavailable
 from splitserve.engine._fake import FakeEngine, FakeOutput
 from splitserve.gateway._router import SESSION_FIELD, NoReplica, ReplicaBackend, Router, label_sample, session_of
 
@@ -87,7 +87,7 @@ def engines(n: int = 2, **kw: Any) -> dict[str, FakeEngine]:
 
 
 async def tokens(backend: ReplicaBackend, body: dict[str, Any]) -> str:
-    async with backend.stream(body) as events:
+    async with backend.stream(CompletionRequest.of(body)) as events:
         return "".join([e["content"] async for e in events.events() if "content" in e])
 
 
@@ -119,7 +119,7 @@ def test_a_refused_request_goes_once_to_another_replica_and_is_not_sent_twice() 
         # whole completions fail over the same way
         fakes["r1"].down, fakes["r0"].down = True, False
         rb.router.set_status(0, "ok")
-        out = await rb.complete({"prompt": "p"})
+        out = await rb.complete(CompletionRequest("p"))
         assert out["content"] == "from r0"
         await rb.aclose()
 
