@@ -60,10 +60,10 @@ EOF
 if [ -n "${STANDIN:-}" ]; then  # a rehearsal without a GPU: vLLM's API from a FakeEngine (splitserve.engine._fake_http)
     cat > "$WORK/bin/vllm" <<EOF
 #!/bin/sh
-shift; model=\$1; shift; port=8080
+shift; model=\$1; root=\$1; shift; port=8080
 while [ \$# -gt 0 ]; do case \$1 in --port) port=\$2; shift;; --served-model-name) model=\$2; shift;; esac; shift; done
 export PYTHONPATH=$PYTHONPATH
-exec $REAL_PY -m splitserve.engine._fake_http --shape vllm --model "\$model" --host 127.0.0.1 --port "\$port"
+exec $REAL_PY -m splitserve.engine._fake_http --shape vllm --model "\$model" --root "\$root" --host 127.0.0.1 --port "\$port"
 EOF
     mkdir -p "$SITE/vllm" && [ -f "$SITE/vllm/__init__.py" ] || echo '__version__ = "0.0.0+standin"' > "$SITE/vllm/__init__.py"
 fi

@@ -6,7 +6,8 @@ module) talks to it as to vLLM.
 :func:`vllm_app` is a starlette app with vLLM's shapes:
 
 - ``GET /health``: 200 with an empty body (as vLLM; it says nothing about a live engine);
-- ``GET /v1/models``: the one served model (``owned_by: vllm``, ``root``, ``max_model_len``);
+- ``GET /v1/models``: the one served model (``owned_by: vllm``, ``max_model_len``, ``root``: the
+  model's path, where a client reads its ``tokenizer_config.json``; by default the name);
 - ``POST /v1/completions``: whole, or streamed as server-sent events, each chunk
   ``{"id", "object": "text_completion", "created", "model", "choices": [{"index", "text",
   "logprobs", "finish_reason", "stop_reason"}], "usage": null}``, then, with
@@ -113,12 +114,13 @@ def vllm_app(
     *,
     max_model_len: int | None = None,
     api_key: str | None = None,
+    root: str | None = None,
 ) -> Starlette:
     """The fake (or a new one with these script entries; none: :func:`echo_reply`) as an ASGI app
     speaking vLLM's API for ``model`` (see the module); ``app.state.engine`` is the engine."""
     if not isinstance(engine, FakeEngine):
         engine = FakeEngine(engine if engine is not None else by_prompt(echo_reply))
-    face = _VllmFace(engine, model, max_model_len, api_key)
+    face = _VllmFace(engine, model, max_model_len, api_key, root or model)
     app = Starlette(
         routes=[
             Route("/health", face.health, methods=["GET"]),
@@ -137,9 +139,10 @@ def vllm_app(
 class _VllmFace:
     """The routes of :func:`vllm_app`."""
 
-    def __init__(self, fake: FakeEngine, model: str, max_model_len: int | None, api_key: str | None) -> None:
+    def __init__(self, fake: FakeEngine, model: str, max_model_len: int | None, api_key: str | None, root: str) -> None:
         self.fake = fake
         self.model = model
+        self.root = root
         settings = fake.props_answer.get("default_generation_settings") or {}
         self.context = max_model_len or int(settings.get("n_ctx") or 4096)
         self.api_key = api_key
@@ -173,7 +176,7 @@ class _VllmFace:
             return no
         now = int(time.time())
         perm = {"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission", "created": now}
-        card = {"id": self.model, "object": "model", "created": now, "owned_by": "vllm", "root": self.model}
+        card = {"id": self.model, "object": "model", "created": now, "owned_by": "vllm", "root": self.root}
         card |= {"parent": None, "max_model_len": self.context, "permission": [perm]}
         return JSONResponse({"object": "list", "data": [card]})
 
@@ -317,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="fake", help="the served model name")
+    p.add_argument("--root", default=None, help="the model's path in /v1/models (default: the name)")
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--api-key", default=None)
     p.add_argument("--reply", default=None, help="a fixed reply (default: echo the prompt's last words)")
@@ -326,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     script = by_prompt(echo_reply) if args.reply is None else [list(args.reply)]
     engine = FakeEngine(script, token_delay=args.token_delay)
-    app = vllm_app(engine, args.model, max_model_len=args.max_model_len, api_key=args.api_key)
+    app = vllm_app(engine, args.model, max_model_len=args.max_model_len, api_key=args.api_key, root=args.root)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -128,6 +128,8 @@ def test_models_tokenize_detokenize_version_health_metrics() -> None:
     }
     plain = call(app, "POST", "/tokenize", {"prompt": "ab", "add_special_tokens": False}).json()
     assert plain["tokens"] == tok["tokens"][1:] and plain["token_strs"] is None
+    (named,) = call(vllm_app(engine, "qwen", root="/models/qwen"), "GET", "/v1/models").json()["data"]
+    assert (named["id"], named["root"]) == ("qwen", "/models/qwen")
     assert call(app, "POST", "/detokenize", {"tokens": tok["tokens"]}).json() == {"prompt": "ab"}
     health = call(app, "GET", "/health")
     assert health.status_code == 200 and health.content == b""
