@@ -37,6 +37,7 @@ off, with ``<think></think>`` (V3.2) or ``</think>`` (V4). Rules, pinned:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ._format import IdFactory, ToolCallFormat, ToolParser
@@ -234,16 +235,14 @@ V32 = ToolCallFormat(
     call_openers=_OPENERS,
 )
 
-V4 = ToolCallFormat(
+# V3.2 with V4's ``tool_calls`` wrapper
+V4 = replace(
+    V32,
     name="deepseek-v4",
     description="DeepSeek V4 / V4-Flash: <｜DSML｜tool_calls><｜DSML｜invoke name=...>"
     '<｜DSML｜parameter name=... string="true|false">, <think>',
-    make_tool_parser=_parser,
-    reasoning=_THINK,
-    end_markers=("<｜end▁of▁sentence｜>",),
     example=_example("tool_calls"),
     call_grammar=_make_grammar("tool_calls", empty_line=True),
     detect=detects_v4,
     aliases=("deepseek_v4",),
-    call_openers=_OPENERS,
 )

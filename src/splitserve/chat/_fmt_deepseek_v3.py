@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import re
 
-from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, json_coerce
+from ._json_args import JsonArgsStreamer, start_json_call
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -155,8 +154,7 @@ class DeepseekV3Parser(ToolParser):
         return True
 
     def _start(self, name: str) -> None:
-        self._index = self.start_call(name)
-        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, name, json_coerce))
+        self._index, self._streamer = start_json_call(self, name)
         self._state = _FENCE
 
     def _fail(self) -> None:

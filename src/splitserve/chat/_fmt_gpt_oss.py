@@ -31,11 +31,10 @@ channel is reasoning: this parser emits the reasoning itself (the format has no
 
 from __future__ import annotations
 
-from ._args import ArgsWriter
 from ._events import ReasoningDelta
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, json_coerce
+from ._json_args import JsonArgsStreamer, start_json_call
 from ._schema import ToolSet
 
 START = "<|start|>"
@@ -247,8 +246,7 @@ class GptOssParser(ToolParser):
         if buf.text[0] != "{":
             self._as_content(f"a message to functions.{self._name} is not a JSON object; its text is kept as content")
             return True
-        self._index = self.start_call(self._name)
-        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name, json_coerce))
+        self._index, self._streamer = start_json_call(self, self._name)
         self._state = _ARGS
         return True
 

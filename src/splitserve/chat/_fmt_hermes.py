@@ -24,7 +24,7 @@ import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonCallReader
+from ._json_args import JsonCallReader, next_block_item
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -52,21 +52,15 @@ class HermesParser(ToolParser):
             self._state = _BODY
             return True
         if self._state in (_BODY, _AFTER):
-            self._raw.append(buf.skip_ws())
-            if not buf.text:
-                return False
-            if buf.text[0] in "{[":
+            item = next_block_item(buf, self._raw, CLOSE)
+            if item == "json":
                 self._reader = JsonCallReader(self)
                 self._state = _JSON
-                return True
-            if buf.text.startswith(CLOSE):
-                self._raw.append(buf.take(len(CLOSE)))
+            elif item == "close":
                 self._end_block()
-                return True
-            if not buf.eof and CLOSE.startswith(buf.text):
-                return False
-            self._state = _RAW
-            return True
+            elif item == "junk":
+                self._state = _RAW
+            return bool(item)
         if self._state == _JSON:
             outcome = self._reader.read(buf, self._raw)
             if not outcome:

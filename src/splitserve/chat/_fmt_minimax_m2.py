@@ -24,6 +24,7 @@ tool-call syntax with M3's ``<mm:think>`` reasoning.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ._format import IdFactory, ToolCallFormat
 from ._grammar import GrammarBuilder, GrammarTool
@@ -112,14 +113,11 @@ FORMAT = ToolCallFormat(
     call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix + " name="),
 )
 
-HYBRID = ToolCallFormat(
+HYBRID = replace(
+    FORMAT,
     name="minimax-m3-hybrid",
     description="MiniMax-M3 with the minimax-m3-hybrid template: M2 tool calls, <mm:think>",
-    make_tool_parser=_parser,
     reasoning=ReasoningSpec("<mm:think>", "</mm:think>", prefilled_default=False),
-    end_markers=("[e~[",),
-    example=EXAMPLE,
-    call_grammar=_grammar,
     detect=detects_hybrid,
-    call_openers=(DIALECT.wrap_open, DIALECT.invoke_prefix + " name="),
+    aliases=(),
 )

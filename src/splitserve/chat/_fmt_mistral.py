@@ -30,10 +30,9 @@ import re
 import secrets
 import string
 
-from ._args import ArgsWriter
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, JsonCallReader, json_coerce
+from ._json_args import JsonArgsStreamer, JsonCallReader, start_json_call
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -219,8 +218,7 @@ class MistralParser(ToolParser):
         return True
 
     def _start(self) -> None:
-        self._index = self.start_call(self._name)
-        self._streamer = JsonArgsStreamer(ArgsWriter(self, self._index, self._name, json_coerce))
+        self._index, self._streamer = start_json_call(self, self._name)
         self._state = _ARGS
 
     def _end_list(self) -> None:

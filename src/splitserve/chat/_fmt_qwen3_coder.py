@@ -32,19 +32,24 @@ from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 from ._xml_flat import Dialect, FlatXmlParser
 
-DIALECT = Dialect(
-    wrap_open="<tool_call>",
-    wrap_close="</tool_call>",
-    invoke_prefix="<function=",
-    invoke_header=re.compile(r"<function=([^>\n]+)>"),
-    invoke_close="</function>",
-    param_prefix="<parameter=",
-    param_header=re.compile(r"<parameter=([^>\n]+)>"),
-    param_close="</parameter>",
-    strip_newlines=True,
-    bool_words=True,
-    lenient_values=True,
-)
+
+def function_dialect(wrap_open: str, wrap_close: str, **rules: bool) -> Dialect:
+    """``<function=f>`` and ``<parameter=k>`` tags inside a wrapper (``<tool_call>`` here, Seed-OSS's
+    ``<seed:tool_call>``); ``rules``: the dialect's flags."""
+    return Dialect(
+        wrap_open=wrap_open,
+        wrap_close=wrap_close,
+        invoke_prefix="<function=",
+        invoke_header=re.compile(r"<function=([^>\n]+)>"),
+        invoke_close="</function>",
+        param_prefix="<parameter=",
+        param_header=re.compile(r"<parameter=([^>\n]+)>"),
+        param_close="</parameter>",
+        **rules,
+    )
+
+
+DIALECT = function_dialect("<tool_call>", "</tool_call>", strip_newlines=True, bool_words=True, lenient_values=True)
 
 
 def _parser(tools: ToolSet, id_factory: IdFactory) -> FlatXmlParser:
@@ -57,10 +62,16 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
 
         <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
     """
-    close = g.lit("\n" + DIALECT.param_close + "\n")
+    return function_grammar(g, tools, parallel, DIALECT, "\n")
+
+
+def function_grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool, dialect: Dialect, around: str) -> str:
+    """The calls of a :func:`function_dialect`, one block per call, a line each tag, ``around``
+    between each value and its tags."""
+    close = g.lit(around + dialect.param_close + "\n")
 
     def param(key: str, value: str) -> str:
-        opener = g.lit(f"<parameter={key}>\n")
+        opener = g.lit(f"<parameter={key}>{around}")
         return f"{opener} {value} {close}"
 
     def valid(key: str) -> bool:
@@ -68,11 +79,11 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
 
     return g.xml_calls(
         tools,
-        lambda name: f"<tool_call>\n<function={name}>\n",
+        lambda name: f"{dialect.wrap_open}\n<function={name}>\n",
         param,
         valid,
-        "</function>\n</tool_call>",
-        DIALECT.param_close,
+        f"</function>\n{dialect.wrap_close}",
+        dialect.param_close,
         parallel,
         kind="call",
     )

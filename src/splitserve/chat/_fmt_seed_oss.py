@@ -24,26 +24,16 @@ from __future__ import annotations
 
 import ast
 import math
-import re
 from typing import Any
 
+from ._fmt_qwen3_coder import function_dialect, function_grammar
 from ._format import IdFactory, ToolCallFormat
 from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import Schema, ToolSet, allowed_types, coerce_text, coerce_value, loads_json
-from ._xml_flat import Dialect, FlatXmlParser
+from ._xml_flat import FlatXmlParser
 
-DIALECT = Dialect(
-    wrap_open="<seed:tool_call>",
-    wrap_close="</seed:tool_call>",
-    invoke_prefix="<function=",
-    invoke_header=re.compile(r"<function=([^>\n]+)>"),
-    invoke_close="</function>",
-    param_prefix="<parameter=",
-    param_header=re.compile(r"<parameter=([^>\n]+)>"),
-    param_close="</parameter>",
-    bool_words=True,
-)
+DIALECT = function_dialect("<seed:tool_call>", "</seed:tool_call>", bool_words=True)
 _LITERAL_LIMIT = 100_000
 
 
@@ -113,24 +103,7 @@ def _grammar(g: GrammarBuilder, tools: list[GrammarTool], parallel: bool) -> str
 
         <seed:tool_call>\n<function=f>\n<parameter=k>v</parameter>\n</function>\n</seed:tool_call>
     """
-    close = g.lit(DIALECT.param_close + "\n")
-
-    def param(key: str, value: str) -> str:
-        return f"{g.lit(f'<parameter={key}>')} {value} {close}"
-
-    def valid(key: str) -> bool:
-        return bool(key) and key == key.strip() and ">" not in key and "\n" not in key
-
-    return g.xml_calls(
-        tools,
-        lambda name: f"{DIALECT.wrap_open}\n<function={name}>\n",
-        param,
-        valid,
-        f"</function>\n{DIALECT.wrap_close}",
-        DIALECT.param_close,
-        parallel,
-        kind="call",
-    )
+    return function_grammar(g, tools, parallel, DIALECT, "")
 
 
 def detects(template: str) -> bool:

@@ -227,6 +227,30 @@ class JsonArgsStreamer:
         return ""
 
 
+def start_json_call(parser: Any, name: str) -> tuple[int, JsonArgsStreamer]:
+    """Start the call ``name`` on ``parser`` (a ToolParser): its index, and a streamer for its
+    arguments object that writes them to it."""
+    index = int(parser.start_call(name))
+    return index, JsonArgsStreamer(ArgsWriter(parser, index, name, json_coerce))
+
+
+def next_block_item(buf: TextBuffer, raw: list[str], close: str) -> str:
+    """Between the items of a block of JSON calls: the whitespace to ``raw``, then what comes:
+    ``"json"`` (a value opens), ``"close"`` (the block's closer, taken to ``raw``), ``"junk"`` (any
+    other text), or ``""`` while more text is needed to tell."""
+    raw.append(buf.skip_ws())
+    if not buf.text:
+        return ""
+    if buf.text[0] in "{[":
+        return "json"
+    if buf.text.startswith(close):
+        raw.append(buf.take(len(close)))
+        return "close"
+    if not buf.eof and close.startswith(buf.text):
+        return ""
+    return "junk"
+
+
 class JsonCallReader:
     """One call object (``{"name", "arguments"}``), read incrementally.
 
@@ -265,8 +289,7 @@ class JsonCallReader:
             if found is not None:
                 name, offset = found
                 self._undecided = False
-                self.index = self._p.start_call(name)
-                self.streamer = JsonArgsStreamer(ArgsWriter(self._p, self.index, name, json_coerce))
+                self.index, self.streamer = start_json_call(self._p, name)
                 self.streamer.feed(acc[offset:])
             elif len(acc) >= PREFIX_LIMIT or self.scanner.done:
                 self._undecided = False
