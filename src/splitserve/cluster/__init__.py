@@ -5,6 +5,7 @@ from __future__ import annotations
 from .._node import LocalNode, Node, ProcessRef, read_tail
 from ._checks import LINK_RTT_MEANING, LINK_RTT_WARN_MS, link_rtt_status
 from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan
+from ._down import Event, check_startable, down, require_state, resolve_engines
 from ._engines_facts import engine_preflight, gather_engine_facts
 from ._engines_plan import EngineFacts, EngineNode, engine_plan
 from ._engines_run import dry_run_lines as engine_dry_run_lines
@@ -22,7 +23,6 @@ from ._prefill import cached_tensors, layers_of_devices, model_layers, parse_lay
 from ._preflight import preflight
 from ._rdma_node import worker_transports
 from ._replicas import replica_status, spec_boxes, spec_topology
-from ._run import Event, check_startable, down, require_state, resolve_engines
 from ._spec import (
     ClusterSpec,
     GatewaySpec,

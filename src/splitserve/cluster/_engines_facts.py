@@ -22,13 +22,12 @@ from ._engines_plan import (
     EngineFacts,
     EngineNode,
     EnginePlan,
-    address_towards,
-    backend_checks,
     fact_commands,
     node_facts,
-    parse_ip_addr,
 )
+from ._link_facts import EndFacts, parse_ip_addr
 from ._model_rows import MODEL_FACT, engine_model_row, is_model_path, model_fact_command
+from ._preflight_engines import backend_checks
 from ._rdma_node import sysfs_script
 from ._spec import ClusterSpec
 from ._spec_engines import SglangSpec, VllmSpec, engine_table
@@ -110,13 +109,13 @@ def head_address(spec: ClusterSpec, head_nic_json: str | None) -> str:
     first = spec.workers[0]
     if not first.remote:
         return first.bind
-    found = address_towards(parse_ip_addr(head_nic_json or "[]"), first.bind) if head_nic_json else None
+    found = EndFacts(interfaces=parse_ip_addr(head_nic_json)).on_subnet(first.bind) if head_nic_json else None
     if found is None:
         raise ClusterError(
             f"{spec.source_file or '<spec>'}: {spec.backend}.head_bind: no address of this machine is on the subnet "
             f"of workers[{first.name}].bind = {first.bind}; set {spec.backend}.head_bind to the head's private-link address"
         )
-    return found[1]
+    return str(found[1].ip)
 
 
 def gather_engine_facts(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> EngineFacts:
@@ -165,7 +164,7 @@ def port_rows(plan: EnginePlan, edges: Edges = REAL_EDGES) -> list[CheckRow]:
 
 def engine_preflight(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> list[CheckRow]:
     """The preflight rows of a vLLM / SGLang spec: ``ssh`` per remote node, then
-    :func:`~._engines_plan.backend_checks` (engine, nic, gpus, ray) and the ``ports`` rows."""
+    :func:`~._preflight_engines.backend_checks` (engine, nic, gpus, ray) and the ``ports`` rows."""
     from ._engines_plan import engine_plan
 
     rows: list[CheckRow] = []

@@ -1,7 +1,9 @@
 """vLLM and SGLang deployments as values: the processes per node, the known fixes, the checks.
 
-Pure: a spec and the facts the I/O side gathered about each node go in, argv/env per process,
-human notes and preflight rows come out; nothing here starts a process or opens a socket.
+Pure: a spec and the facts the I/O side gathered about each node go in, argv/env per process
+and human notes come out (the steps that start them: :func:`~._launch.plan_launch`; the
+preflight rows of these facts: :mod:`._preflight_engines`); nothing here starts a process or
+opens a socket.
 
 Launch styles
 -------------
@@ -33,17 +35,15 @@ head's group serves on the table's ``host``/``port``, another group's on its fir
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._errors import ClusterError
-from ._checks import CheckRow
 from ._commands import ProcessPlan, base_url, cluster_state_dir
+from ._link_facts import EndFacts, parse_ip_addr
 from ._parallel_sizes import with_parallel_sizes
 from ._rdma_node import gid_for_address, parse_sysfs
 from ._spec import ClusterSpec
@@ -52,7 +52,6 @@ from ._spec_engines import (
     SglangSpec,
     VllmSpec,
     engine_table,
-    gpus_per_rank_node,
     node_names,
     server_groups,
     spec_gpus,
@@ -265,7 +264,8 @@ def _model_args(t: VllmSpec | SglangSpec, max_len_flag: str, memory_flag: str) -
     return argv
 
 
-def _host_port(host: str, port: int) -> str:
+def host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -479,7 +479,7 @@ class _Builder:
             argv += list(t.extra_args)
             env = self.node_env(node, ray=ray)
             if ray:
-                env["RAY_ADDRESS"] = _host_port(self.head.address, t.ray.port)
+                env["RAY_ADDRESS"] = host_port(self.head.address, t.ray.port)
             if t.api_key and not headless:
                 env["VLLM_API_KEY"] = t.api_key
             if headless:
@@ -528,7 +528,7 @@ class _Builder:
                 f"fix: --object-store-memory {store} (1 GiB) on every ray start: Ray reserves 30 % of RAM "
                 "by default, memory a unified-memory node needs for the model (vllm.ray.object_store_memory)"
             )
-        gcs = _host_port(self.head.address, r.port)
+        gcs = host_port(self.head.address, r.port)
         for rank, node in enumerate(self.nodes):
             argv = [str(node.bin_dir / "ray"), "start"]
             if rank == 0:
@@ -559,7 +559,7 @@ class _Builder:
             "-m",
             "splitserve.cluster._ray_probe",
             "--address",
-            _host_port(self.head.address, t.ray.port),
+            host_port(self.head.address, t.ray.port),
             "--node-ip-address",
             self.head.address,
             "--expect-nodes",
@@ -591,7 +591,7 @@ class _Builder:
                     "--node-rank",
                     str(rank),
                     "--dist-init-addr",
-                    _host_port(self.head.address, t.dist_init_port + self.index),
+                    host_port(self.head.address, t.dist_init_port + self.index),
                 ]
             argv += _model_args(t, "--context-length", "--mem-fraction-static")
             if t.load_format:
@@ -625,67 +625,6 @@ def fact_commands(spec: ClusterSpec, python: str = "python3") -> dict[str, list[
     if isinstance(spec.vllm, VllmSpec) and spec.backend == "vllm" and spec.vllm.launcher == "ray":
         cmds["ray"] = [str(PurePosixPath(python).parent / "ray"), "--version"]
     return cmds
-
-
-@dataclass(frozen=True)
-class Interface:
-    """One network interface as ``ip -j addr`` reports it."""
-
-    name: str
-    mtu: int | None
-    operstate: str | None
-    addresses: tuple[tuple[str, int], ...]
-    """(address, prefix length) pairs."""
-
-
-def parse_ip_addr(text: str) -> list[Interface]:
-    """The interfaces in ``ip -j addr show`` output; a ClusterError when it is not that JSON."""
-    try:
-        data = json.loads(text or "[]")
-    except json.JSONDecodeError as exc:
-        raise ClusterError(f"`ip -j addr show` printed no JSON ({exc.msg}); is iproute2 too old for -j?") from None
-    if not isinstance(data, list):
-        raise ClusterError("`ip -j addr show` printed JSON that is not a list of interfaces")
-    out = []
-    for item in data:
-        if not isinstance(item, dict) or not item.get("ifname"):
-            continue
-        addrs = tuple(
-            (str(a["local"]), int(a.get("prefixlen", 32 if "." in str(a["local"]) else 128)))
-            for a in item.get("addr_info") or []
-            if isinstance(a, dict) and a.get("local")
-        )
-        mtu = item.get("mtu")
-        out.append(
-            Interface(
-                name=str(item["ifname"]),
-                mtu=int(mtu) if isinstance(mtu, int) else None,
-                operstate=str(item["operstate"]) if item.get("operstate") else None,
-                addresses=addrs,
-            )
-        )
-    return out
-
-
-def interface_for_address(interfaces: Iterable[Interface], address: str) -> Interface | None:
-    """The interface that holds ``address``, or None."""
-    want = ipaddress.ip_address(address)
-    for iface in interfaces:
-        if any(ipaddress.ip_address(a) == want for a, _ in iface.addresses):
-            return iface
-    return None
-
-
-def address_towards(interfaces: Iterable[Interface], peer: str) -> tuple[Interface, str] | None:
-    """This node's interface and address on the subnet that contains ``peer`` (how the head's
-    private-link address is found from a worker's ``bind``), or None."""
-    target = ipaddress.ip_address(peer)
-    for iface in interfaces:
-        for addr, prefix in iface.addresses:
-            net = ipaddress.ip_network(f"{addr}/{prefix}", strict=False)
-            if target in net and ipaddress.ip_address(addr) != target:
-                return iface, addr
-    return None
 
 
 _VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:[.+-]?[A-Za-z0-9.]+)?)")
@@ -727,7 +666,7 @@ def node_facts(
     iface = None
     nic = ok("nic")
     if nic is not None:
-        iface = interface_for_address(parse_ip_addr(nic), address)
+        iface = EndFacts(interfaces=parse_ip_addr(nic)).holding(address)
     gpus_out = ok("gpus")
     names = parse_gpu_list(gpus_out) if gpus_out is not None else ()
     engine = ok("engine")
@@ -761,160 +700,12 @@ def rdma_facts(sysfs: str | None, address: str) -> tuple[tuple[str, ...], int | 
     return hcas, found[1].index if found else None
 
 
-# -- preflight rows ----------------------------------------------------------------------------
-
-
-def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
-    """Preflight rows for a vLLM / SGLang spec: ``engine`` (importable everywhere, one version),
-    ``nic`` (the private link's interface found and up, its MTU), ``gpus`` (per node against the
-    parallel sizes) and, for the Ray launcher, ``ray`` (one version everywhere)."""
-    spec = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes})[0]
-    table = engine_table(spec)
-    if table is None:
-        return []
-    names = node_names(spec)
-    nodes = [facts.node(n) for n in names]
-    module = spec.backend
-    rows: list[CheckRow] = []
-    # engine
-    versions = {n.engine_version for n in nodes if n.engine_version}
-    want = _majority([n.engine_version for n in nodes if n.engine_version])
-    probe = isinstance(table, VllmSpec) and table.ray_probe
-    for n in nodes:
-        if probe:
-            rows.append(CheckRow("engine", n.name, "skip", f"ray_probe: {module} is not started"))
-        elif n.engine_version is None:
-            rows.append(
-                CheckRow("engine", n.name, "fail", f"{module} does not import with {n.python}", f"pip install {module}")
-            )
-        elif len(versions) > 1 and n.engine_version != want:
-            rows.append(
-                CheckRow(
-                    "engine",
-                    n.name,
-                    "fail",
-                    f"{module} {n.engine_version} here, {want} on the other nodes",
-                    f"pip install {module}=={want}",
-                )
-            )
-        else:
-            rows.append(CheckRow("engine", n.name, "pass", f"{module} {n.engine_version}"))
-    # nic
-    ray = isinstance(table, VllmSpec) and table.launcher == "ray"
-    if len(nodes) > 1 or ray:
-        mtus = {n.mtu for n in nodes if n.mtu is not None}
-        for n in nodes:
-            override = table.nic if isinstance(table.nic, str) else (table.nic or {}).get(n.name)
-            fix = f"give the node's private-link address ({'head_bind' if n.name == 'head' else 'bind'})"
-            if n.interface is None:
-                rows.append(CheckRow("nic", n.name, "fail", f"no interface holds {n.address}", fix))
-                continue
-            if override and override != n.interface:
-                rows.append(
-                    CheckRow(
-                        "nic",
-                        n.name,
-                        "warn",
-                        f"{module}.nic = {override!r} but {n.address} is on {n.interface}",
-                        "drop the nic override or fix the address",
-                    )
-                )
-                continue
-            state = (n.operstate or "unknown").upper()
-            detail = f"{n.interface} ({n.address}), {state}, mtu {n.mtu or '?'}"
-            if state == "DOWN":
-                rows.append(CheckRow("nic", n.name, "fail", detail, f"sudo ip link set {n.interface} up"))
-            elif len(mtus) > 1:
-                rows.append(
-                    CheckRow(
-                        "nic",
-                        n.name,
-                        "warn",
-                        f"{detail}; MTUs differ across nodes ({', '.join(str(m) for m in sorted(mtus))})",
-                        "give every node's link the same MTU (9000 on a direct QSFP link)",
-                    )
-                )
-            elif state != "UP":
-                rows.append(CheckRow("nic", n.name, "warn", detail, "check the link (`ip link show`)"))
-            else:
-                rows.append(CheckRow("nic", n.name, "pass", detail))
-    # gpus
-    group = len(server_groups(spec)[0])
-    per_node = gpus_per_rank_node(table, group)
-    world = table.world_size
-    given = spec_gpus(spec)
-    counts = {n.name: given[n.name] if given[n.name] is not None else n.gpus for n in nodes}
-    for n in nodes:
-        have = counts[n.name]
-        if probe:
-            rows.append(CheckRow("gpus", n.name, "skip", "ray_probe: the probe needs no GPUs"))
-        elif have is None:
-            rows.append(CheckRow("gpus", n.name, "skip", "nvidia-smi not found; GPU count unknown"))
-        elif per_node is not None and have < per_node:
-            rows.append(
-                CheckRow(
-                    "gpus",
-                    n.name,
-                    "fail",
-                    f"{have} GPU(s); tensor x pipeline x data parallel = {world} over {group} node(s) "
-                    f"needs {per_node} per node",
-                    "lower the parallel sizes or add GPUs",
-                )
-            )
-        elif per_node is None and all(c is not None for c in counts.values()):
-            total = sum(c or 0 for c in counts.values())
-            status = "pass" if total >= world else "fail"
-            rows.append(
-                CheckRow(
-                    "gpus",
-                    n.name,
-                    status,
-                    f"{have} GPU(s); the Ray cluster has {total} for a world of {world}",
-                    "" if status == "pass" else "lower the parallel sizes or add GPUs",
-                )
-            )
-        else:
-            rows.append(CheckRow("gpus", n.name, "pass", f"{have} GPU(s)"))
-    # ray
-    if ray:
-        rv = _majority([n.ray_version for n in nodes if n.ray_version])
-        versions = {n.ray_version for n in nodes if n.ray_version}
-        for n in nodes:
-            if n.ray_version is None:
-                rows.append(CheckRow("ray", n.name, "fail", f"no ray next to {n.python}", 'pip install "ray[default]"'))
-            elif len(versions) > 1 and n.ray_version != rv:
-                rows.append(
-                    CheckRow(
-                        "ray",
-                        n.name,
-                        "fail",
-                        f"ray {n.ray_version} here, {rv} on the other nodes (Ray refuses mixed versions)",
-                        f"pip install ray=={rv}",
-                    )
-                )
-            else:
-                rows.append(CheckRow("ray", n.name, "pass", f"ray {n.ray_version}"))
-    return rows
-
-
 def _hca_text(node: EngineNode) -> str:
     return "=" + ",".join(node.rdma_hcas)
 
 
 def _gid_text(node: EngineNode) -> str:
     return str(node.rdma_gid_index) if node.rdma_gid_index is not None else "none"
-
-
-def _majority(values: list[str]) -> str | None:
-    """The most common value (the head's wins ties: it is first)."""
-    if not values:
-        return None
-    return max(dict.fromkeys(values), key=values.count)
-
-
-def shell_lines(plan: EnginePlan) -> list[str]:
-    """``node: command`` per process, for ``--dry-run``."""
-    return [f"{p.node} ({p.role}): {p.shell()}" for p in plan.processes]
 
 
 __all__ = [
@@ -924,17 +715,12 @@ __all__ = [
     "EngineFacts",
     "EngineNode",
     "EnginePlan",
-    "Interface",
-    "address_towards",
-    "backend_checks",
     "engine_plan",
     "fact_commands",
-    "interface_for_address",
+    "host_port",
     "node_facts",
     "parse_gpu_list",
-    "parse_ip_addr",
     "parse_version",
     "sglang_processes",
-    "shell_lines",
     "vllm_processes",
 ]

@@ -26,10 +26,11 @@ from typing import Any
 from .._errors import ClusterError, NodeError, SplitserveError
 from .._node import sh_path
 from ._commands import ProcessPlan, base_url, cluster_state_dir, gateway_plan
+from ._down import Event, OnEvent, stop_recorded
 from ._edges import REAL_EDGES, Edges
 from ._engines_facts import engine_preflight, gather_engine_facts, port_rows, ray_status
-from ._engines_plan import EngineFacts, EnginePlan, backend_checks, engine_plan
-from ._run import Event, OnEvent, stop_recorded
+from ._engines_plan import EngineFacts, EnginePlan, engine_plan
+from ._preflight_engines import backend_checks
 from ._runner import ProcessRunner, process_record
 from ._spec import ClusterSpec
 from ._spec_engines import ROLE_NAMES, SglangSpec, VllmSpec, engine_table

@@ -32,12 +32,7 @@ from ._commands import (
     rpc_endpoint,
     spec_ports,
 )
-from ._edges import REAL_EDGES, Edges, EngineProbe, Network, RealNetwork
-from ._launch import EngineFact, LaunchFacts, Step, gateway_restart_plan, plan_launch, workers_plan
-from ._logparse import load_progress, load_warnings, parse_load_report
-from ._preflight import COPIED, run_checks
-from ._replicas import replica_groups
-from ._run import (
+from ._down import (
     Event,
     OnEvent,
     _check_gateway_auth,
@@ -45,6 +40,11 @@ from ._run import (
     resolve_engines,
     stop_recorded,
 )
+from ._edges import REAL_EDGES, Edges, EngineProbe, Network, RealNetwork
+from ._launch import EngineFact, LaunchFacts, Step, gateway_restart_plan, plan_launch, workers_plan
+from ._logparse import load_progress, load_warnings, parse_load_report
+from ._preflight import COPIED, run_checks
+from ._replicas import replica_groups
 from ._runner import GATEWAY_TIMEOUT, ProcessRunner, process_record
 from ._spec import ClusterSpec, check_binds, check_files, check_server_auth, is_local_host
 from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
@@ -471,7 +471,7 @@ def workers_only(
     """The cluster's RPC workers without its head: yields (``host:port`` list, head engine).
 
     A running cluster is stopped first and brought back afterwards."""
-    from ._run import down
+    from ._down import down
 
     was_running = read_state(cluster_state_dir(spec)) is not None
     if was_running:

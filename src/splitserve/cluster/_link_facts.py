@@ -37,6 +37,8 @@ class Interface:
     mtu: int | None
     up: bool
     addresses: tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...] = ()
+    operstate: str | None = None
+    """``UP``, ``DOWN``, ``UNKNOWN`` (loopback, some virtual links) as ``ip`` reports it."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class EndFacts:
 
 
 def parse_ip_addr(text: str) -> list[Interface]:
-    """Interfaces from ``ip -j addr show`` (iproute2's JSON)."""
+    """Interfaces from ``ip -j addr show`` (iproute2's JSON); none for output that is not that JSON.
+    The link check and the vLLM / SGLang node facts both read it."""
     try:
         data = json.loads(text or "[]")
     except json.JSONDecodeError:
@@ -109,6 +112,7 @@ def parse_ip_addr(text: str) -> list[Interface]:
                 int(mtu) if isinstance(mtu, int) else None,
                 "UP" in flags and item.get("operstate") != "DOWN",
                 tuple(addrs),
+                str(item["operstate"]) if item.get("operstate") else None,
             )
         )
     return out

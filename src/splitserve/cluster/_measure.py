@@ -16,8 +16,8 @@ from typing import Any
 from .._errors import ClusterError
 from ..plan import MEASURE_MARKERS, Plan, compare_breakdown
 from ._commands import launch_plan
+from ._down import resolve_engines
 from ._execute import REAL_EDGES, Edges, run_until_log
-from ._run import resolve_engines
 from ._spec import ClusterSpec
 
 

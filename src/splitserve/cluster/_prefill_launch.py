@@ -28,9 +28,9 @@ from typing import Any
 from .._errors import ClusterError, SplitserveError
 from .._node import Node
 from ._commands import Step
+from ._down import Event, OnEvent
 from ._prefill import CacheEntry, cached_tensors, layers_of_devices, model_layers
 from ._prefill_node import NODE_ARGV_CODE, source
-from ._run import Event, OnEvent
 from ._spec import ClusterSpec, WorkerSpec
 
 BATCHES = 10

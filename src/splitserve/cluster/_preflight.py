@@ -201,7 +201,7 @@ def run_checks(
 ) -> list[CheckRow]:
     """Every preflight check for ``spec``; nothing is started or changed. With ``link_transfer``
     (`preflight`, not `up`), a short bulk transfer measures each remote worker's link."""
-    from ._run import resolve_engines
+    from ._down import resolve_engines
 
     skipped = set(skip)
     rows: list[CheckRow] = []
@@ -793,7 +793,7 @@ def _disk_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
 def _auth_rows(spec: ClusterSpec) -> list[CheckRow]:
     """The listening rule of the HTTP endpoints (`up` refuses the same): llama-server and the
     gateway serve beyond loopback only with a key."""
-    from ._run import _check_gateway_auth
+    from ._down import _check_gateway_auth
 
     rows = []
     host = spec.server.host
@@ -883,7 +883,7 @@ def _bind_rows(spec: ClusterSpec, facts: dict[str, NodeFacts | None], host_of: A
 
 def preflight(spec: ClusterSpec, engine: Engine | None = None) -> list[CheckRow]:
     """The preflight rows for ``spec`` (what `splitserve preflight` prints)."""
-    from ._run import resolve_engines
+    from ._down import resolve_engines
 
     if spec.backend != "llama.cpp":  # vLLM / SGLang: engine, NIC, GPUs, Ray, ports
         from ._engines_facts import engine_preflight

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from .._errors import ClusterError, NodeError
 from .._node import Node, ProcessRef, stop, wait_reaped
 from ._commands import ProcessPlan, process_env
+from ._down import OnEvent, death_message
 from ._edges import REAL_EDGES, Edges
-from ._run import OnEvent, death_message
 from ._spec import ClusterSpec, is_local_host
 from ._state import ClusterState, ProcessRecord
 

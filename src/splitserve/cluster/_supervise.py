@@ -34,9 +34,9 @@ from .._errors import ClusterError, SplitserveError
 from .._node import stop
 from ..engine import Engine
 from ._commands import cluster_state_dir
+from ._down import SUPERVISOR_STOP_TIMEOUT, Event, OnEvent, death_message, down
 from ._edges import REAL_EDGES, Edges
 from ._execute import restart_gateway, restart_replica, up
-from ._run import SUPERVISOR_STOP_TIMEOUT, Event, OnEvent, death_message, down
 from ._spec import ClusterSpec
 from ._ssh import exit_status_from_log
 from ._state import ClusterState, ProcessRecord, SupervisorLock

@@ -17,15 +17,9 @@ from typing import Any
 import pytest
 
 from splitserve.cluster import EngineFacts, EngineNode, engine_plan, parse_spec
-from splitserve.cluster._engines_plan import (
-    address_towards,
-    backend_checks,
-    fact_commands,
-    node_facts,
-    parse_gpu_list,
-    parse_ip_addr,
-    parse_version,
-)
+from splitserve.cluster._engines_plan import fact_commands, node_facts, parse_gpu_list, parse_version
+from splitserve.cluster._link_facts import EndFacts, parse_ip_addr
+from splitserve.cluster._preflight_engines import backend_checks
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "plans" / "engines"
 CASES = sorted(FIXTURES.glob("*.json"))
@@ -158,8 +152,8 @@ IP_JSON = json.dumps(
 def test_parsers_read_ip_nvidia_smi_and_versions() -> None:
     ifaces = parse_ip_addr(IP_JSON)
     assert [i.name for i in ifaces] == ["lo", "enp1s0f0np0"]
-    found = address_towards(ifaces, "10.20.20.2")
-    assert found is not None and found[0].name == "enp1s0f0np0" and found[1] == "10.20.20.1"
+    found = EndFacts(interfaces=ifaces).on_subnet("10.20.20.2")
+    assert found is not None and found[0].name == "enp1s0f0np0" and str(found[1].ip) == "10.20.20.1"
     assert parse_gpu_list("GPU 0: NVIDIA GB10 (UUID: GPU-1234)\n") == ("NVIDIA GB10",)
     assert parse_version("ray, version 2.60.0\n") == "2.60.0"
     assert parse_version("0.11.0\n") == "0.11.0"

@@ -213,8 +213,8 @@ def test_supervisor_restarts_only_the_replica_whose_server_died(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     from splitserve.cluster import Supervisor, read_supervisor_log
+    from splitserve.cluster._down import Event
     from splitserve.cluster._engines_run import engine_restart_replica
-    from splitserve.cluster._run import Event
 
     spec = spec_of(tmp_path, backend)
     net = network(backend)

@@ -14,7 +14,7 @@ from spec_factory import glm4moe_mtp, tiny_m3
 from splitserve import SpecError
 from splitserve.cluster import launch_plan, load_spec, load_warnings, parse_spec, up
 from splitserve.cluster._commands import SPEC_FLAGS
-from splitserve.cluster._run import check_serving
+from splitserve.cluster._down import check_serving
 from splitserve.cluster._spec import ServerSpec, check_files
 from splitserve.cluster._status import parse_spec_metrics
 from splitserve.engine import Engine

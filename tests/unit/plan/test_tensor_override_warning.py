@@ -11,7 +11,7 @@ import pytest
 
 from gguf_factory import dense_llama
 from splitserve.cluster import load_spec
-from splitserve.cluster._run import check_serving
+from splitserve.cluster._down import check_serving
 from splitserve.plan import tensor_override_warning
 from splitserve.plan._spec import tensor_override_flags
 

@@ -1,13 +1,11 @@
-"""Bringing a cluster up and down: executes a :class:`LaunchPlan`.
+"""Stopping a cluster, and what its launch and supervision share.
 
-`up` refuses a cluster whose supervisor (`up --foreground` / `run`) holds its
-state folder's lock (`down` asks that supervisor to stop instead); otherwise it
-stops what an earlier `up` of the same cluster left running (from its
-state folder only), runs the preflight checks, copies the engine to remote
-workers that lack it, starts the RPC workers, waits for their ports, asks each
-for its RPC protocol version, starts llama-server and waits for real readiness
-(``/health`` 200 and a one-token completion). Any failure stops everything it started and raises a
-:class:`NodeError` naming the node and the cause.
+:func:`down` stops exactly the processes `up` recorded (a cluster held by a supervisor is
+stopped by that supervisor: `down` asks it); :func:`stop_recorded` is that stop, in `down`'s
+order. Beside it: :class:`Event` (what `up`, supervision and restarts report), the engines of a
+spec's nodes (:func:`resolve_engines`), the cause of a dead process from its log
+(:func:`death_message`) and what `up` refuses before anything starts (:func:`check_startable`,
+:func:`check_serving`). `up` itself is :mod:`._execute`'s, its plan :mod:`._launch`'s.
 """
 
 from __future__ import annotations
