@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from gguf_factory import dense_llama
 from splitserve import ClusterError, SpecError
 from splitserve.cli import _cluster  # noqa: F401  (registers `up` on the app)
 from splitserve.cli._app import app
 from splitserve.cluster import EngineFacts, EngineNode, engine_plan, parse_spec
+from splitserve.cluster._engines_plan import backend_checks
 
 W1 = {"name": "w1", "host": "box2", "bind": "10.0.0.2"}
 W2 = {"name": "w2", "host": "box3", "bind": "10.0.0.3"}
@@ -119,11 +121,12 @@ def test_the_spec_devices_win_and_a_smaller_node_sets_the_count(tmp_path: Path) 
 
 
 def test_without_a_config_the_heads_are_unknown(tmp_path: Path) -> None:
-    s = spec("sglang", "Qwen/Qwen3-0.6B", [W1])
+    s = spec("sglang", "org/not-cached", [W1], table={"env": {"HF_HUB_CACHE": str(tmp_path / "hub")}})
     plan = engine_plan(s, facts({"head": 2, "w1": 2}))
     assert plan.notes[0] == (
-        "parallel sizes: tensor 2 x pipeline 2 (auto: heads unknown (Qwen/Qwen3-0.6B is not a local folder with "
-        "a config.json); tensor over each node's 2 GPU(s), pipeline over 2 nodes (vLLM's multi-node layout))"
+        "parallel sizes: tensor 2 x pipeline 2 (auto: heads unknown (org/not-cached: no config.json in this "
+        "machine's Hugging Face cache); tensor over each node's 2 GPU(s), pipeline over 2 nodes (vLLM's "
+        "multi-node layout))"
     )
     for p in plan.processes:
         assert sizes(p.argv, "--tp-size", "--pp-size") == ("2", "2")
@@ -134,12 +137,44 @@ def test_without_a_config_the_heads_are_unknown(tmp_path: Path) -> None:
     )
 
 
+def test_a_hub_id_is_read_from_the_heads_hugging_face_cache(tmp_path: Path) -> None:
+    repo = tmp_path / "hf" / "hub" / "models--org--model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    config = {"num_attention_heads": 12, "num_key_value_heads": 4, "num_hidden_layers": 24}
+    (repo / "snapshots" / "abc123" / "config.json").write_text(json.dumps(config))
+    s = spec("vllm", "org/model", [W1], table={"env": {"HF_HOME": str(tmp_path / "hf")}})
+    plan = engine_plan(s, facts({"head": 4, "w1": 4}))
+    assert plan.notes[0] == (
+        "parallel sizes: tensor 4 x pipeline 2 (auto: 12 heads (4 KV) do not divide over 8 GPUs; "
+        "tensor over each node's 4, pipeline over 2 nodes)"
+    )
+
+
+def test_a_gguf_is_read_from_its_header(tmp_path: Path) -> None:
+    (gguf,) = dense_llama(tmp_path / "m.gguf", n_head=8, n_head_kv=4, n_layer=4, n_embd=64, n_ff=128, n_vocab=256)
+    plan = engine_plan(spec("vllm", str(gguf), [W1]), facts({"head": 4, "w1": 4}))
+    assert plan.notes[0].startswith(
+        "parallel sizes: tensor 8 x pipeline 1 (auto: 8 heads (4 KV) divide over all 8 GPUs"
+    )
+
+
 def test_ray_counts_every_gpu(tmp_path: Path) -> None:
     s = spec("vllm", model_dir(tmp_path, 48, 8), [W1], table={"launcher": "ray"})
     plan = engine_plan(s, facts({"head": 4, "w1": 2}))
     assert "tensor 2 x pipeline 3" in plan.notes[0] and "every GPU used (Ray places the ranks)" in plan.notes[0]
     vllm = next(p for p in plan.processes if p.role == "vllm")
     assert sizes(vllm.argv, "--tensor-parallel-size", "--pipeline-parallel-size") == ("2", "3")
+
+
+def test_preflight_checks_the_gpus_against_the_chosen_sizes(tmp_path: Path) -> None:
+    s = spec("vllm", model_dir(tmp_path, 48, 8), [W1], table={"launcher": "ray"})
+    rows = [r for r in backend_checks(s, facts({"head": 4, "w1": 2})) if r.check == "gpus"]
+    assert [(r.node, r.status, r.message) for r in rows] == [
+        ("head", "pass", "4 GPU(s); the Ray cluster has 6 for a world of 6"),
+        ("w1", "pass", "2 GPU(s); the Ray cluster has 6 for a world of 6"),
+    ]
 
 
 def test_replicas_get_the_sizes_of_one_group(tmp_path: Path) -> None:
