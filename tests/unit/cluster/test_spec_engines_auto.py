@@ -17,7 +17,7 @@ from splitserve import ClusterError, SpecError
 from splitserve.cli import _cluster  # noqa: F401  (registers `up` on the app)
 from splitserve.cli._app import app
 from splitserve.cluster import EngineFacts, EngineNode, engine_plan, parse_spec
-from splitserve.cluster._engines_plan import backend_checks
+from splitserve.cluster._preflight_engines import backend_checks
 
 W1 = {"name": "w1", "host": "box2", "bind": "10.0.0.2"}
 W2 = {"name": "w2", "host": "box3", "bind": "10.0.0.3"}
