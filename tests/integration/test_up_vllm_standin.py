@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_dry_run_prints_the_command_and_the_readiness(tmp_path: Path) -> None:
     spec_path = spec_file(tmp_path, fake_vllm(tmp_path / "venv"))
     res = run_cli("up", "-c", str(spec_path), "--dry-run")
     assert res.returncode == 0, res.stderr
-    assert "# 1. head: start vllm serve on local" in res.stdout
+    assert re.search(r"^# \d+\. head: start vllm serve on local$", res.stdout, re.M), res.stdout
     assert "/v1/completions streams a token (not /health)" in res.stdout
     assert "# fix: --load-format safetensors" in res.stdout
 

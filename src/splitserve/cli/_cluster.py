@@ -100,16 +100,11 @@ def up_cmd(
     Example: splitserve up -c cluster.toml
     """
     spec = load_spec(config)
-    if dry_run and spec.backend != "llama.cpp":  # vLLM / SGLang: facts of every node, then the plan
-        from ..cluster import engine_dry_run_lines, gather_engine_facts
-
-        console.print("\n".join(engine_dry_run_lines(spec, gather_engine_facts(spec))), markup=False, soft_wrap=True)
-        return
     if dry_run:
-        # The same plan `up` carries out, from the same facts (read only: nothing starts or changes).
+        # The same plan `up` carries out (any backend), from the same facts (read only: nothing starts).
         facts = gather_facts(spec, plan_split=spec.model.is_file())
         plan = plan_launch(spec, facts, preflight=not skip_preflight)
-        if not spec.model.is_file():
+        if facts.model_missing:
             err.print(f"[yellow]warning:[/yellow] {escape(str(spec.model))} is not here: `up` would refuse")
         console.print(format_plan(plan), markup=False, soft_wrap=True)
         return

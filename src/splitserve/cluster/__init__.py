@@ -8,9 +8,7 @@ from ._commands import LaunchPlan, ProcessPlan, cluster_state_dir, launch_plan
 from ._down import Event, check_startable, down, require_state, resolve_engines
 from ._engines_facts import engine_preflight, gather_engine_facts
 from ._engines_plan import EngineFacts, EngineNode, engine_plan
-from ._engines_run import dry_run_lines as engine_dry_run_lines
-from ._engines_run import engine_up
-from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, up, workers_only
+from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, restart_replica, up, workers_only
 from ._fake import FakeNetwork, FakeNode, Program
 from ._gpu import local_gpu_state
 from ._launch import LaunchFacts, Step, format_plan, plan_launch
@@ -94,10 +92,8 @@ __all__ = [
     "cluster_status",
     "down",
     "draft_info",
-    "engine_dry_run_lines",
     "engine_plan",
     "engine_preflight",
-    "engine_up",
     "find_state_root",
     "format_plan",
     "gather_engine_facts",
@@ -133,6 +129,7 @@ __all__ = [
     "require_state",
     "resolve_engines",
     "restart_gateway",
+    "restart_replica",
     "serving_now",
     "spec_boxes",
     "spec_nodes",

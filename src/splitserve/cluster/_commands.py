@@ -27,9 +27,11 @@ class Step:
     """One action of `up`, in the order it runs."""
 
     action: str
-    """``stop_stale``, ``warn``, ``preflight``, ``engine`` (``mode``: present / copy / own / fail),
-    ``drop_caches``, ``refuse`` (the planner's), ``check_port``, ``start``, ``wait_workers``, ``rpc_hello``, ``wait_ready``,
-    ``wait_gateway``, ``report``."""
+    """``stop_stale``, ``warn``, ``note`` (printed first: a fix written), ``preflight``, ``engine``
+    (``mode``: present / copy / own / fail), ``drop_caches``, ``refuse`` (the planner's), ``prefill``,
+    ``check_port``, ``start``, ``wait_workers``, ``rpc_hello``, ``wait_ready``, ``wait_gateway``,
+    ``report``; vLLM / SGLang plans also ``clear_report``, ``wait_port``, ``wait_probe`` and
+    ``wait_token`` (:mod:`._engines_run`)."""
     node: str
     text: str
     """What it does, in one line (the dry-run prints it)."""
@@ -44,7 +46,8 @@ class ProcessPlan:
     node: str
     """``head`` or the worker's name."""
     role: str
-    """``server`` (llama-server), ``rpc`` (ggml-rpc-server) or ``gateway`` (``splitserve serve``)."""
+    """``server`` (llama-server), ``rpc`` (ggml-rpc-server) or ``gateway`` (``splitserve serve``);
+    vLLM / SGLang: ``ray_head``, ``ray_worker``, ``ray_probe``, ``vllm``, ``vllm_headless``, ``sglang``."""
     host: str
     argv: list[str]
     env: dict[str, str]
@@ -93,7 +96,8 @@ class ReplicaPlan:
 
 @dataclass
 class LaunchPlan:
-    """Every process of a cluster, in start order: workers, the head, then the gateway."""
+    """Every process of a cluster, in start order (llama.cpp: workers, the head, then the gateway;
+    vLLM / SGLang: :attr:`ranks`, then the gateway) and the steps that start them."""
 
     workers: list[ProcessPlan]
     head: ProcessPlan
@@ -115,6 +119,16 @@ class LaunchPlan:
     for a split. :attr:`workers` then holds the RPC workers of every replica."""
     topology: list[str] = field(default_factory=list)
     """The topology's choice, reason and alternatives as `plan` prints them (``Topology.lines()``)."""
+    ranks: list[ProcessPlan] = field(default_factory=list)
+    """vLLM / SGLang: every process of the deployment in start order (Ray nodes, ranks, the Ray
+    probe; :attr:`head` is the head's server among them); empty for llama.cpp."""
+    engine_name: str = ""
+    """What the state records as the engine: the head's llama.cpp build (its key), or ``vllm 0.11.0``."""
+    model: str = ""
+    """What the state records as the model: the GGUF's path, or the vLLM / SGLang table's model."""
+    record: dict[str, Any] = field(default_factory=dict)
+    """What the cluster's state keeps besides its processes (``extra``): the replicas; for vLLM /
+    SGLang also the backend, launcher, fixes written, the Ray address and the probe's report file."""
 
     @property
     def servers(self) -> list[ProcessPlan]:
@@ -123,7 +137,8 @@ class LaunchPlan:
 
     @property
     def processes(self) -> list[ProcessPlan]:
-        return [*self.workers, *self.servers, *([self.gateway] if self.gateway else [])]
+        engine = self.ranks or [*self.workers, *self.servers]
+        return [*engine, *([self.gateway] if self.gateway else [])]
 
 
 def _library_env(engine: Engine, extra: dict[str, str]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Carrying out a :class:`~._commands.LaunchPlan`: the one place that starts a cluster's processes.
+"""Carrying out a :class:`~._commands.LaunchPlan`: the one place that starts a cluster's processes,
+llama.cpp's and vLLM / SGLang's alike (their own step kinds come from :class:`~._engines_run.EngineSteps`).
 
 `up`, the supervisor's gateway restart, bench's workers-only mode and `plan --measure` each build
 a plan (:mod:`._launch`, pure) and hand it to :class:`Executor`, which runs its steps through
@@ -22,6 +23,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError, NodeError, SplitserveError
 from .._node import Node, stop
 from ..engine import CompletionRequest, Engine, EngineHTTPError, EngineUnavailable
+from ._checks import CheckRow
 from ._commands import (
     LaunchPlan,
     ProcessPlan,
@@ -35,18 +37,21 @@ from ._commands import (
 from ._down import (
     Event,
     OnEvent,
-    _check_gateway_auth,
     check_serving,
+    check_startable,
     resolve_engines,
     stop_recorded,
 )
 from ._edges import REAL_EDGES, Edges, EngineProbe, Network, RealNetwork
-from ._launch import EngineFact, LaunchFacts, Step, gateway_restart_plan, plan_launch, workers_plan
+from ._engines_facts import gather_engine_facts
+from ._engines_run import SERVING_ROLES, EngineSteps, FirstToken, first_token
+from ._launch import LaunchFacts, RemoteBuild, Step, gateway_restart_plan, plan_launch, workers_plan
 from ._logparse import load_progress, load_warnings, parse_load_report
 from ._preflight import COPIED, run_checks
 from ._replicas import replica_groups
-from ._runner import GATEWAY_TIMEOUT, ProcessRunner, process_record
-from ._spec import ClusterSpec, check_binds, check_files, check_server_auth, is_local_host
+from ._runner import GATEWAY_TIMEOUT, process_record
+from ._spec import ClusterSpec, is_local_host
+from ._spec_engines import engine_table
 from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
 
 # -- facts --------------------------------------------------------------------------------------
@@ -54,7 +59,7 @@ from ._state import ClusterState, clear_state, lock_holder, read_state, supervis
 
 def _remote_engine_facts(
     spec: ClusterSpec, engines: dict[str, Engine], edges: Edges, leaders: set[str] | None = None
-) -> dict[str, EngineFact]:
+) -> dict[str, RemoteBuild]:
     from ._distribute import check_node_engine
 
     out = {}
@@ -68,7 +73,7 @@ def _remote_engine_facts(
             continue  # unreachable now: the preflight says so, and the plan checks it as a step
         own = engines[w.name].provenance.get("node_path")
         binary = check.detail.split()[0] if own and check.present else None
-        out[w.name] = EngineFact(check.present, check.same, check.protocol, check.detail, binary)
+        out[w.name] = RemoteBuild(check.present, check.same, check.protocol, check.detail, binary)
     return out
 
 
@@ -85,11 +90,17 @@ def gather_facts(
 
     ``probe_remote=False`` skips asking remote workers about their engines (a dry-run that cannot
     reach them); the plan then checks them as a step. ``plan_split=False`` leaves out the planner
-    (a dry-run where the model file is not there)."""
+    (a dry-run where the model file is not there). A vLLM / SGLang spec's facts are every node's
+    (:func:`~._engines_facts.gather_engine_facts`: one shell call per node)."""
+    if engine_table(spec) is not None:
+        facts = LaunchFacts(engines={}, nodes=gather_engine_facts(spec, edges))
+        _stale(spec, facts, edges)
+        return facts
     serving_warnings = check_serving(spec)  # a spec the model cannot serve is refused first
     engines = resolve_engines(spec, engine)
     facts = LaunchFacts(engines=engines, architecture=model_architecture(spec.model))
     facts.serving_warnings = serving_warnings
+    facts.model_missing = not spec.model.is_file()
     if spec.server.tensor_split is None and plan_split:
         # The planner refuses a spec that will not fit (with the numbers per node) and, when the
         # spec gives memory sizes but no split, fills in --tensor-split.
@@ -99,16 +110,7 @@ def gather_facts(
             facts.planned_split = split_for_up(spec)
         except SplitserveError as exc:
             facts.refusal = exc  # refused as a step, after the warnings (as `up` always did)
-    old = read_state(cluster_state_dir(spec))
-    if old is not None:
-        for rec in old.processes:
-            try:
-                running = edges.node(rec.host, old.ssh).alive(rec.ref)
-            except ClusterError:
-                running = True
-            if running:
-                facts.stale.append(rec.node)
-                facts.stale_ports.add(rec.port)
+    _stale(spec, facts, edges)
     g = spec.gateway
     if g.enabled and g.port is None:
         first = default_gateway_port(spec)
@@ -124,9 +126,28 @@ def gather_facts(
     return facts
 
 
-def preflight_or_raise(spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent) -> None:
-    # Ports are checked below, after the stale processes are gone, with the historic message.
-    rows = run_checks(spec, engines, skip=("ports",))
+def _stale(spec: ClusterSpec, facts: LaunchFacts, edges: Edges) -> None:
+    """The nodes (and ports) whose processes an earlier `up` of this cluster left running."""
+    old = read_state(cluster_state_dir(spec))
+    if old is None:
+        return
+    for rec in old.processes:
+        try:
+            running = edges.node(rec.host, old.ssh).alive(rec.ref)
+        except ClusterError:
+            running = True
+        if running:
+            facts.stale.append(rec.node)
+            facts.stale_ports.add(rec.port)
+
+
+def preflight_or_raise(
+    spec: ClusterSpec, engines: dict[str, Engine], emit: OnEvent, rows: list[CheckRow] | None = None
+) -> None:
+    """Report the preflight's rows (``rows``: the plan's, from the facts gathered; default: run
+    the checks now) and raise for the first that failed."""
+    # Ports are checked by the plan's steps, after the stale processes are gone, with the historic message.
+    rows = run_checks(spec, engines, skip=("ports",)) if rows is None else rows
     for row in rows:
         if row.status != "pass":
             emit(Event("preflight", row.node, f"{row.status}: {row.check}: {row.message}"))
@@ -157,8 +178,10 @@ def _role_name(role: str) -> str:
     return {"server": "llama-server", "gateway": "the gateway", "rpc": "ggml-rpc-server", **ROLE_NAMES}.get(role, role)
 
 
-class Executor(ProcessRunner):
-    """Runs a plan's steps; remembers what it started so a failure stops it all."""
+class Executor(EngineSteps):
+    """Runs a plan's steps (any backend's); remembers what it started so a failure stops it all.
+
+    ``first_token`` is how a vLLM / SGLang engine's readiness is asked (a fake in tests)."""
 
     def __init__(
         self,
@@ -168,9 +191,11 @@ class Executor(ProcessRunner):
         edges: Edges = REAL_EDGES,
         on_event: OnEvent | None = None,
         should_stop: Callable[[], bool] | None = None,
+        first_token: FirstToken = first_token,
     ) -> None:
         super().__init__(spec, state, edges, on_event, should_stop)
         self.plan = plan
+        self.first_token = first_token
         self.record = True
         """Write each started process to the state file (not for bench's private workers)."""
         self.head_started: float | None = None
@@ -212,7 +237,14 @@ class Executor(ProcessRunner):
     def do_warn(self, step: Step) -> None:
         self.emit(Event("gateway_port" if step.node == "gateway" else "warning", step.node, step.text))
 
+    def do_note(self, step: Step) -> None:
+        self.emit(Event("fix", step.node, step.text))
+
     def do_preflight(self, step: Step) -> None:
+        if "rows" in step.args:  # vLLM / SGLang: the rows of the facts gathered for the plan
+            rows = [CheckRow(**r) for r in step.args["rows"]]
+            preflight_or_raise(self.spec, {}, self.emit, rows)
+            return
         preflight_or_raise(self.spec, self.plan_engines(), self.emit)
 
     def plan_engines(self) -> dict[str, Engine]:
@@ -284,12 +316,15 @@ class Executor(ProcessRunner):
         proc = step.process
         assert proc is not None
         ref = self.spawn(proc)
-        if self.record:
-            self.state.processes = [p for p in self.state.processes if p.node != proc.node] + [
-                process_record(proc, ref)
-            ]
+        if self.record:  # a restarted process's record takes the place of its old one
+            rec = process_record(proc, ref)
+            old = [i for i, p in enumerate(self.state.processes) if (p.node, p.role) == (proc.node, proc.role)]
+            if old:
+                self.state.processes[old[0]] = rec
+            else:
+                self.state.processes.append(rec)
             write_state(self.plan.state_dir, self.state)
-        if proc.role == "server":
+        if proc.role == "server" or (proc.node == "head" and proc.role in SERVING_ROLES):
             self.head_started = self.clock.monotonic()
         kinds = {"gateway": "gateway_started", "rpc": "worker_started", "server": "head_started"}
         self.emit(Event(kinds.get(proc.role, "started"), proc.node, step.text.removeprefix("start ")))
@@ -365,8 +400,9 @@ class Executor(ProcessRunner):
     def do_wait_gateway(self, step: Step) -> None:
         gw = step.process
         assert gw is not None
-        self.wait_gateway(gw, self.plan.endpoint, "at start" if self.plan.workers else "at restart")
-        if self.plan.workers:
+        restart = bool(step.args.get("restart"))
+        self.wait_gateway(gw, self.plan.endpoint, "at restart" if restart else "at start")
+        if not restart:
             self.emit(
                 Event(
                     "gateway_ready",
@@ -379,6 +415,10 @@ class Executor(ProcessRunner):
         head = self.plan.head
         self.state.ready_at = self.clock.time()
         self.state.phase = "ready"
+        if not step.args.get("load_report", True):  # vLLM / SGLang: no llama.cpp load report to read
+            what = self.plan.endpoint or self.plan.record.get("probe_out")
+            self.emit(Event("ready", "head", f"{what} ready in {self.state.load_seconds or 0:.1f} s"))
+            return
         text = self.node(head.host).read_log(head.log, max_bytes=8 << 20)
         self.state.extra["memory"] = [d.as_dict() for d in parse_load_report(text).devices]
         found = load_warnings(text)
@@ -399,23 +439,17 @@ def up(
     preflight: bool = True,
     should_stop: Callable[[], bool] | None = None,
     edges: Edges = REAL_EDGES,
+    first_token: FirstToken = first_token,
 ) -> ClusterState:
-    """Start the cluster and wait until it serves; returns its recorded state.
+    """Start the cluster (any backend) and wait until it serves; returns its recorded state.
 
     ``preflight=False`` skips the checks of :func:`~splitserve.cluster.preflight` (`--skip-preflight`).
     A cluster whose supervisor (`up --foreground` / `run`, another process) holds its state
     folder is refused, with nothing touched. ``should_stop`` (the supervisor's) is asked while
     the cluster starts: when it says yes, what was started is stopped and ClusterError raised.
     """
-    if spec.backend != "llama.cpp":  # vLLM / SGLang: their own executor
-        from ._engines_run import engine_up
-
-        return engine_up(spec, on_event=on_event, preflight=preflight, should_stop=should_stop, edges=edges)
     t0 = edges.clock.monotonic()
-    check_binds(spec)
-    check_server_auth(spec)
-    check_files(spec)
-    _check_gateway_auth(spec)
+    check_startable(spec)
     root = cluster_state_dir(spec)
     holder = lock_holder(root)
     if holder is not None and holder.pid != os.getpid():
@@ -425,19 +459,15 @@ def up(
     state = ClusterState(
         name=spec.name,
         spec_file=str(spec.source_file) if spec.source_file else None,
-        model=str(spec.model),
+        model=plan.model,
         endpoint=plan.endpoint,
-        engine=facts.engines["head"].key,
+        engine=plan.engine_name,
         started_at=edges.clock.time(),
-        engine_endpoint=plan.engine_endpoint,
+        engine_endpoint=plan.engine_endpoint or None,
     )
     state.ssh = spec.ssh
-    if plan.replicas:  # who serves as which replica: status shows them, the supervisor restarts one alone
-        groups = {r.name: r for r in replica_groups(spec, facts.topology)} if facts.topology else {}
-        state.extra["replicas"] = [
-            {**groups[r.name].to_dict(), **r.to_dict()} if r.name in groups else r.to_dict() for r in plan.replicas
-        ]
-    ex = Executor(spec, plan, state, edges, on_event, should_stop)
+    state.extra.update(plan.record)
+    ex = Executor(spec, plan, state, edges, on_event, should_stop, first_token)
     try:
         ex.run()
     except BaseException as exc:
@@ -503,27 +533,38 @@ def _run_or_stop(ex: Executor) -> None:
         raise
 
 
-def restart_replica(spec: ClusterSpec, state: ClusterState, name: str, edges: Edges = REAL_EDGES) -> ClusterState:
+def restart_replica(
+    spec: ClusterSpec,
+    state: ClusterState,
+    name: str,
+    edges: Edges = REAL_EDGES,
+    *,
+    first_token: FirstToken = first_token,
+) -> ClusterState:
     """Start one replica of a running cluster again alone (its processes are gone): its RPC workers,
-    then its llama-server, until it serves (vLLM / SGLang: its server process(es), until it streams
-    a token); the other replicas and the gateway are not touched."""
-    if spec.backend != "llama.cpp":
-        from ._engines_run import engine_restart_replica
-
-        return engine_restart_replica(spec, state, name, edges=edges)
+    then its llama-server, until it serves (vLLM / SGLang: its server process(es), as `up` planned
+    them, until it streams a token); the other replicas and the gateway are not touched. Its records
+    in the state take the place of the dead ones."""
     from ._commands import launch_plan
     from ._launch import replica_restart_plan
     from ._replicas import Replica
 
     rows = [r for r in state.extra.get("replicas", []) if r.get("name") == name]
-    if not rows or "leader" not in rows[0]:
+    if not rows or ("leader" not in rows[0] and spec.backend == "llama.cpp"):
         raise ClusterError(f"cluster {spec.name} has no replica {name}")
-    engines = resolve_engines(spec)
-    full = launch_plan(
-        spec, engines, replicas=[Replica.from_dict(rows[0])], architecture=model_architecture(spec.model)
-    )
+    if spec.backend == "llama.cpp":  # the replica as it was grouped at `up` (no facts to gather)
+        full = launch_plan(
+            spec,
+            resolve_engines(spec),
+            replicas=[Replica.from_dict(rows[0])],
+            architecture=model_architecture(spec.model),
+        )
+    else:
+        full = plan_launch(spec, gather_facts(spec, edges=edges), preflight=False)
+        if not any(r.name == name for r in full.replicas):
+            raise ClusterError(f"cluster {spec.name}: the spec no longer plans replica {name}")
     plan = replica_restart_plan(spec, full, name)
-    _run_or_stop(Executor(spec, plan, state, edges))
+    _run_or_stop(Executor(spec, plan, state, edges, first_token=first_token))
     write_state(cluster_state_dir(spec), state)
     return state
 

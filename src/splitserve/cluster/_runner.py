@@ -2,8 +2,9 @@
 nodes through the :class:`~._edges.Edges`, remembers them, checks they still run (naming the first
 that died, with the last lines of its log), waits for the gateway and stops everything it started.
 
-:class:`~._execute.Executor` (llama.cpp's launch plans) and :class:`~._engines_run.EngineRun`
-(vLLM and SGLang deployments) are both runners.
+:class:`~._execute.Executor`, which carries out every launch plan (llama.cpp's and vLLM / SGLang's),
+is one; the vLLM / SGLang step kinds it inherits (:class:`~._engines_run.EngineSteps`) are written
+against it.
 """
 
 from __future__ import annotations

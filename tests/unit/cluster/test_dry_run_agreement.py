@@ -319,3 +319,82 @@ def test_replicas_dry_run_prints_the_topology_and_starts_a_server_per_replica(
     ]
     rpc = [h for h, argv in started if argv[0].endswith("ggml-rpc-server")]
     assert rpc == ["spark2", "spark4"], "spark3 serves its replica instead of RPC"
+
+
+# -- vLLM (native and on Ray) and SGLang: the same plan, printer and executor -------------------
+
+ENGINE_NODES = """
+[[workers]]
+name = "spark2"
+host = "spark2"
+bind = "10.20.20.2"
+"""
+
+ENGINE_SPECS = {
+    "vllm-native": ("vllm", ENGINE_NODES + '[vllm]\nmodel = "Qwen/Qwen3-0.6B"\ntensor_parallel_size = 2\n'),
+    "vllm-ray": (
+        "vllm",
+        ENGINE_NODES + '[vllm]\nmodel = "Qwen/Qwen3-0.6B"\ntensor_parallel_size = 2\nlauncher = "ray"\n',
+    ),
+    "sglang": ("sglang", ENGINE_NODES + '[sglang]\nmodel = "Qwen/Qwen3-0.6B"\ntensor_parallel_size = 2\n'),
+}
+
+
+def engine_network() -> FakeNetwork:
+    """Two nodes on 10.20.20.0/24 that answer the facts script: vLLM / SGLang 0.11.0 and Ray 2.60.0
+    next to /venv/bin/python, one GPU each."""
+    from splitserve.cluster._engines_facts import FACT_MARK
+
+    net = FakeNetwork()
+    for host, address in (("local", "10.20.20.1"), ("spark2", "10.20.20.2")):
+        nic = json.dumps(
+            [{"ifname": "enp1s0", "mtu": 9000, "operstate": "UP", "addr_info": [{"local": address, "prefixlen": 24}]}]
+        )
+        sections = [
+            ("nic", 0, nic),
+            ("engine", 0, "0.11.0"),
+            ("ray", 0, "ray, version 2.60.0"),
+            ("gpus", 0, "GPU 0: NVIDIA H100 (UUID: GPU-0)"),
+            ("gds", 1, ""),
+        ]
+        out = "".join(f"{FACT_MARK}{k}\n{text}\n@@splitserve-rc {rc}\n" for k, rc, text in sections)
+        net.node(host).answers.append((FACT_MARK, subprocess.CompletedProcess(["sh"], 0, out.encode(), b"")))
+    return net
+
+
+@pytest.mark.parametrize("name", list(ENGINE_SPECS))
+def test_vllm_and_sglang_up_runs_exactly_what_the_dry_run_printed(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, body = ENGINE_SPECS[name]
+    config = tmp_path / "cluster.toml"
+    head = f'name = "agree"\nbackend = "{backend}"\nstate_dir = "{tmp_path / "st"}"\n'
+    config.write_text(
+        head
+        + body.replace("[vllm]\n", '[vllm]\npython = "/venv/bin/python"\n').replace(
+            "[sglang]\n", '[sglang]\npython = "/venv/bin/python"\n'
+        )
+    )
+    net = engine_network()
+    printed, calls = dry_run(monkeypatch, config, net)
+    assert len(calls) == 1 and net.spawned == [], "the dry-run gathers the facts once and starts nothing"
+    assert re.search(r"^# fix: NCCL_SOCKET_IFNAME", printed, re.M), "the fixes written are printed"
+    assert "/v1/completions streams a token (not /health)" in printed
+
+    def token(url: str, _model: str, _key: str | None) -> str | None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return "Hi" if net.listener(host, int(port)) is not None else None
+
+    state = up(load_spec(config), preflight=False, edges=net.edges(FakeEngine()), first_token=token)
+    assert state.phase == "ready"
+    ran = [(p.node, str(p.log), home(p.argv)) for p in net.spawned]
+    assert printed_commands(printed) == ran
+    roles = [p.role for p in state.processes]
+    assert (
+        roles
+        == {
+            "vllm-native": ["vllm", "vllm_headless", "gateway"],
+            "vllm-ray": ["ray_head", "ray_worker", "vllm", "gateway"],
+            "sglang": ["sglang", "sglang", "gateway"],
+        }[name]
+    )

@@ -18,11 +18,14 @@ from splitserve.cluster import (
     FakeNetwork,
     Program,
     down,
-    engine_dry_run_lines,
-    engine_up,
+    format_plan,
     gather_engine_facts,
+    gather_facts,
     parse_spec,
+    plan_launch,
     read_state,
+    restart_replica,
+    up,
 )
 from splitserve.cluster._engines_facts import FACT_MARK
 from splitserve.cluster._engines_plan import engine_plan
@@ -111,12 +114,17 @@ def masked(argv: list[str]) -> list[str]:
     return ["***" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
 
 
+def dry_run_lines(spec: Any, net: FakeNetwork) -> list[str]:
+    """What `up --dry-run` prints for ``spec`` on the nodes of ``net``."""
+    return format_plan(plan_launch(spec, gather_facts(spec, edges=net.edges()))).splitlines()
+
+
 @pytest.mark.parametrize("backend", ["vllm", "sglang"])
 def test_replicas_of_one_node_start_a_server_per_node_and_the_gateway_fronts_both(tmp_path: Path, backend: str) -> None:
     spec = spec_of(tmp_path, backend)
     net = network(backend)
     asked: list[str] = []
-    state = engine_up(spec, edges=net.edges(), first_token=token_when_listening(net, asked))
+    state = up(spec, edges=net.edges(), first_token=token_when_listening(net, asked))
     assert state.phase == "ready"
     head, w1, gw = net.spawned
     assert (head.node, w1.node, gw.node) == ("local", "box2", "local")
@@ -154,14 +162,14 @@ def test_replicas_of_one_node_start_a_server_per_node_and_the_gateway_fronts_bot
 def test_up_starts_exactly_what_the_dry_run_printed(tmp_path: Path, backend: str) -> None:
     spec = spec_of(tmp_path, backend)
     net = network(backend)
-    lines = engine_dry_run_lines(spec, gather_engine_facts(spec, net.edges()))
+    lines = dry_run_lines(spec, net)
     assert net.spawned == []
     text = "\n".join(lines)
     assert f'# topology = "replicas": 2 {backend} server(s) of 1 node(s) each (head; w1)' in text
-    assert f"# replica w1 (w1) ready when http://{W1_IP}:8090/v1/completions streams a token" in text
+    assert f". w1: replica w1 (w1) ready when http://{W1_IP}:8090/v1/completions streams a token" in text
     printed = [printed_argv(line) for line in lines if not line.startswith("#")]
     net = network(backend)
-    engine_up(spec, edges=net.edges(), first_token=token_when_listening(net, []))
+    up(spec, edges=net.edges(), first_token=token_when_listening(net, []))
     assert printed == [masked(p.argv) for p in net.spawned]
     assert [p.node for p in net.spawned] == ["local", "box2", "local"]
     down(spec, edges=net.edges())
@@ -212,15 +220,13 @@ def test_a_replicas_spec_the_engine_cannot_serve_is_one_line(
 def test_supervisor_restarts_only_the_replica_whose_server_died(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    from splitserve.cluster import Supervisor, read_supervisor_log
-    from splitserve.cluster._down import Event
-    from splitserve.cluster._engines_run import engine_restart_replica
+    from splitserve.cluster import Event, Supervisor, read_supervisor_log
 
     spec = spec_of(tmp_path, backend)
     net = network(backend)
     asked: list[str] = []
-    monkeypatch.setitem(kwdefaults(engine_up), "first_token", token_when_listening(net, asked))
-    monkeypatch.setitem(kwdefaults(engine_restart_replica), "first_token", token_when_listening(net, asked))
+    monkeypatch.setitem(kwdefaults(up), "first_token", token_when_listening(net, asked))
+    monkeypatch.setitem(kwdefaults(restart_replica), "first_token", token_when_listening(net, asked))
     served: list[Any] = []
 
     def on_event(event: Event) -> None:
@@ -259,12 +265,11 @@ def test_supervisor_restarts_only_the_replica_whose_server_died(
 
 def test_a_dead_rank_restarts_its_group_of_two_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from splitserve.cluster import Supervisor
-    from splitserve.cluster._engines_run import engine_restart_replica
 
     spec = spec_of(tmp_path, "vllm", workers=3, topology="replicas:2", tensor_parallel_size=4)
     net = network("vllm", workers=3)
-    monkeypatch.setitem(kwdefaults(engine_up), "first_token", token_when_listening(net, []))
-    monkeypatch.setitem(kwdefaults(engine_restart_replica), "first_token", token_when_listening(net, []))
+    monkeypatch.setitem(kwdefaults(up), "first_token", token_when_listening(net, []))
+    monkeypatch.setitem(kwdefaults(restart_replica), "first_token", token_when_listening(net, []))
     sup = Supervisor(spec, edges=net.edges(), on_event=lambda e: sup.stop() if e.kind == "restarted" else None)
     sup.run(on_ready=lambda _state: net.after(2.0, lambda: net.kill("box4", "vllm", sig=9)))
     first = net.spawned[:5]
@@ -278,7 +283,7 @@ def test_a_dead_rank_restarts_its_group_of_two_only(tmp_path: Path, monkeypatch:
 
 def test_one_replica_gives_the_gateway_its_plain_url(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, "sglang", workers=0)
-    lines = engine_dry_run_lines(spec, gather_engine_facts(spec, network("sglang", workers=0).edges()))
-    gateway = printed_argv(lines[-1])
+    lines = dry_run_lines(spec, network("sglang", workers=0))
+    gateway = printed_argv(next(ln for ln in reversed(lines) if not ln.startswith("#")))
     assert gateway[gateway.index("--engine") + 1] == "sglang+http://127.0.0.1:8080"
     assert lines[0] == '# topology = "replicas": 1 sglang server(s) of 1 node(s) each (head)'

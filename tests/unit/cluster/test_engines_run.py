@@ -5,6 +5,7 @@ processes, the Ray probe's report written as the real probe would, and a fake cl
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -20,10 +21,12 @@ from splitserve.cluster import (
     Supervisor,
     cluster_state_dir,
     down,
-    engine_dry_run_lines,
     engine_preflight,
+    format_plan,
     gather_engine_facts,
+    gather_facts,
     parse_spec,
+    plan_launch,
     read_state,
     read_supervisor_log,
     up,
@@ -212,18 +215,20 @@ def test_preflight_failures_refuse_up_before_anything_starts(tmp_path: Path) -> 
 def test_a_taken_ray_port_is_refused(tmp_path: Path) -> None:
     net = ray_network()
     net.taken_ports.add((HEAD_IP, 6379))
-    with pytest.raises(NodeError, match=r"head: preflight ports: port 6379 on 10.99.0.1 \(ray_head\) is taken"):
+    with pytest.raises(NodeError, match=r"head: port 6379 on 10.99.0.1 is already in use by another process"):
         up(probe_spec(tmp_path), edges=net.edges())
 
 
 def test_dry_run_lists_the_fixes_and_every_command(tmp_path: Path) -> None:
     spec = probe_spec(tmp_path)
     net = ray_network()
-    lines = engine_dry_run_lines(spec, gather_engine_facts(spec, net.edges()))
-    text = "\n".join(lines)
-    assert "# fix: NCCL_SOCKET_IFNAME" in text and "RAY_memory_monitor_refresh_ms=0" in text
+    text = format_plan(plan_launch(spec, gather_facts(spec, edges=net.edges())))
+    assert re.search(r"^# fix: NCCL_SOCKET_IFNAME", text, re.M) and "RAY_memory_monitor_refresh_ms=0" in text
     assert "ray start --head --node-ip-address 10.99.0.1" in text and "--object-store-memory 104857600" in text
-    assert "# 4. head: start the Ray probe on local" in text and "says every node (3) joined" in text
+    assert (
+        re.search(r"^# \d+\. head: start the Ray probe on local$", text, re.M) and "says every node (3) joined" in text
+    )
+    assert re.search(r"^# \d+\. head: wait until Ray's GCS port 10.99.0.1:6379 answers", text, re.M)
     assert net.spawned == []
 
 
@@ -263,9 +268,7 @@ def test_up_native_waits_for_a_streamed_token_then_starts_the_gateway(tmp_path: 
         asked.append((url, model, key))
         return "Hi" if net.listener("127.0.0.1", 8080) is not None else None
 
-    from splitserve.cluster import engine_up
-
-    state = engine_up(spec, edges=net.edges(), first_token=token)
+    state = up(spec, edges=net.edges(), first_token=token)
     assert state.phase == "ready" and state.load_seconds is not None and state.load_seconds >= 5.0
     assert asked[-1] == ("http://127.0.0.1:8080", "Qwen/Qwen3-0.6B", "engine-key") and len(asked) > 1
     head, rank1, gw = net.spawned
@@ -283,10 +286,8 @@ def test_a_dead_rank_during_load_fails_up_with_its_name(tmp_path: Path) -> None:
     net = native_network()
     net.program("vllm", Program(listen_after=None))
     net.on_spawn.append(lambda p: net.after(3.0, lambda: net.end(p, 1)) if "--headless" in p.argv else None)
-    from splitserve.cluster import engine_up
-
     with pytest.raises(NodeError, match=r"spark2: vllm serve --headless exited with code 1 during load"):
-        engine_up(spec, edges=net.edges(), first_token=lambda u, m, k: None)
+        up(spec, edges=net.edges(), first_token=lambda u, m, k: None)
     assert net.running() == []
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from splitserve._node import LocalNode
-from splitserve.cluster import EngineFacts, engine_dry_run_lines, engine_plan, parse_spec
+from splitserve.cluster import EngineFacts, LaunchFacts, engine_plan, format_plan, parse_spec, plan_launch
 from splitserve.cluster._engines_plan import node_facts, rdma_facts
 from splitserve.cluster._rdma_node import RdmaPort, spark_port, sysfs_script, write_fake_sysfs
 
@@ -77,7 +77,7 @@ def test_two_sparks_get_the_block_in_env_and_notes(tmp_path: Path) -> None:
         "NCCL_IB_GID_INDEX = the RoCE v2 GID of the node's address, read from /sys/class/infiniband (head: 3" in notes
     )
     assert "NCCL_NET_GDR_LEVEL=0 on unified-memory nodes (GB10)" in notes
-    shown = "\n".join(engine_dry_run_lines(spec(), facts))
+    shown = format_plan(plan_launch(spec(), LaunchFacts(engines={}, nodes=facts)))
     assert "NCCL_IB_HCA==roceP2p1s0f0:1,rocep1s0f0:1 NCCL_IB_MERGE_NICS=1" in shown  # the value starts with =
     assert "NCCL_IB_GID_INDEX=3" in shown and "NCCL_NET_GDR_LEVEL=0" in shown
 

@@ -1,4 +1,5 @@
-"""`up`'s plan in pyinfra's manner: each ``tests/fixtures/plans/llamacpp/*.json`` holds a spec, the
+"""`up`'s plan in pyinfra's manner: each ``tests/fixtures/plans/llamacpp/*.json`` (llama.cpp over RPC)
+and ``tests/fixtures/plans/launch/*.json`` (vLLM native, vLLM on Ray, the Ray probe, SGLang) holds a spec, the
 facts `up` would have gathered (:class:`LaunchFacts` as JSON) and the steps :func:`plan_launch`
 must return for them: action, node and the line the dry-run prints for every step, and host,
 argv, env, bind, port and log for every process started.
@@ -14,7 +15,8 @@ gateway runs under (``sys.executable``, which differs between machines).
 A fixture is ``{"about", "spec" (a dict, or TOML text), "facts", "options" (plan_launch's keyword
 arguments, optional), "expected": {"endpoint", "engine_endpoint", "tensor_split", "steps"}}``;
 ``facts.engines`` maps a node to ``{"root", "bin_dir", "provenance"}``, ``facts.remote_engines``
-a remote worker to :class:`EngineFact`'s fields, ``facts.refusal`` is the planner's message.
+a remote worker to :class:`RemoteBuild`'s fields, ``facts.refusal`` is the planner's message;
+``facts.nodes`` (vLLM / SGLang) is every node's :class:`EngineFacts`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import pytest
 from splitserve import ClusterError
 from splitserve.cluster import (
     ClusterSpec,
+    EngineFacts,
+    Executor,
     LaunchFacts,
     LaunchPlan,
     Step,
@@ -40,10 +44,13 @@ from splitserve.cluster import (
     plan_launch,
     spec_topology,
 )
-from splitserve.cluster._launch import EngineFact
+from splitserve.cluster._launch import RemoteBuild
 from splitserve.engine import Engine
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "plans" / "llamacpp"
+PLANS = Path(__file__).resolve().parents[2] / "fixtures" / "plans"
+FIXTURES = PLANS / "llamacpp"
+LAUNCH = PLANS / "launch"
+"""vLLM and SGLang: the same steps, printer and executor as llama.cpp's."""
 REGEN = os.environ.get("SPLITSERVE_REGEN_FIXTURES") == "1"
 PYTHON = "$PYTHON"
 
@@ -57,6 +64,13 @@ WANTED = {
     "stale-earlier-run",
     "replicas-of-1",
     "replicas-of-2",
+}
+WANTED_LAUNCH = {
+    "vllm-native-tp2-2nodes",
+    "vllm-ray-tp3-3nodes",
+    "vllm-ray-probe-3nodes",
+    "sglang-tp2-2nodes",
+    "vllm-replicas-of-2-4nodes",
 }
 
 
@@ -80,8 +94,9 @@ def load_facts(data: dict[str, Any]) -> LaunchFacts:
         stale_ports=set(data.get("stale_ports", [])),
         busy_ports=set(data.get("busy_ports", [])),
         spare_port=data.get("spare_port"),
-        remote_engines={name: EngineFact(**f) for name, f in data.get("remote_engines", {}).items()},
+        remote_engines={name: RemoteBuild(**f) for name, f in data.get("remote_engines", {}).items()},
         refusal=ClusterError(refusal) if refusal else None,
+        nodes=EngineFacts.from_dict(data["nodes"]) if "nodes" in data else None,
     )
 
 
@@ -123,6 +138,9 @@ def plan_json(plan: LaunchPlan) -> dict[str, Any]:
     if plan.replicas:
         out["topology"] = plan.topology
         out["replicas"] = [r.to_dict() for r in plan.replicas]
+    if plan.ranks:  # vLLM / SGLang: what the state records besides the processes
+        out["engine"] = plan.engine_name
+        out["record"] = _portable(plan.record)
     out["steps"] = [step_json(s) for s in plan.steps]
     return out
 
@@ -138,7 +156,7 @@ def plan_of(fixture: dict[str, Any]) -> LaunchPlan:
 
 
 def fixture_files() -> list[Path]:
-    return sorted(FIXTURES.glob("*.json"))
+    return sorted(FIXTURES.glob("*.json")) + sorted(LAUNCH.glob("*.json"))
 
 
 def read(name: str) -> dict[str, Any]:
@@ -157,7 +175,8 @@ def flag(argv: list[str], name: str) -> str | None:
 
 
 def test_every_case_has_a_fixture() -> None:
-    assert {p.stem for p in fixture_files()} >= WANTED
+    assert {p.stem for p in FIXTURES.glob("*.json")} >= WANTED
+    assert {p.stem for p in LAUNCH.glob("*.json")} >= WANTED_LAUNCH
 
 
 @pytest.mark.parametrize("path", fixture_files(), ids=lambda p: p.stem)
@@ -181,9 +200,18 @@ def test_the_dry_run_prints_every_command_the_plan_starts(path: Path) -> None:
     lines = format_plan(plan).splitlines()
     starts = [s for s in plan.steps if s.action == "start"]
     assert starts and all(s.process is not None and s.process.shell() in lines for s in starts)
+    numbered = [s for s in plan.steps if s.action != "note"]
     assert [ln for ln in lines if re.match(r"# \d+\. ", ln)] == [
-        f"# {i}. {s.node}: {s.text}" for i, s in enumerate(plan.steps, 1)
+        f"# {i}. {s.node}: {s.text}" for i, s in enumerate(numbered, 1)
     ]
+    notes = [f"# {s.text}" for s in plan.steps if s.action == "note"]
+    assert lines[len(plan.topology) : len(plan.topology) + len(notes)] == notes, "the notes come first"
+
+
+@pytest.mark.parametrize("path", fixture_files(), ids=lambda p: p.stem)
+def test_the_one_executor_carries_out_every_step(path: Path) -> None:
+    plan = plan_of(json.loads(path.read_text()))
+    assert all(callable(getattr(Executor, "do_" + s.action, None)) for s in plan.steps), [s.action for s in plan.steps]
 
 
 # What the fixtures must show, said outright (so a regenerated fixture cannot quietly lose it).

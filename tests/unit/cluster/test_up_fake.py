@@ -177,7 +177,7 @@ def test_restart_gateway_starts_the_gateway_alone_on_its_old_port(tmp_path: Path
     assert all(p.exit_code is None for p in engine_procs), "the engine kept serving"
     saved = read_state(cluster_state_dir(spec))
     assert saved is not None and saved.gateway is not None and saved.gateway.pid == new_gw.pid
-    assert [r.node for r in saved.processes] == ["w1", "w2", "head", "gateway"]
+    assert [r.node for r in saved.processes] == ["gateway", "w1", "w2", "head"], "its record where the old one was"
 
 
 def test_restart_gateway_that_never_turns_healthy_is_stopped_with_the_reason(tmp_path: Path) -> None:
