@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..engine import BuildOptions, Engine, build_engine, get_engine, list_engines
+from ..engine import BuildEvent, BuildNote, BuildOptions, Engine, build_engine, build_summary, get_engine, list_engines
 from ._app import app, make_console, maps_errors
 from ._prefill import prefill_cache_cmd
 
@@ -41,7 +41,13 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[Eng
     ) as bar:
         task = bar.add_task("engine: preparing", total=None)
 
-        def on_step(done: int, total: int, line: str) -> None:
+        def on_event(event: BuildEvent) -> None:
+            if isinstance(event, BuildNote):
+                bar.update(task, description=f"engine: {event.message}")
+                if not quiet:
+                    err.print(f"[dim]engine: {escape(event.message)}[/dim]")
+                return
+            done, total = event.done, event.total
             bar.update(task, completed=done, total=total, description="engine: compiling")
             if live or quiet:
                 return
@@ -55,12 +61,7 @@ def build_with_progress(options: BuildOptions, quiet: bool = False) -> tuple[Eng
                     highlight=False,
                 )
 
-        def on_log(msg: str) -> None:
-            bar.update(task, description=f"engine: {msg}")
-            if not quiet:
-                err.print(f"[dim]engine: {escape(msg)}[/dim]")
-
-        return build_engine(options, progress=on_step, log=on_log)
+        return build_engine(options, on_event)
 
 
 @engine_app.command("build")
@@ -121,13 +122,8 @@ def build_cmd(
         skip_cpu_variants=list(skip_cpu_variant or []),
     )
     engine, built = build_with_progress(options)
-    what = "built" if built else "already built (cache hit, nothing to do)"
-    console.print(f"engine {engine.key}: {what}")
-    applied = engine.provenance.get("patches") or []
-    if applied:
-        names = ", ".join(f"PR #{p['pr']}" if p.get("pr") else str(p.get("file")) for p in applied)
-        console.print(f"  patches applied: {names}", markup=False)
-    console.print(f"  binaries: {engine.bin_dir}")
+    for line in build_summary(engine, built):
+        console.print(line, markup=False)
 
 
 @engine_app.command("list")

@@ -13,7 +13,7 @@ from ._backend import (
     EngineStreamError,
     engine_message,
 )
-from ._build import BuildOptions, build_engine
+from ._build import BuildEvent, BuildNote, BuildOptions, BuildStep, build_engine, build_summary
 from ._client import BlockingEngine, EngineHTTPError, EngineUnavailable
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
@@ -35,7 +35,10 @@ from ._vllm import VllmBackend, backend_for, split_engine_url
 __all__ = [
     "DOWN_RETRY_AFTER",
     "BlockingEngine",
+    "BuildEvent",
+    "BuildNote",
     "BuildOptions",
+    "BuildStep",
     "Check",
     "CompletionRequest",
     "CompletionStream",
@@ -58,6 +61,7 @@ __all__ = [
     "VllmBackend",
     "backend_for",
     "build_engine",
+    "build_summary",
     "check_rpc",
     "engine_message",
     "get_engine",

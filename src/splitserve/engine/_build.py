@@ -14,11 +14,10 @@ import hashlib
 import json
 import os
 import platform
-import pty
 import re
-import select
+import shlex
 import shutil
-import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,9 @@ from typing import Any
 
 import httpx
 
-from .._errors import BuildError, UsageError
+from .._clock import SYSTEM_CLOCK, Clock
+from .._errors import BuildError, SplitserveError, UsageError
+from .._node import LocalNode, Node, stop
 from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
 from ._patches import Patch, is_patch_file, plan_patches, prepare_patched_tree
@@ -41,6 +42,27 @@ BACKENDS = ("cpu", "cuda")
 
 Progress = Callable[[int, int, str], None]
 """Called with (steps done, steps in all, the current line) while compiling."""
+
+
+@dataclass(frozen=True)
+class BuildNote:
+    """A stage of the build in words: "configuring KEY", "probing the binaries", a patch applied."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """A compile step done: ninja's ``[done/total]`` and its line."""
+
+    done: int
+    total: int
+    line: str
+
+
+BuildEvent = BuildNote | BuildStep
+OnBuildEvent = Callable[[BuildEvent], None]
+"""What :func:`build_engine` reports while it works (the CLI draws a bar and prints the notes)."""
 
 
 @dataclass
@@ -226,90 +248,94 @@ def plan_build(
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
-def _run_logged(cmd: list[str], log_fh: Any, env: dict[str, str], progress: Progress | None, what: str) -> None:
-    log_fh.write(f"$ {' '.join(cmd)}\n")
-    log_fh.flush()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
-    assert proc.stdout is not None
-    tail: list[str] = []
+def _log_line(log_path: Path, text: str) -> None:
+    """Append a line of splitserve's own to the build log (the compilers append theirs)."""
+    with open(log_path, "a") as fh:
+        fh.write(text + "\n")
+
+
+def _run_logged(
+    node: Node,
+    cmd: list[str],
+    log_path: Path,
+    env: dict[str, str],
+    progress: Progress | None,
+    what: str,
+    clock: Clock = SYSTEM_CLOCK,
+) -> None:
+    """Run ``cmd`` on ``node`` with its output appended to the build log, reporting ninja's
+    ``[N/M]`` lines to ``progress`` as the log grows; stopped (its process group) when the caller
+    is interrupted."""
+    _log_line(log_path, f"$ {' '.join(cmd)}")
+    offset = log_path.stat().st_size
     try:
-        for line in proc.stdout:
-            log_fh.write(line)
-            tail = (tail + [line.rstrip()])[-30:]
-            m = _STEP.match(line)
-            if m and progress:
-                progress(int(m.group(1)), int(m.group(2)), line.rstrip())
-        rc = proc.wait()
+        ref = node.spawn(cmd, env, log_path)
+    except SplitserveError as exc:
+        raise BuildError(f"{what}: {exc}") from None
+    tail: list[str] = []
+    pending = ""
+    try:
+        while True:
+            running = node.alive(ref)
+            text, offset = node.read_log_since(log_path, offset)
+            *lines, pending = (pending + text).split("\n")
+            if not running and pending:
+                lines, pending = [*lines, pending], ""
+            for line in lines:
+                tail = (tail + [line.rstrip()])[-30:]
+                m = _STEP.match(line)
+                if m and progress:
+                    progress(int(m.group(1)), int(m.group(2)), line.rstrip())
+            if not running:
+                break
+            clock.sleep(0.1)
     except BaseException:
-        proc.kill()
-        proc.wait()
+        stop(node, ref, grace=2.0, clock=clock)
         raise
-    log_fh.flush()
+    rc = node.exit_code(ref)
     if rc != 0:
         errors = [ln for ln in tail if "error" in ln.lower()] or tail
-        raise BuildError(
-            f"{what} failed (exit {rc}): {errors[-1] if errors else 'no output'} (full log: {log_fh.name})"
-        )
+        raise BuildError(f"{what} failed (exit {rc}): {errors[-1] if errors else 'no output'} (full log: {log_path})")
 
 
-def _rpath(binary: Path) -> str | None:
-    try:
-        out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True).stdout
-    except FileNotFoundError:
-        return None
+def _rpath(binary: Path, node: Node | None = None) -> str | None:
+    res = (node or LocalNode()).run(f"readelf -d {shlex.quote(str(binary))}", check=False, timeout=60)
+    out = res.stdout.decode("utf-8", "replace")
     m = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[([^\]]*)\]", out)
     return m.group(1) if m else ""
 
 
-def probe_rpc_protocol(rpc_server: Path, timeout: float = 20.0) -> str | None:
+def probe_rpc_protocol(rpc_server: Path, timeout: float = 20.0, clock: Clock = SYSTEM_CLOCK) -> str | None:
     """Start the RPC server on a loopback port and read the protocol version it prints."""
-    port = _free_port()
+    node = LocalNode()  # its processes' stdout is line-buffered: the banner reaches the log at once
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    # A pseudo-terminal: the server's printf output is line-buffered there, block-buffered in a pipe.
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [str(rpc_server), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=slave,
-        stderr=slave,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    os.close(slave)
-    fd = master
-    buf = b""
-    pattern = re.compile(rb"RPC server v(\d+\.\d+\.\d+)")
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    break
-                buf += chunk
-                m = pattern.search(buf)
-                if m:
-                    return m.group(1).decode()
-            elif proc.poll() is not None:
-                break
-        m = pattern.search(buf)
-        return m.group(1).decode() if m else None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        os.close(master)
+    pattern = re.compile(r"RPC server v(\d+\.\d+\.\d+)")
+    with tempfile.TemporaryDirectory(prefix="splitserve-probe-") as tmp:
+        log = Path(tmp) / "rpc.log"
+        try:
+            ref = node.spawn([str(rpc_server), "-H", "127.0.0.1", "-p", str(_free_port())], env, log)
+        except SplitserveError:
+            return None
+        deadline = clock.monotonic() + timeout
+        try:
+            while True:
+                running = node.alive(ref)
+                m = pattern.search(node.read_log(log))
+                if m or not running or clock.monotonic() >= deadline:
+                    return m.group(1) if m else None
+                clock.sleep(0.05)
+        finally:
+            stop(node, ref, grace=2.0, clock=clock)
 
 
-def probe_server_version(server: Path) -> dict[str, str]:
+def probe_server_version(server: Path, node: Node | None = None) -> dict[str, str]:
     """``llama-server --version``: build number and commit."""
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    proc = subprocess.run([str(server), "--version"], capture_output=True, text=True, env=env, timeout=60)
-    text = proc.stdout + proc.stderr
+    script = f"env -u LD_LIBRARY_PATH {shlex.quote(str(server))} --version 2>&1"
+    try:
+        res = (node or LocalNode()).run(script, check=False, timeout=60)
+    except SplitserveError as exc:
+        raise BuildError(f"{server} --version: {exc}") from None
+    text = res.stdout.decode("utf-8", "replace")
     out: dict[str, str] = {}
     # "version: 0.6.0-dev (build 0, commit unknown)" now; "version: 4567 (abc1234)" in older builds.
     m = re.search(r"version:\s*(\S+)\s*\(build (\d+), commit (\S+?)\)", text)
@@ -328,10 +354,17 @@ def probe_server_version(server: Path) -> dict[str, str]:
     return out
 
 
-def build_engine(
-    options: BuildOptions, progress: Progress | None = None, log: Callable[[str], None] = lambda _m: None
-) -> tuple[Engine, bool]:
-    """Build (or reuse) the engine for ``options``; returns (engine, built_now)."""
+def build_engine(options: BuildOptions, on_event: OnBuildEvent | None = None) -> tuple[Engine, bool]:
+    """Build (or reuse) the engine for ``options``; returns (engine, built_now). ``on_event`` gets
+    a :class:`BuildNote` for each stage and a :class:`BuildStep` for each compile step."""
+    emit = on_event or (lambda _e: None)
+
+    def log(message: str) -> None:
+        emit(BuildNote(message))
+
+    def progress(done: int, total: int, line: str) -> None:
+        emit(BuildStep(done, total, line))
+
     plan = plan_build(options, log)
     plan.root.mkdir(parents=True, exist_ok=True)
     with open(plan.root / ".lock", "w") as lock:
@@ -344,6 +377,19 @@ def build_engine(
             elif all(role in find_binaries(engine.bin_dir) for role in ("server", "rpc_server", "bench")):
                 return resmoke_if_needed(engine, options, log), False
         return _build(plan, options, progress, log), True
+
+
+def build_summary(engine: Engine, built: bool) -> list[str]:
+    """What `engine build` prints when done: the engine, whether it was built now, its patches,
+    its binaries."""
+    what = "built" if built else "already built (cache hit, nothing to do)"
+    lines = [f"engine {engine.key}: {what}"]
+    applied = engine.provenance.get("patches") or []
+    if applied:
+        names = ", ".join(f"PR #{p['pr']}" if p.get("pr") else str(p.get("file")) for p in applied)
+        lines.append(f"  patches applied: {names}")
+    lines.append(f"  binaries: {engine.bin_dir}")
+    return lines
 
 
 def resmoke_if_needed(engine: Engine, options: BuildOptions, log: Callable[[str], None]) -> Engine:
@@ -392,18 +438,20 @@ def _build(plan: BuildPlan, options: BuildOptions, progress: Progress | None, lo
         env.setdefault("CCACHE_BASEDIR", str(cache_dir()))
     (plan.root / PROVENANCE).unlink(missing_ok=True)
     started = time.monotonic()
-    with open(plan.log_path, "w") as log_fh:
-        if plan.patches and plan.pristine is not None:
-            for line in prepare_patched_tree(plan.pristine, plan.source, plan.patches, log):
-                log_fh.write(f"splitserve: {line}\n")
-        else:
-            log_fh.write("splitserve: no patches applied (the source as pinned)\n")
-        log(f"RDMA transport for RPC: {plan.rdma.text()}")
-        log_fh.write(f"splitserve: RDMA transport for RPC: {plan.rdma.text()}\n")
-        log(f"configuring {plan.key}")
-        _run_logged(plan.configure_command() + generator + launcher, log_fh, env, None, "cmake configure")
-        log(f"compiling {', '.join(plan.targets)} with {plan.jobs} jobs")
-        _run_logged(plan.build_command(), log_fh, env, progress, "cmake build")
+    node = LocalNode()
+    plan.log_path.parent.mkdir(parents=True, exist_ok=True)
+    plan.log_path.write_text("")
+    if plan.patches and plan.pristine is not None:
+        for line in prepare_patched_tree(plan.pristine, plan.source, plan.patches, log):
+            _log_line(plan.log_path, f"splitserve: {line}")
+    else:
+        _log_line(plan.log_path, "splitserve: no patches applied (the source as pinned)")
+    log(f"RDMA transport for RPC: {plan.rdma.text()}")
+    _log_line(plan.log_path, f"splitserve: RDMA transport for RPC: {plan.rdma.text()}")
+    log(f"configuring {plan.key}")
+    _run_logged(node, plan.configure_command() + generator + launcher, plan.log_path, env, None, "cmake configure")
+    log(f"compiling {', '.join(plan.targets)} with {plan.jobs} jobs")
+    _run_logged(node, plan.build_command(), plan.log_path, env, progress, "cmake build")
     return finish_build(plan, options, started, log)
 
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import splitserve.cli._engine  # noqa: F401  (registers `engine`)
 from splitserve import BuildError, UsageError
 from splitserve.cli import app
-from splitserve.engine import BuildOptions, build_engine, get_engine
+from splitserve.engine import BuildNote, BuildOptions, build_engine, get_engine
 from splitserve.engine import _build as build_mod
 from splitserve.engine._build import plan_build
 from splitserve.engine._patches import PR_DIFF_URL, patches_dir, resolve_patch
@@ -170,7 +170,7 @@ def fake_binaries(monkeypatch: pytest.MonkeyPatch, commands: list[list[str]]) ->
     """cmake records its command line; the probes and smoke test of the (absent) binaries pass."""
     names = {"server": "llama-server", "rpc_server": "ggml-rpc-server", "bench": "llama-bench"}
     monkeypatch.setattr(build_mod.shutil, "which", lambda name: "/usr/bin/" + name if name == "cmake" else None)
-    monkeypatch.setattr(build_mod, "_run_logged", lambda cmd, fh, env, progress, what: commands.append(cmd))
+    monkeypatch.setattr(build_mod, "_run_logged", lambda node, cmd, log, env, progress, what: commands.append(cmd))
     monkeypatch.setattr(build_mod, "find_binaries", lambda bin_dir: names)
     monkeypatch.setattr(build_mod, "_rpath", lambda binary: "$ORIGIN")
     monkeypatch.setattr(build_mod, "probe_server_version", lambda server: {})
@@ -186,7 +186,10 @@ def test_build_applies_the_patch_to_a_copy_and_records_it(
     commands: list[list[str]] = []
     fake_binaries(monkeypatch, commands)
     logged: list[str] = []
-    engine, built = build_engine(BuildOptions(source=str(tree), prs=[str(patch)]), log=logged.append)
+    engine, built = build_engine(
+        BuildOptions(source=str(tree), prs=[str(patch)]),
+        lambda e: logged.append(e.message) if isinstance(e, BuildNote) else None,
+    )
     assert built
     configure = commands[0]
     src = Path(configure[configure.index("-S") + 1])

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 
 from splitserve.cli import _engine
-from splitserve.engine import BuildOptions
+from splitserve.engine import BuildNote, BuildOptions, BuildStep
 
 
 def test_non_terminal_progress_prints_steps_percent_and_elapsed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def fake_build(options: BuildOptions, progress: Any, log: Any) -> tuple[object, bool]:
-        log("configuring k")
+    def fake_build(options: BuildOptions, on_event: Any) -> tuple[object, bool]:
+        on_event(BuildNote("configuring k"))
         for i in range(1, 471):
-            progress(i, 470, f"[{i}/470] Building CXX object x.o")
+            on_event(BuildStep(i, 470, f"[{i}/470] Building CXX object x.o"))
         return object(), True
 
     monkeypatch.setattr(_engine, "build_engine", fake_build)
@@ -33,7 +33,9 @@ def test_non_terminal_progress_prints_steps_percent_and_elapsed(
 
 def test_quiet_prints_nothing(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(
-        _engine, "build_engine", lambda o, progress, log: (progress(1, 2, ""), log("x"), (None, True))[2]
+        _engine,
+        "build_engine",
+        lambda o, on_event: (on_event(BuildStep(1, 2, "")), on_event(BuildNote("x")), (None, True))[2],
     )
     _engine.build_with_progress(BuildOptions(), quiet=True)
     assert capsys.readouterr().err == ""
