@@ -101,6 +101,19 @@ def ints(text: str, what: str) -> list[int]:
     return out
 
 
+def speed_options(prompt_tokens: str, concurrency: str, repeat: int, **more: Any) -> Any:
+    """The speed bench's options from the command's ``--prompt-tokens``, ``--concurrency`` (0s
+    dropped; none left: 1) and ``--repeat``."""
+    from ..bench import SpeedOptions
+
+    return SpeedOptions(
+        prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
+        concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
+        repeat=repeat,
+        **more,
+    )
+
+
 def resolve_target(
     url: str | None, spec: Path | None, model: str | None, api_key: str | None, api: str
 ) -> tuple[Target, dict[str, Any], dict[str, Any] | None]:
@@ -269,7 +282,7 @@ def speed_cmd(
 
     Example: splitserve bench speed --url http://127.0.0.1:8000 --workload copy,edit,json,agent --reference base.json
     """
-    from ..bench import SpeedOptions, run_path, run_speed
+    from ..bench import run_path, run_speed
 
     path = Path()
     try:
@@ -277,12 +290,7 @@ def speed_cmd(
         target, engine, facts = resolve_target(url, spec_file, model, api_key, api)
         target.ignore_eos = True if ignore_eos is None else ignore_eos
         target.timeout_s = timeout
-        opts = SpeedOptions(
-            prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
-            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
-            repeat=repeat,
-            reuse_prompt=reuse_prompt,
-        )
+        opts = speed_options(prompt_tokens, concurrency, repeat, reuse_prompt=reuse_prompt)
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
         if reference is not None:
             if not reference.is_file():
@@ -388,40 +396,15 @@ def sweep_cmd(
 
     Example: splitserve bench sweep -c cluster.toml --set topology=split,replicas --concurrency 1,4,16
     """
-    from ..bench import (
-        ClusterRestarter,
-        SpeedOptions,
-        engine_provenance,
-        parse_set,
-        run_path,
-        run_sweep,
-        with_baseline,
-        with_server,
-    )
-    from ..cluster import load_spec
+    from ..bench import ClusterRestarter, engine_provenance, run_path, run_sweep
 
     path = Path()
     try:
-        cluster = renamed(config, old_cluster, "-c", "--cluster")
-        if cluster is None:
-            raise UsageError("give -c cluster.toml (the cluster to restart per point)")
-        spec = load_spec(cluster)
-        points = with_baseline(parse_set(set_))
-        for values in points:
-            with_server(spec, values)  # every point is a valid spec before anything restarts
-        opts = SpeedOptions(
-            prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
-            concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
-            repeat=repeat,
-        )
+        spec, points = sweep_points(renamed(config, old_cluster, "-c", "--cluster"), set_)
+        opts = speed_options(prompt_tokens, concurrency, repeat)
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
         path = run_path(out, "sweep")
-
-        def on_event(ev: Any) -> None:
-            if ev.kind in ("ready", "stale"):
-                err.print(f"[dim]{ev.node}: {ev.message}[/dim]")
-
-        restarter = ClusterRestarter(spec, on_event=on_event, ignore_eos=ignore_eos, api_key=api_key)
+        restarter = ClusterRestarter(spec, on_event=restart_events, ignore_eos=ignore_eos, api_key=api_key)
         with progress_bar(len(points) * (opts.total_requests(plan) + PROBES), "bench sweep") as step:
             run, path = run_sweep(
                 restarter,
@@ -437,6 +420,27 @@ def sweep_cmd(
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
+
+
+def sweep_points(cluster: Path | None, set_: list[str]) -> tuple[Any, list[dict[str, Any]]]:
+    """The spec a sweep restarts and its points (``--set``, with the speculation baseline), each
+    checked as a spec before anything restarts."""
+    from ..bench import parse_set, with_baseline, with_server
+    from ..cluster import load_spec
+
+    if cluster is None:
+        raise UsageError("give -c cluster.toml (the cluster to restart per point)")
+    spec = load_spec(cluster)
+    points = with_baseline(parse_set(set_))
+    for values in points:
+        with_server(spec, values)  # every point is a valid spec before anything restarts
+    return spec, points
+
+
+def restart_events(ev: Any) -> None:
+    """A sweep's restarts: a node that is ready, or stale, is said (dim) on stderr."""
+    if ev.kind in ("ready", "stale"):
+        err.print(f"[dim]{ev.node}: {ev.message}[/dim]")
 
 
 @bench_app.command("engine")
@@ -468,77 +472,109 @@ def engine_cmd(
 
     Example: splitserve bench engine -c cluster.toml -p 512,4096 -n 128
     """
-    from ..bench import EngineBenchOptions, run_engine_bench, run_path
-    from ..engine import get_engine
+    from ..bench import run_path
 
     path = Path()
     cluster = renamed(cluster, old_cluster, "-c", "--cluster")
     try:
-        if flash_attn is not None and flash_attn.lower() not in ("on", "off", "1", "0"):
-            raise UsageError(f"--flash-attn {flash_attn!r}: use on or off")
-        opts = EngineBenchOptions(
-            prompt_tokens=ints(prompt_tokens, "-p"),
-            gen_tokens=ints(gen_tokens, "-n"),
-            depths=ints(depth, "-d") if depth else [],
-            ubatch=ints(ubatch, "--ubatch") if ubatch else [],
-            repetitions=repetitions,
-            flash_attn=flash_attn.lower() if flash_attn else None,
-        )
+        opts = engine_options(prompt_tokens, gen_tokens, depth, ubatch, repetitions, flash_attn)
         if cluster is None and model is not None and not model.is_file():
             raise UsageError(f"-m {model}: no such model file")
         path = run_path(out, "engine")
-        total = len(opts.prompt_tokens) + len(opts.gen_tokens)
-        total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
-        ) as bar:
-            task = bar.add_task("bench engine (llama-bench)", total=total)
-
-            def on_row(row: dict[str, Any]) -> None:
-                bar.update(task, advance=1)
-                bar.console.print(
-                    f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s", markup=False
-                )
-
+        with engine_bar(opts) as on_row:
             if cluster is not None:
                 if model or rpc:
                     raise UsageError("with -c the model and workers come from the spec; drop -m/--rpc")
-                from ..bench import cluster_facts, workers_only
-                from ..cluster import load_spec
-
-                spec = load_spec(cluster)
-                eng = get_engine(engine) if engine else None
-                if spec.server.ubatch and not opts.ubatch:
-                    opts.ubatch = [spec.server.ubatch]
-                with workers_only(spec, eng) as (endpoints, head_engine):
-                    run, path = run_engine_bench(
-                        head_engine.bench,
-                        spec.model,
-                        endpoints,
-                        opts,
-                        path,
-                        label,
-                        head_engine.provenance,
-                        on_row,
-                        cluster_facts(spec),
-                    )
+                run, path = engine_on_cluster(cluster, engine, opts, path, label, on_row)
             else:
                 if model is None:
                     raise UsageError("give -c cluster.toml, or -m MODEL.gguf [--rpc host:port,...]")
-                eng = get_engine(engine)
-                run, path = run_engine_bench(
-                    eng.bench,
-                    model,
-                    [r for r in (rpc or "").split(",") if r],
-                    opts,
-                    path,
-                    label,
-                    eng.provenance,
-                    on_row,
-                )
+                run, path = engine_on_workers(model, rpc, engine, opts, path, label, on_row)
         finish(run, path, report)
     except KeyboardInterrupt:
         raise interrupted(path) from None
+
+
+def engine_options(
+    prompt_tokens: str, gen_tokens: str, depth: str | None, ubatch: str | None, repetitions: int, fa: str | None
+) -> Any:
+    """llama-bench's options from ``bench engine``'s flags."""
+    from ..bench import EngineBenchOptions
+
+    if fa is not None and fa.lower() not in ("on", "off", "1", "0"):
+        raise UsageError(f"--flash-attn {fa!r}: use on or off")
+    return EngineBenchOptions(
+        prompt_tokens=ints(prompt_tokens, "-p"),
+        gen_tokens=ints(gen_tokens, "-n"),
+        depths=ints(depth, "-d") if depth else [],
+        ubatch=ints(ubatch, "--ubatch") if ubatch else [],
+        repetitions=repetitions,
+        flash_attn=fa.lower() if fa else None,
+    )
+
+
+@contextmanager
+def engine_bar(opts: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A progress bar of llama-bench's tests; yields the callback that counts a row and prints it."""
+    total = len(opts.prompt_tokens) + len(opts.gen_tokens)
+    total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as bar:
+        task = bar.add_task("bench engine (llama-bench)", total=total)
+
+        def on_row(row: dict[str, Any]) -> None:
+            bar.update(task, advance=1)
+            bar.console.print(
+                f"{row['test']}: {row.get('avg_ts', 0):.2f} ± {row.get('stddev_ts', 0):.2f} t/s", markup=False
+            )
+
+        yield on_row
+
+
+def engine_on_cluster(
+    cluster: Path, engine: str | None, opts: Any, path: Path, label: str, on_row: Callable[[dict[str, Any]], None]
+) -> tuple[Any, Path]:
+    """llama-bench with the spec's model and workers, its head stopped meanwhile."""
+    from ..bench import cluster_facts, run_engine_bench, workers_only
+    from ..cluster import load_spec
+    from ..engine import get_engine
+
+    spec = load_spec(cluster)
+    eng = get_engine(engine) if engine else None
+    if spec.server.ubatch and not opts.ubatch:
+        opts.ubatch = [spec.server.ubatch]
+    with workers_only(spec, eng) as (endpoints, head_engine):
+        return run_engine_bench(
+            head_engine.bench,
+            spec.model,
+            endpoints,
+            opts,
+            path,
+            label,
+            head_engine.provenance,
+            on_row,
+            cluster_facts(spec),
+        )
+
+
+def engine_on_workers(
+    model: Path,
+    rpc: str | None,
+    engine: str | None,
+    opts: Any,
+    path: Path,
+    label: str,
+    on_row: Callable[[dict[str, Any]], None],
+) -> tuple[Any, Path]:
+    """llama-bench with ``-m`` and the ``--rpc`` workers given."""
+    from ..bench import run_engine_bench
+    from ..engine import get_engine
+
+    eng = get_engine(engine)
+    return run_engine_bench(
+        eng.bench, model, [r for r in (rpc or "").split(",") if r], opts, path, label, eng.provenance, on_row
+    )
 
 
 @bench_app.command("report")
