@@ -18,7 +18,7 @@ import httpx
 
 from .._errors import AuthError, NotRunningError, UsageError
 from ._records import RequestRecord
-from ._stream import DONE, SSEDecoder, StreamTimer, token_counts
+from ._stream import DONE, SSEDecoder, StreamTimer, StreamTrace, token_counts
 from ._wire import ANTHROPIC_VERSION, PATHS, chunk_reader, wire_body
 
 Api = Literal["chat", "completions", "messages", "responses"]
@@ -200,46 +200,64 @@ class BenchClient:
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         trace = timer.finish(time.perf_counter() - t0)
-        if error is None and trace.error:
-            error = trace.error
-        prompt, completion, cached, source = token_counts(trace)
+        offset = round((t0 - batch_t0) * 1000.0, 3) if batch_t0 is not None else 0.0
+        return _record(trace, rec_id, kind, cell, batch, started_at, offset, keep_text, status, error)
 
-        def ms(v: float | None) -> float | None:
-            return None if v is None else round(v * 1000.0, 3)
 
-        content = trace.content
-        timings = trace.timings or {}
-        return RequestRecord(
-            id=rec_id,
-            kind=kind,
-            cell=cell,
-            batch=batch,
-            started_at=started_at,
-            send_offset_ms=round((t0 - batch_t0) * 1000.0, 3) if batch_t0 is not None else 0.0,
-            ttf_chunk_ms=ms(trace.first_chunk),
-            ttf_token_ms=ms(trace.first_token),
-            ttf_content_ms=ms(trace.first_content),
-            ttf_reasoning_ms=ms(trace.first_reasoning),
-            e2e_ms=ms(trace.end),
-            token_times_ms=[round(t * 1000.0, 3) for t in trace.token_times],
-            n_chunks=trace.n_chunks,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            cached_tokens=cached,
-            tokens_source=source,
-            timings=trace.timings,
-            finish_reason=trace.finish_reason,
-            text=content if keep_text is None else content[:keep_text],
-            reasoning_chars=len(trace.reasoning),
-            tool_call_chunks=trace.tool_call_chunks,
-            reasoning=trace.reasoning if keep_text is None else "",
-            tool_calls=trace.tool_calls,
-            draft_n=_count(timings.get("draft_n")),
-            draft_accepted=_count(timings.get("draft_n_accepted")),
-            status=status,
-            error=error,
-            extra={"reasoning_tail": trace.reasoning[-200:]} if trace.reasoning else {},
-        )
+def _record(
+    trace: StreamTrace,
+    rec_id: str,
+    kind: str,
+    cell: dict[str, Any],
+    batch: int,
+    started_at: float,
+    send_offset_ms: float,
+    keep_text: int | None,
+    status: int | None,
+    error: str | None,
+) -> RequestRecord:
+    """A request's record from its stream's trace (its times in ms, its token counts, the text
+    kept: ``keep_text`` characters, None for all, reasoning included)."""
+    if error is None and trace.error:
+        error = trace.error
+    prompt, completion, cached, source = token_counts(trace)
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else round(v * 1000.0, 3)
+
+    content = trace.content
+    timings = trace.timings or {}
+    return RequestRecord(
+        id=rec_id,
+        kind=kind,
+        cell=cell,
+        batch=batch,
+        started_at=started_at,
+        send_offset_ms=send_offset_ms,
+        ttf_chunk_ms=ms(trace.first_chunk),
+        ttf_token_ms=ms(trace.first_token),
+        ttf_content_ms=ms(trace.first_content),
+        ttf_reasoning_ms=ms(trace.first_reasoning),
+        e2e_ms=ms(trace.end),
+        token_times_ms=[round(t * 1000.0, 3) for t in trace.token_times],
+        n_chunks=trace.n_chunks,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        tokens_source=source,
+        timings=trace.timings,
+        finish_reason=trace.finish_reason,
+        text=content if keep_text is None else content[:keep_text],
+        reasoning_chars=len(trace.reasoning),
+        tool_call_chunks=trace.tool_call_chunks,
+        reasoning=trace.reasoning if keep_text is None else "",
+        tool_calls=trace.tool_calls,
+        draft_n=_count(timings.get("draft_n")),
+        draft_accepted=_count(timings.get("draft_n_accepted")),
+        status=status,
+        error=error,
+        extra={"reasoning_tail": trace.reasoning[-200:]} if trace.reasoning else {},
+    )
 
 
 def _count(value: Any) -> int | None:

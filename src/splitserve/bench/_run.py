@@ -161,6 +161,17 @@ def load_reference(path: Path) -> tuple[list[RequestRecord], str]:
     )
 
 
+async def _probe(
+    client: BenchClient, run: BenchRun, target: Target, engine: dict[str, Any] | None, writer: RunWriter
+) -> None:
+    """The server's facts into the run (its model, its engine with ``engine``'s provenance over
+    what the server reports), written at once."""
+    run.server = await client.probe()
+    run.target["model"] = target.model
+    run.engine = _engine_from_server(run.server) | (engine or {})
+    writer.flush()
+
+
 def run_speed(
     target: Target,
     opts: SpeedOptions,
@@ -186,10 +197,7 @@ def run_speed(
 
     async def main() -> None:
         async with BenchClient(target, transport=transport, max_connections=max(opts.concurrency) + 2) as client:
-            run.server = await client.probe()
-            run.target["model"] = target.model
-            run.engine = _engine_from_server(run.server) | (engine or {})
-            writer.flush()
+            await _probe(client, run, target, engine, writer)
             # with a reference, the chat prompts of the reference run cannot be rebuilt (their nonce was
             # random); only the fixed workloads compare
             session = Session(client, emit)
@@ -226,10 +234,7 @@ def run_context(
 
     async def main() -> None:
         async with BenchClient(target, transport=transport) as client:
-            run.server = await client.probe()
-            run.target["model"] = target.model
-            run.engine = _engine_from_server(run.server) | (engine or {})
-            writer.flush()
+            await _probe(client, run, target, engine, writer)
             session = Session(client, emit)
             n_ctx = run.server.get("n_ctx")
             n_ctx = n_ctx if isinstance(n_ctx, int) else None

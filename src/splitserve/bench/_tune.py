@@ -294,6 +294,64 @@ class PointRunner:
         )
 
 
+def _new_tune_run(
+    path: Path,
+    spec: Any,
+    axes: Sequence[Axis],
+    start: dict[str, Any],
+    opts: SpeedOptions,
+    topts: TuneOptions,
+    plan: WorkloadPlan,
+    label: str,
+) -> BenchRun:
+    """The run a tune writes: a sweep whose settings hold the tune's own (mode, spec, axes, start)."""
+    metric = metric_for(topts.metric)
+    mode = "grid" if topts.grid else "tune"
+    return BenchRun(
+        kind="sweep",
+        id=_run_id(path),
+        label=label or f"{mode} {spec.name} ({topts.workload}, {metric.name})",
+        machine=machine_info(),
+        settings=opts.as_dict()
+        | {
+            "workload_items": plan.describe(),
+            "tune": topts.as_dict()
+            | {
+                "mode": mode,
+                "spec_file": str(spec.source_file) if spec.source_file else None,
+                "axes": [{"name": a.name, "values": list(a.values)} for a in axes],
+                "start": start,
+            },
+        },
+    )
+
+
+def _search(
+    axes: Sequence[Axis],
+    start: dict[str, Any],
+    runner: PointRunner,
+    metric: Metric,
+    feasible: Feasible,
+    topts: TuneOptions,
+    on_step: OnStep | None,
+) -> SearchResult:
+    """The grid (``topts.grid``) or the coordinate search, measuring through ``runner``."""
+    if topts.grid:
+        return grid_search(axes, start, runner, metric, feasible, topts.budget, on_step)
+    return coordinate_search(
+        axes,
+        start,
+        runner,
+        metric,
+        feasible,
+        topts.budget,
+        topts.min_gain,
+        topts.max_passes,
+        on_step,
+        topts.confirm,
+    )
+
+
 def run_tune(
     restarter: Any,
     spec: Any,
@@ -319,24 +377,7 @@ def run_tune(
     metric = metric_for(topts.metric)
     plan = plan or plan_for(opts)
     path = tune_out_path(out)
-    mode = "grid" if topts.grid else "tune"
-    run = BenchRun(
-        kind="sweep",
-        id=_run_id(path),
-        label=label or f"{mode} {spec.name} ({topts.workload}, {metric.name})",
-        machine=machine_info(),
-        settings=opts.as_dict()
-        | {
-            "workload_items": plan.describe(),
-            "tune": topts.as_dict()
-            | {
-                "mode": mode,
-                "spec_file": str(spec.source_file) if spec.source_file else None,
-                "axes": [{"name": a.name, "values": list(a.values)} for a in axes],
-                "start": start,
-            },
-        },
-    )
+    run = _new_tune_run(path, spec, axes, start, opts, topts, plan, label)
     run.engine = engine or {}
     run.notes.extend(notes)
     writer = RunWriter(run, path)
@@ -344,21 +385,7 @@ def run_tune(
     result: SearchResult | None = None
     interrupted = False
     try:
-        if topts.grid:
-            result = grid_search(axes, start, runner, metric, feasible, topts.budget, on_step)
-        else:
-            result = coordinate_search(
-                axes,
-                start,
-                runner,
-                metric,
-                feasible,
-                topts.budget,
-                topts.min_gain,
-                topts.max_passes,
-                on_step,
-                topts.confirm,
-            )
+        result = _search(axes, start, runner, metric, feasible, topts, on_step)
         interrupted = result.stopped == "interrupted"
     except BaseException:
         interrupted = True
