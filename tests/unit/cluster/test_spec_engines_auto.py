@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,17 @@ from gguf_factory import dense_llama
 from splitserve import ClusterError, SpecError
 from splitserve.cli import _cluster  # noqa: F401  (registers `up` on the app)
 from splitserve.cli._app import app
-from splitserve.cluster import EngineFacts, EngineNode, engine_plan, parse_spec
+from splitserve.cluster import (
+    EngineFacts,
+    EngineNode,
+    FakeNetwork,
+    engine_plan,
+    format_plan,
+    gather_facts,
+    parse_spec,
+    plan_launch,
+)
+from splitserve.cluster._engines_facts import FACT_MARK
 from splitserve.cluster._preflight_engines import backend_checks
 
 W1 = {"name": "w1", "host": "box2", "bind": "10.0.0.2"}
@@ -231,3 +242,23 @@ def test_up_dry_run_prints_the_chosen_sizes_and_why(tmp_path: Path) -> None:
     )
     assert "does not split evenly" not in res.output
     assert not (tmp_path / "st").exists() or not any((tmp_path / "st").rglob("*.pid"))
+
+
+def test_dry_run_on_the_fake_network_counts_each_nodes_gpus(tmp_path: Path) -> None:
+    """The same on a :class:`FakeNetwork`: the GPUs come from each node's ``nvidia-smi -L``."""
+    net = FakeNetwork()
+    for host, address in (("local", "10.0.0.1"), ("box2", "10.0.0.2")):
+        nic = [{"ifname": "eth1", "mtu": 9000, "operstate": "UP", "addr_info": [{"local": address, "prefixlen": 24}]}]
+        gpus = "\n".join(f"GPU {i}: NVIDIA H100 (UUID: GPU-{i})" for i in range(4))
+        sections = [("nic", 0, json.dumps(nic)), ("engine", 0, "0.11.0"), ("gpus", 0, gpus), ("gds", 1, "")]
+        out = "".join(f"{FACT_MARK}{k}\n{text}\n@@splitserve-rc {rc}\n" for k, rc, text in sections)
+        net.node(host).answers.append((FACT_MARK, subprocess.CompletedProcess(["sh"], 0, out.encode(), b"")))
+    s = spec("vllm", model_dir(tmp_path, 12, 4), [W1], state_dir=str(tmp_path / "st"))
+    text = format_plan(plan_launch(s, gather_facts(s, edges=net.edges())))
+    assert text.splitlines()[0] == (
+        "# parallel sizes: tensor 4 x pipeline 2 (auto: 12 heads (4 KV) do not divide over 8 GPUs; "
+        "tensor over each node's 4, pipeline over 2 nodes)"
+    )
+    serve = [line for line in text.splitlines() if "vllm serve " in line and not line.startswith("#")]
+    assert len(serve) == 2 and all("--tensor-parallel-size 4 --pipeline-parallel-size 2" in line for line in serve)
+    assert net.spawned == []
