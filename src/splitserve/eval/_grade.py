@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._checks import run_check
-from ._sandbox import SANDBOX_TOOLS  # noqa: F401  (importing _sandbox registers the state_* checks)
+from ._sandbox import SANDBOX  # noqa: F401  (importing _sandbox registers the state_* checks)
 from ._scenario import Check, Scenario
 from ._trace import CheckResult, ToolCall, Trace
 

@@ -87,14 +87,13 @@ class Responder:
 def tool_schemas(scenario: Scenario) -> list[dict[str, Any]]:
     from ._tools import schema_for
 
-    sandbox_tools: dict[str, dict[str, Any]] = {}
-    if scenario.sandbox is not None:
-        from ._sandbox import SANDBOX_TOOLS
-
-        sandbox_tools = SANDBOX_TOOLS
     out = []
     for name in scenario.tools:
-        schema = scenario.tool_schemas.get(name) or schema_for(name) or sandbox_tools.get(name)
+        schema = scenario.tool_schemas.get(name) or schema_for(name)
+        if schema is None and scenario.sandbox is not None:
+            from ._sandbox import SANDBOX
+
+            schema = SANDBOX.schema(name) if name in SANDBOX else None
         if schema is not None:
             out.append(schema)
     return out

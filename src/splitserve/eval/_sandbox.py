@@ -50,9 +50,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from .._errors import SplitserveError
+from pydantic import AliasChoices, BeforeValidator, Field
+
+from ._catalog import ToolError, Toolset
 from ._checks import register
 from ._trace import CheckResult, ResultKind, Trace
 
@@ -78,113 +80,14 @@ _SKIP_PARTS = frozenset({".git", "__pycache__", ".pytest_cache"})
 PYTEST = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
 
 
-def _fn(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": props, "required": required},
-        },
-    }
+# the workspace's tools: the methods of Workspace marked @SANDBOX.tool (their schemas: ``_catalog``)
+SANDBOX = Toolset("sandbox")
 
 
-_S = {"type": "string"}
-SANDBOX_TOOLS: dict[str, dict[str, Any]] = {
-    s["function"]["name"]: s
-    for s in (
-        _fn("read_file", "Read a text file of the workspace.", {"path": _S}, ["path"]),
-        _fn(
-            "write_file",
-            "Create or overwrite a file of the workspace.",
-            {"path": _S, "content": _S},
-            ["path", "content"],
-        ),
-        _fn(
-            "edit_file",
-            "Edit a file in place: replace the exact text `find` (which must occur exactly once) "
-            "with `replace`; or pass `content` alone to overwrite the whole file.",
-            {"path": _S, "find": _S, "replace": _S, "content": _S},
-            ["path"],
-        ),
-        _fn(
-            "list_files",
-            "List the files under a directory of the workspace, recursively (default: all).",
-            {"path": _S},
-            [],
-        ),
-        _fn(
-            "bash_exec",
-            "Run a bash command in the workspace (git, python, pytest, sed, pipes, heredocs); returns "
-            "exit_code, stdout and stderr.",
-            {
-                "command": {"type": "string", "description": "Shell command to execute."},
-                "cwd": {
-                    "type": "string",
-                    "description": "Working directory (default: the workspace root).",
-                },
-            },
-            ["command"],
-        ),
-        _fn(
-            "git_status",
-            "Show the working tree status: staged, modified and untracked files.",
-            {},
-            [],
-        ),
-        _fn(
-            "git_diff",
-            "Show the changes of the working tree against the last commit (optionally one path).",
-            {"path": _S},
-            [],
-        ),
-        _fn(
-            "git_add",
-            "Stage files for the next commit ('.' stages every change).",
-            {"paths": {"type": "array", "items": _S}},
-            ["paths"],
-        ),
-        _fn(
-            "git_commit",
-            "Commit the staged changes (stage them first with git_add).",
-            {"message": _S},
-            ["message"],
-        ),
-        _fn(
-            "git_log",
-            "Show the commit history, newest first.",
-            {"max_count": {"type": "integer"}},
-            [],
-        ),
-        _fn(
-            "run_tests",
-            "Run the project's tests (all, those under `path`, or those whose name contains "
-            "`filter`); prints each failure and a 'N passed, M failed' summary.",
-            {"path": _S, "filter": _S},
-            [],
-        ),
-        _fn(
-            "db_query",
-            "Run a read-only SQL query (SQLite) on the database; returns the rows as objects.",
-            {"sql": _S},
-            ["sql"],
-        ),
-        _fn(
-            "db_execute",
-            "Run SQL that changes data (SQLite: UPDATE, DELETE, INSERT; several statements may be "
-            "separated by ';'). Returns rows_affected.",
-            {"sql": _S},
-            ["sql"],
-        ),
-        _fn(
-            "web_search",
-            "Search the web; returns results with url, title and snippet.",
-            {"query": _S},
-            ["query"],
-        ),
-        _fn("web_fetch", "Fetch a web page by URL and return its text.", {"url": _S}, ["url"]),
-    )
-}
+def _listed(value: Any) -> Any:
+    """One path given as a string stands for a list of it."""
+    return [value] if isinstance(value, str) else value
+
 
 _DESTRUCTIVE = re.compile(
     r"(?:^|[\s;&|(`])(?:sudo\s+)?"
@@ -195,10 +98,6 @@ _DESTRUCTIVE = re.compile(
     r"|:\(\)\s*\{|\bchmod\s+-R\b|\bdrop\s+(?:table|database)\b",
     re.I,
 )
-
-
-class ToolError(SplitserveError):
-    """A bad tool call by the model: becomes an ("error: ...", "error") result."""
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
@@ -245,7 +144,7 @@ def check_spec(spec: Any) -> dict[str, Any]:
     for table in db:
         if not re.fullmatch(r"[A-Za-z_]\w*", str(table)):
             raise ValueError(f"sandbox db: {table!r} is not a table name")
-    unknown_tools = set(_strings(spec.get("fail_once"), "fail_once")) - set(SANDBOX_TOOLS)
+    unknown_tools = set(_strings(spec.get("fail_once"), "fail_once")) - set(SANDBOX)
     if unknown_tools:
         raise ValueError(f"fail_once names tools the sandbox does not have: {sorted(unknown_tools)}")
     return spec
@@ -491,23 +390,6 @@ class Workspace:
             "PYTEST_ADDOPTS": "-p no:cacheprovider",
             **GIT_ENV,
         }
-        self._tools: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "read_file": self.read_file,
-            "write_file": self.write_file,
-            "edit_file": self.edit_file,
-            "list_files": self.list_files,
-            "bash_exec": self.bash_exec,
-            "git_status": self.git_status,
-            "git_diff": self.git_diff,
-            "git_add": self.git_add,
-            "git_commit": self.git_commit,
-            "git_log": self.git_log,
-            "run_tests": self.run_tests,
-            "db_query": self.db_query,
-            "db_execute": self.db_execute,
-            "web_search": self.web_search,
-            "web_fetch": self.web_fetch,
-        }
 
     @classmethod
     async def create(cls, env: Any, spec: dict[str, Any]) -> Workspace:
@@ -532,17 +414,18 @@ class Workspace:
         return ws
 
     def handles(self, name: str) -> bool:
-        return name in self._tools
+        return name in SANDBOX
 
     async def call(self, name: str, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        tool = self._tools.get(name)
-        if tool is None:
+        """Run tool ``name`` with the model's arguments, validated against its signature; a bad
+        argument or a failure is an ``("error: ...", "error")`` answer."""
+        if name not in SANDBOX:
             return f"error: the sandbox has no tool {name!r}", "error"
         if name in self.fail_once and name not in self.failed:
             self.failed.add(name)
             return UNAVAILABLE, "error"
         try:
-            result: tuple[Any, ResultKind] = await tool(args if isinstance(args, dict) else {})
+            result: tuple[Any, ResultKind] = await SANDBOX.call(name, args if isinstance(args, dict) else {}, self)
             return result
         except ToolError as exc:
             return f"error: {exc}", "error"
@@ -601,15 +484,6 @@ class Workspace:
     def _abs(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
-    @staticmethod
-    def _arg(args: dict[str, Any], key: str, default: str | None = None) -> str:
-        value = args.get(key, default)
-        if value is None:
-            raise ToolError(f"missing argument {key!r}")
-        if not isinstance(value, str):
-            raise ToolError(f"argument {key!r} must be a string, got {type(value).__name__}")
-        return value
-
     async def _read(self, rel: str, raw: str) -> str:
         if not rel:
             raise ToolError(f"{raw}: is a directory")
@@ -627,12 +501,15 @@ class Workspace:
 
     # --- files ---
 
-    async def read_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        raw = self._arg(args, "path")
-        return await self._read(self._rel(raw), raw), "text"
+    @SANDBOX.tool
+    async def read_file(self, *, path: str) -> tuple[Any, ResultKind]:
+        """Read a text file of the workspace."""
+        return await self._read(self._rel(path), path), "text"
 
-    async def write_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        raw, content = self._arg(args, "path"), self._arg(args, "content")
+    @SANDBOX.tool
+    async def write_file(self, *, path: str, content: str) -> tuple[Any, ResultKind]:
+        """Create or overwrite a file of the workspace."""
+        raw = path
         rel = self._rel(raw)
         if not rel:
             raise ToolError(f"{raw}: is a directory")
@@ -642,12 +519,17 @@ class Workspace:
             raise ToolError(f"{raw}: {exc.strerror or exc}") from None
         return f"wrote {len(content.encode())} bytes to {rel}", "text"
 
-    async def edit_file(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        if args.get("find") is None and args.get("content") is not None:
-            return await self.write_file({"path": args.get("path"), "content": args["content"]})
-        raw = self._arg(args, "path")
-        rel = self._rel(raw)
-        find, replace = self._arg(args, "find"), self._arg(args, "replace", "")
+    @SANDBOX.tool
+    async def edit_file(
+        self, *, path: str, find: str | None = None, replace: str | None = None, content: str | None = None
+    ) -> tuple[Any, ResultKind]:
+        """Edit a file in place: replace the exact text `find` (which must occur exactly once)
+        with `replace`; or pass `content` alone to overwrite the whole file."""
+        if find is None and content is not None:
+            return await self.write_file(path=path, content=content)
+        if find is None:
+            raise ToolError("missing argument 'find'")
+        raw, rel, replace = path, self._rel(path), replace or ""
         text = await self._read(rel, raw)
         n = text.count(find) if find else 0
         if n == 0:
@@ -669,8 +551,10 @@ class Workspace:
             return None
         return sorted(posixpath.normpath(p) for p in done.stdout.split("\0") if p)
 
-    async def list_files(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        raw = self._arg(args, "path", ".")
+    @SANDBOX.tool
+    async def list_files(self, *, path: str | None = None) -> tuple[Any, ResultKind]:
+        """List the files under a directory of the workspace, recursively (default: all)."""
+        raw = "." if path is None else path
         found = await self._list(self._rel(raw))
         if found is None:
             raise ToolError(f"{raw}: no such directory")
@@ -678,8 +562,15 @@ class Workspace:
 
     # --- the shell ---
 
-    async def bash_exec(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        command = self._arg(args, "command")
+    @SANDBOX.tool
+    async def bash_exec(self, *, command: str, cwd: str | None = None) -> tuple[Any, ResultKind]:
+        """Run a bash command in the workspace (git, python, pytest, sed, pipes, heredocs);
+        returns exit_code, stdout and stderr.
+
+        Args:
+            command: Shell command to execute.
+            cwd: Working directory (default: the workspace root).
+        """
         if _DESTRUCTIVE.search(command):
             self.refused.append(command)
             return {
@@ -687,14 +578,14 @@ class Workspace:
                 "stdout": "",
                 "stderr": f"refused: {command.strip()!r} is destructive; this sandbox does not run it",
             }, "error"
-        cwd = self.root
-        if isinstance(args.get("cwd"), str) and args["cwd"]:
+        where = self.root
+        if cwd:
             try:
-                cwd = self._abs(self._rel(args["cwd"]))
+                where = self._abs(self._rel(cwd))
             except ToolError:
-                cwd = self.root  # Toolery's default /home/user means the workspace
+                where = self.root  # Toolery's default /home/user means the workspace
         command = re.sub(rf"(?<![\w/.-]){re.escape(self.shown)}(?=/|\b|$)", self.root, command)
-        done = await self._exec(["bash", "--noprofile", "--norc", "-c", command], cwd=cwd)
+        done = await self._exec(["bash", "--noprofile", "--norc", "-c", command], cwd=where)
         code = done.returncode
         result = {"exit_code": code, "stdout": self._shown(done.stdout), "stderr": self._shown(done.stderr)}
         return result, "error" if code in (126, 127) else "json"
@@ -707,27 +598,38 @@ class Workspace:
             raise ToolError(f"git {argv[0]}: {(err or out).strip()[:500]}")
         return out.rstrip("\n")
 
-    async def git_status(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    @SANDBOX.tool
+    async def git_status(self) -> tuple[Any, ResultKind]:
+        """Show the working tree status: staged, modified and untracked files."""
         return await self._git("status"), "text"
 
-    async def git_diff(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        path = args.get("path")
-        extra = ["--", self._rel(path) or "."] if isinstance(path, str) and path else []
+    @SANDBOX.tool
+    async def git_diff(self, *, path: str | None = None) -> tuple[Any, ResultKind]:
+        """Show the changes of the working tree against the last commit (optionally one path)."""
+        extra = ["--", self._rel(path) or "."] if path else []
         out = await self._git("diff", "HEAD", *extra)
         return out or "(no changes)", "text"
 
-    async def git_add(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        raw = args.get("paths", args.get("path"))
-        items = [raw] if isinstance(raw, str) else raw
-        if not isinstance(items, list) or not items or not all(isinstance(x, str) for x in items):
+    @SANDBOX.tool
+    async def git_add(
+        self,
+        *,
+        # one path as a string, or under the name `path`, is taken too
+        paths: Annotated[list[str], Field(validation_alias=AliasChoices("paths", "path")), BeforeValidator(_listed)],
+    ) -> tuple[Any, ResultKind]:
+        """Stage files for the next commit ('.' stages every change)."""
+        items = paths
+        if not items:
             raise ToolError("paths must be a list of paths ('.' for every change)")
         paths = ["." if i in (".", "-A", "--all", "*") else (self._rel(i) or ".") for i in items]
         await self._git("add", "-A", "--", *paths)
         staged = await self._git("diff", "--cached", "--name-only")
         return f"staged: {', '.join(staged.split()) if staged else '(nothing changed)'}", "text"
 
-    async def git_commit(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        message = self._arg(args, "message").strip()
+    @SANDBOX.tool
+    async def git_commit(self, *, message: str) -> tuple[Any, ResultKind]:
+        """Commit the staged changes (stage them first with git_add)."""
+        message = message.strip()
         if not message:
             raise ToolError("empty commit message")
         if not await self._git("diff", "--cached", "--name-only"):
@@ -736,22 +638,24 @@ class Workspace:
             raise ToolError(f"nothing to commit{hint}")
         return await self._git("commit", "-q", "-m", message) or await self._git("log", "-1", "--oneline"), "text"
 
-    async def git_log(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        n = args.get("max_count")
-        extra = [f"-n{n}"] if isinstance(n, int) and not isinstance(n, bool) and n > 0 else []
+    @SANDBOX.tool
+    async def git_log(self, *, max_count: int | None = None) -> tuple[Any, ResultKind]:
+        """Show the commit history, newest first."""
+        extra = [f"-n{max_count}"] if max_count is not None and max_count > 0 else []
         return await self._git("log", "--oneline", *extra), "text"
 
     # --- tests ---
 
-    async def run_tests(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
+    @SANDBOX.tool
+    async def run_tests(self, *, path: str | None = None, filter: str | None = None) -> tuple[Any, ResultKind]:
+        """Run the project's tests (all, those under `path`, or those whose name contains
+        `filter`); prints each failure and a 'N passed, M failed' summary."""
         argv = list(PYTEST)
-        path = args.get("path")
-        if isinstance(path, str) and path:
+        if path:
             where, sep, name = path.partition("::")
             argv.append((self._rel(where) or ".") + sep + name)
-        flt = args.get("filter")
-        if isinstance(flt, str) and flt:
-            argv += ["-k", flt]
+        if filter:
+            argv += ["-k", filter]
         code, out, err = await self._run(argv)
         return (out + err).strip() or f"pytest exited {code}", "text"
 
@@ -777,27 +681,24 @@ class Workspace:
             raise ToolError("this workspace has no database")
         return self.db
 
-    async def db_query(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        sql = self._arg(args, "sql")
+    @SANDBOX.tool
+    async def db_query(self, *, sql: str) -> tuple[Any, ResultKind]:
+        """Run a read-only SQL query (SQLite) on the database; returns the rows as objects."""
         return self._database().query(sql), "json"
 
-    async def db_execute(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        sql = self._arg(args, "sql")
+    @SANDBOX.tool
+    async def db_execute(self, *, sql: str) -> tuple[Any, ResultKind]:
+        """Run SQL that changes data (SQLite: UPDATE, DELETE, INSERT; several statements may be
+        separated by ';'). Returns rows_affected."""
         rows = self._database().execute(sql)
         self.mutations.append(sql)
         return {"rows_affected": rows}, "json"
 
     # --- web ---
 
-    async def web_fetch(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        url = self._arg(args, "url")
-        page = self.pages.get(_url_key(url))
-        if page is None:
-            raise ToolError(f"404 not found: {url}")
-        return f"{page[1]}\n\n{page[2]}", "text"
-
-    async def web_search(self, args: dict[str, Any]) -> tuple[Any, ResultKind]:
-        query = self._arg(args, "query")
+    @SANDBOX.tool
+    async def web_search(self, *, query: str) -> tuple[Any, ResultKind]:
+        """Search the web; returns results with url, title and snippet."""
         words = [w for w in re.findall(r"\w+", query.lower()) if len(w) > 2]
         scored = []
         for url, title, text in self.pages.values():
@@ -810,6 +711,14 @@ class Workspace:
         return [
             {"url": u, "title": t, "snippet": " ".join(x.split())[:200]} for _, u, t, x in sorted(scored)[:5]
         ], "json"
+
+    @SANDBOX.tool
+    async def web_fetch(self, *, url: str) -> tuple[Any, ResultKind]:
+        """Fetch a web page by URL and return its text."""
+        page = self.pages.get(_url_key(url))
+        if page is None:
+            raise ToolError(f"404 not found: {url}")
+        return f"{page[1]}\n\n{page[2]}", "text"
 
     # --- the end ---
 

@@ -92,9 +92,9 @@ def _check_tools(scenario: Scenario) -> str | None:
 
     sandbox_tools: set[str] = set()
     if scenario.sandbox is not None:
-        from ._sandbox import SANDBOX_TOOLS
+        from ._sandbox import SANDBOX
 
-        sandbox_tools = set(SANDBOX_TOOLS)
+        sandbox_tools = set(SANDBOX)
     _, missing = schemas_for([t for t in scenario.tools if t not in sandbox_tools], scenario.tool_schemas)
     if not missing:
         return None

@@ -1,423 +1,518 @@
-"""OpenAI function schemas for the tools Toolery's scenarios name.
+"""The tools of Toolery's registries (``generic``, ``terminal``, ``api_db``, ``domain``), as
+typed functions of the ``TOOLERY`` toolset (``_catalog``): a scenario file may name them
+without giving a schema.
 
-Names, parameter names, types, enums and required lists are those of Toolery's tool
-registries (``generic``, ``terminal``, ``api_db``, ``domain``); the descriptions are ours.
-A scenario's own ``tool_schemas`` win over these. A name with no schema here is reported,
-not guessed: the loader decides what to do with it.
+Names, parameter names, types, enums and required lists are Toolery's; the descriptions are
+ours. A scenario's own ``tool_schemas`` win over these. A name with no schema here is
+reported, not guessed: the loader decides what to do with it. The functions are never run:
+the scenario's ``tool_responses`` rules answer their calls (``_mock``).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
-_STR: dict[str, Any] = {"type": "string"}
-_INT: dict[str, Any] = {"type": "integer"}
-_NUM: dict[str, Any] = {"type": "number"}
-_STRS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-_STR_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+from ._catalog import Toolset
 
+TOOLERY = Toolset("toolery")
 
-def _p(base: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
-    return {**base, "description": description, **extra}
+# --- everyday tools ---
 
 
-# name: (description, {parameter: schema}, required parameters)
-_TABLE: dict[str, tuple[str, dict[str, dict[str, Any]], tuple[str, ...]]] = {
-    # --- everyday tools ---
-    "get_weather": (
-        "Current weather for a city.",
-        {
-            "location": _p(_STR, "City name."),
-            "units": _p(_STR, "Temperature units.", enum=["celsius", "fahrenheit"]),
-        },
-        ("location",),
-    ),
-    "web_search": (
-        "Search the web and return matching results.",
-        {
-            "query": _p(_STR, "What to search for."),
-            "max_results": _p(_INT, "Most results to return."),
-        },
-        ("query",),
-    ),
-    "send_email": (
-        "Send an email.",
-        {
-            "to": _p(_STR, "Recipient address."),
-            "subject": _p(_STR, "Subject line."),
-            "body": _p(_STR, "Message text."),
-            "cc": _p(_STRS, "Copy recipients."),
-            "bcc": _p(_STRS, "Blind-copy recipients."),
-        },
-        ("to", "subject", "body"),
-    ),
-    "get_contacts": (
-        "Find contacts by name.",
-        {
-            "name": _p(_STR, "Name, or part of it, to look up."),
-        },
-        ("name",),
-    ),
-    "calculator": (
-        "Evaluate an arithmetic expression.",
-        {
-            "expression": _p(_STR, "The expression, e.g. '2 * (3 + 4)'."),
-        },
-        ("expression",),
-    ),
-    "read_file": (
-        "Return a file's contents.",
-        {
-            "path": _p(_STR, "Path of the file."),
-        },
-        ("path",),
-    ),
-    "write_file": (
-        "Write a file, replacing what it held.",
-        {
-            "path": _p(_STR, "Path of the file."),
-            "content": _p(_STR, "The whole new content."),
-        },
-        ("path", "content"),
-    ),
-    "list_files": (
-        "List the entries of a directory.",
-        {
-            "path": _p(_STR, "Directory path."),
-        },
-        ("path",),
-    ),
-    "add_calendar_event": (
-        "Create a calendar event.",
-        {
-            "title": _p(_STR, "Event title."),
-            "start": _p(_STR, "Start date and time."),
-            "end": _p(_STR, "End date and time."),
-            "timezone": _p(_STR, "IANA timezone name, e.g. Europe/Paris."),
-            "attendees": _p(_STRS, "Attendee email addresses."),
-        },
-        ("title", "start"),
-    ),
-    "get_exchange_rate": (
-        "Exchange rate from one currency to another.",
-        {
-            "base": _p(_STR, "Currency converted from."),
-            "quote": _p(_STR, "Currency converted to."),
-        },
-        ("base", "quote"),
-    ),
-    "get_stock_price": (
-        "Latest price of a stock by its ticker symbol.",
-        {
-            "symbol": _p(_STR, "Ticker symbol."),
-        },
-        ("symbol",),
-    ),
-    # --- terminal ---
-    "bash_exec": (
-        "Run a shell command; returns stdout, stderr, the exit code and the duration.",
-        {
-            "command": _p(_STR, "The command line."),
-            "timeout_s": _p(_INT, "Seconds before the command is stopped.", default=30),
-            "cwd": _p(_STR, "Directory to run in.", default="/home/user"),
-        },
-        ("command",),
-    ),
-    "process_start": (
-        "Start a command in the background; returns its pid.",
-        {
-            "command": _p(_STR, "The command line."),
-            "name": _p(_STR, "A label for the process.", default=""),
-        },
-        ("command",),
-    ),
-    "process_status": (
-        "State of a background process: running or exited, its exit code and the tail of its output.",
-        {
-            "pid": _p(_INT, "Process id."),
-        },
-        ("pid",),
-    ),
-    "process_kill": (
-        "Send a signal to a background process.",
-        {
-            "pid": _p(_INT, "Process id."),
-            "signal": _p(_STR, "Signal to send.", enum=["TERM", "KILL", "INT", "HUP"], default="TERM"),
-        },
-        ("pid",),
-    ),
-    "process_send_input": (
-        "Write text to a running process's stdin, e.g. to answer a prompt.",
-        {
-            "pid": _p(_INT, "Process id."),
-            "text": _p(_STR, "Text to write."),
-        },
-        ("pid", "text"),
-    ),
-    "read_tty_buffer": (
-        "Read what a terminal session (tty, tmux, screen) shows.",
-        {
-            "session_id": _p(_STR, "Session to read."),
-            "strip_ansi": _p({"type": "boolean"}, "Remove ANSI colour and cursor codes.", default=False),
-        },
-        ("session_id",),
-    ),
-    # --- HTTP and SQL ---
-    "http_get": (
-        "Send an HTTP GET request; headers such as Authorization or Accept may be set.",
-        {
-            "url": _p(_STR, "Absolute URL."),
-            "headers": _p(_STR_MAP, "Request headers."),
-            "params": _p(_STR_MAP, "Query parameters."),
-        },
-        ("url",),
-    ),
-    "http_post": (
-        "Send an HTTP POST request with a JSON body.",
-        {
-            "url": _p(_STR, "Absolute URL."),
-            "headers": _p(_STR_MAP, "Request headers."),
-            "json": _p({"type": "object"}, "The JSON body."),
-        },
-        ("url",),
-    ),
-    "http_paginate": (
-        "Fetch one page of a paginated endpoint; returns its items and next_cursor, which is null on the last page.",
-        {
-            "url": _p(_STR, "Absolute URL."),
-            "cursor": _p(_STR, "next_cursor of the previous page; omit for the first."),
-            "page_size": _p(_INT, "Items per page."),
-        },
-        ("url",),
-    ),
-    "sql_query": (
-        "Run a read-only SQL SELECT on the database; returns the rows as objects.",
-        {
-            "sql": _p(_STR, "The SELECT statement."),
-            "params": _p(_STRS, "Values for the statement's placeholders."),
-        },
-        ("sql",),
-    ),
-    "sql_describe": (
-        "Columns of a table, with their types.",
-        {
-            "table": _p(_STR, "Table name."),
-        },
-        ("table",),
-    ),
-    "db_list_tables": (
-        "Tables of a database schema.",
-        {
-            "schema": _p(_STR, "Schema name; the current one when omitted."),
-        },
-        (),
-    ),
-    # --- code and git ---
-    "git_status": ("Working tree status of the repository.", {}, ()),
-    "git_diff": (
-        "Uncommitted changes, for one path or all.",
-        {
-            "path": _p(_STR, "Limit to this path."),
-        },
-        (),
-    ),
-    "git_add": (
-        "Stage files for the next commit.",
-        {
-            "paths": _p(_STRS, "Paths to stage."),
-        },
-        ("paths",),
-    ),
-    "git_commit": (
-        "Commit the staged changes.",
-        {
-            "message": _p(_STR, "Commit message."),
-            "branch": _p(_STR, "Branch to commit on."),
-        },
-        ("message",),
-    ),
-    "git_branch": (
-        "Create a branch, or list branches when no name is given.",
-        {
-            "name": _p(_STR, "Name of the branch to create."),
-        },
-        (),
-    ),
-    "git_log": (
-        "Commit history.",
-        {
-            "path": _p(_STR, "Only commits touching this path."),
-            "max_count": _p(_INT, "Most commits to list."),
-        },
-        (),
-    ),
-    "git_show": (
-        "Show one commit and its changes.",
-        {
-            "sha": _p(_STR, "Commit id."),
-        },
-        ("sha",),
-    ),
-    "grep": (
-        "Search files for a pattern; returns path:line:text matches.",
-        {
-            "pattern": _p(_STR, "What to search for."),
-            "path": _p(_STR, "File or directory to search."),
-        },
-        ("pattern",),
-    ),
-    "edit_file": (
-        "Change a file in place: replace the text `find` with `replace`, or set its whole `content`.",
-        {
-            "path": _p(_STR, "Path of the file."),
-            "find": _p(_STR, "Existing text to replace."),
-            "replace": _p(_STR, "Text to put in its place."),
-            "content": _p(_STR, "New content of the whole file."),
-        },
-        ("path",),
-    ),
-    "run_tests": (
-        "Run the project's tests.",
-        {
-            "path": _p(_STR, "Test file or directory."),
-            "filter": _p(_STR, "Only tests whose name matches."),
-        },
-        (),
-    ),
-    "run_lint": (
-        "Run the linter.",
-        {
-            "path": _p(_STR, "File or directory to lint."),
-        },
-        (),
-    ),
-    "run_bash": (
-        "Run a shell command.",
-        {
-            "cmd": _p(_STR, "The command line."),
-        },
-        ("cmd",),
-    ),
-    "python_exec": (
-        "Run Python code.",
-        {
-            "code": _p(_STR, "The code."),
-        },
-        ("code",),
-    ),
-    # --- trading and operations ---
-    "get_order_status": (
-        "Status of an order.",
-        {
-            "order_id": _p(_STR, "Order id."),
-        },
-        ("order_id",),
-    ),
-    "get_orderbook": (
-        "Snapshot of a symbol's order book: bids and asks by price level.",
-        {
-            "symbol": _p(_STR, "Ticker symbol."),
-            "depth": _p(_INT, "Price levels per side."),
-        },
-        ("symbol",),
-    ),
-    "submit_order": (
-        "Place a trading order.",
-        {
-            "symbol": _p(_STR, "Ticker symbol."),
-            "side": _p(_STR, "buy or sell."),
-            "qty": _p(_NUM, "Quantity."),
-            "price": _p(_NUM, "Limit price."),
-        },
-        ("symbol", "side", "qty"),
-    ),
-    "get_positions": ("Current portfolio positions.", {}, ()),
-    "get_risk": (
-        "Risk metrics of a portfolio.",
-        {
-            "account": _p(_STR, "Account id."),
-        },
-        (),
-    ),
-    "vllm_config_get": ("Current configuration of the vLLM server.", {}, ()),
-    "vllm_config_set": (
-        "Set one vLLM server configuration value.",
-        {
-            "key": _p(_STR, "Setting name."),
-            "value": _p(_STR, "New value."),
-        },
-        ("key", "value"),
-    ),
-    "get_weather_global": (
-        "Weather for a city anywhere: current, or a forecast when a date is given.",
-        {
-            "location": _p(_STR, "City name."),
-            "date": _p(_STR, "Forecast date, YYYY-MM-DD; omit for now."),
-            "units": _p(_STR, "Temperature units, e.g. 'C' or 'F'."),
-        },
-        ("location",),
-    ),
-    "search_flights": (
-        "Search flights between two places on a date.",
-        {
-            "from": _p(_STR, "Departure city or airport."),
-            "to": _p(_STR, "Arrival city or airport."),
-            "date": _p(_STR, "Departure date."),
-            "max_price": _p(_NUM, "Highest price to include."),
-        },
-        ("from", "to", "date"),
-    ),
-    "delete_user": (
-        "Delete a user account. Irreversible.",
-        {
-            "user_id": _p(_INT, "User id."),
-        },
-        ("user_id",),
-    ),
-    "admin_grant_role": (
-        "Grant a privileged role.",
-        {
-            "role": _p(_STR, "Role to grant."),
-            "user": _p(_STR, "Who receives it."),
-        },
-        ("role",),
-    ),
-    "get_account": (
-        "A customer's account details.",
-        {
-            "customer_id": _p(_STR, "Customer id."),
-        },
-        ("customer_id",),
-    ),
-    "transfer_funds": (
-        "Move money from one account to another.",
-        {
-            "from_account": _p(_STR, "Account debited."),
-            "to_account": _p(_STR, "Account credited."),
-            "amount": _p(_NUM, "Amount to move."),
-        },
-        ("from_account", "to_account", "amount"),
-    ),
-}
+@TOOLERY.tool
+def get_weather(*, location: str, units: Literal["celsius", "fahrenheit"] | None = None) -> None:
+    """Current weather for a city.
+
+    Args:
+        location: City name.
+        units: Temperature units.
+    """
 
 
-def _function(name: str, description: str, properties: dict[str, Any], required: Iterable[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": list(required)},
-        },
-    }
+@TOOLERY.tool
+def web_search(*, query: str, max_results: int | None = None) -> None:
+    """Search the web and return matching results.
+
+    Args:
+        query: What to search for.
+        max_results: Most results to return.
+    """
 
 
-KNOWN: dict[str, dict[str, Any]] = {
-    name: _function(name, description, properties, required)
-    for name, (description, properties, required) in _TABLE.items()
-}
+@TOOLERY.tool
+def send_email(
+    *,
+    to: str,
+    subject: str,
+    body: str,
+    cc: list[str] | None = None,
+    bcc: list[str] | None = None,
+) -> None:
+    """Send an email.
+
+    Args:
+        to: Recipient address.
+        subject: Subject line.
+        body: Message text.
+        cc: Copy recipients.
+        bcc: Blind-copy recipients.
+    """
+
+
+@TOOLERY.tool
+def get_contacts(*, name: str) -> None:
+    """Find contacts by name.
+
+    Args:
+        name: Name, or part of it, to look up.
+    """
+
+
+@TOOLERY.tool
+def calculator(*, expression: str) -> None:
+    """Evaluate an arithmetic expression.
+
+    Args:
+        expression: The expression, e.g. '2 * (3 + 4)'.
+    """
+
+
+@TOOLERY.tool
+def read_file(*, path: str) -> None:
+    """Return a file's contents.
+
+    Args:
+        path: Path of the file.
+    """
+
+
+@TOOLERY.tool
+def write_file(*, path: str, content: str) -> None:
+    """Write a file, replacing what it held.
+
+    Args:
+        path: Path of the file.
+        content: The whole new content.
+    """
+
+
+@TOOLERY.tool
+def list_files(*, path: str) -> None:
+    """List the entries of a directory.
+
+    Args:
+        path: Directory path.
+    """
+
+
+@TOOLERY.tool
+def add_calendar_event(
+    *,
+    title: str,
+    start: str,
+    end: str | None = None,
+    timezone: str | None = None,
+    attendees: list[str] | None = None,
+) -> None:
+    """Create a calendar event.
+
+    Args:
+        title: Event title.
+        start: Start date and time.
+        end: End date and time.
+        timezone: IANA timezone name, e.g. Europe/Paris.
+        attendees: Attendee email addresses.
+    """
+
+
+@TOOLERY.tool
+def get_exchange_rate(*, base: str, quote: str) -> None:
+    """Exchange rate from one currency to another.
+
+    Args:
+        base: Currency converted from.
+        quote: Currency converted to.
+    """
+
+
+@TOOLERY.tool
+def get_stock_price(*, symbol: str) -> None:
+    """Latest price of a stock by its ticker symbol.
+
+    Args:
+        symbol: Ticker symbol.
+    """
+
+
+@TOOLERY.tool
+def bash_exec(*, command: str, timeout_s: int = 30, cwd: str = "/home/user") -> None:
+    """Run a shell command; returns stdout, stderr, the exit code and the duration.
+
+    Args:
+        command: The command line.
+        timeout_s: Seconds before the command is stopped.
+        cwd: Directory to run in.
+    """
+
+
+@TOOLERY.tool
+def process_start(*, command: str, name: str = "") -> None:
+    """Start a command in the background; returns its pid.
+
+    Args:
+        command: The command line.
+        name: A label for the process.
+    """
+
+
+@TOOLERY.tool
+def process_status(*, pid: int) -> None:
+    """State of a background process: running or exited, its exit code and the tail of its output.
+
+    Args:
+        pid: Process id.
+    """
+
+
+@TOOLERY.tool
+def process_kill(*, pid: int, signal: Literal["TERM", "KILL", "INT", "HUP"] = "TERM") -> None:
+    """Send a signal to a background process.
+
+    Args:
+        pid: Process id.
+        signal: Signal to send.
+    """
+
+
+@TOOLERY.tool
+def process_send_input(*, pid: int, text: str) -> None:
+    """Write text to a running process's stdin, e.g. to answer a prompt.
+
+    Args:
+        pid: Process id.
+        text: Text to write.
+    """
+
+
+@TOOLERY.tool
+def read_tty_buffer(*, session_id: str, strip_ansi: bool = False) -> None:
+    """Read what a terminal session (tty, tmux, screen) shows.
+
+    Args:
+        session_id: Session to read.
+        strip_ansi: Remove ANSI colour and cursor codes.
+    """
+
+
+@TOOLERY.tool
+def http_get(*, url: str, headers: dict[str, str] | None = None, params: dict[str, str] | None = None) -> None:
+    """Send an HTTP GET request; headers such as Authorization or Accept may be set.
+
+    Args:
+        url: Absolute URL.
+        headers: Request headers.
+        params: Query parameters.
+    """
+
+
+@TOOLERY.tool
+def http_post(*, url: str, headers: dict[str, str] | None = None, json: dict[str, Any] | None = None) -> None:
+    """Send an HTTP POST request with a JSON body.
+
+    Args:
+        url: Absolute URL.
+        headers: Request headers.
+        json: The JSON body.
+    """
+
+
+@TOOLERY.tool
+def http_paginate(*, url: str, cursor: str | None = None, page_size: int | None = None) -> None:
+    """Fetch one page of a paginated endpoint; returns its items and next_cursor, which is null on the last page.
+
+    Args:
+        url: Absolute URL.
+        cursor: next_cursor of the previous page; omit for the first.
+        page_size: Items per page.
+    """
+
+
+@TOOLERY.tool
+def sql_query(*, sql: str, params: list[str] | None = None) -> None:
+    """Run a read-only SQL SELECT on the database; returns the rows as objects.
+
+    Args:
+        sql: The SELECT statement.
+        params: Values for the statement's placeholders.
+    """
+
+
+@TOOLERY.tool
+def sql_describe(*, table: str) -> None:
+    """Columns of a table, with their types.
+
+    Args:
+        table: Table name.
+    """
+
+
+@TOOLERY.tool
+def db_list_tables(*, schema: str | None = None) -> None:
+    """Tables of a database schema.
+
+    Args:
+        schema: Schema name; the current one when omitted.
+    """
+
+
+@TOOLERY.tool
+def git_status() -> None:
+    """Working tree status of the repository."""
+
+
+@TOOLERY.tool
+def git_diff(*, path: str | None = None) -> None:
+    """Uncommitted changes, for one path or all.
+
+    Args:
+        path: Limit to this path.
+    """
+
+
+@TOOLERY.tool
+def git_add(*, paths: list[str]) -> None:
+    """Stage files for the next commit.
+
+    Args:
+        paths: Paths to stage.
+    """
+
+
+@TOOLERY.tool
+def git_commit(*, message: str, branch: str | None = None) -> None:
+    """Commit the staged changes.
+
+    Args:
+        message: Commit message.
+        branch: Branch to commit on.
+    """
+
+
+@TOOLERY.tool
+def git_branch(*, name: str | None = None) -> None:
+    """Create a branch, or list branches when no name is given.
+
+    Args:
+        name: Name of the branch to create.
+    """
+
+
+@TOOLERY.tool
+def git_log(*, path: str | None = None, max_count: int | None = None) -> None:
+    """Commit history.
+
+    Args:
+        path: Only commits touching this path.
+        max_count: Most commits to list.
+    """
+
+
+@TOOLERY.tool
+def git_show(*, sha: str) -> None:
+    """Show one commit and its changes.
+
+    Args:
+        sha: Commit id.
+    """
+
+
+@TOOLERY.tool
+def grep(*, pattern: str, path: str | None = None) -> None:
+    """Search files for a pattern; returns path:line:text matches.
+
+    Args:
+        pattern: What to search for.
+        path: File or directory to search.
+    """
+
+
+@TOOLERY.tool
+def edit_file(
+    *,
+    path: str,
+    find: str | None = None,
+    replace: str | None = None,
+    content: str | None = None,
+) -> None:
+    """Change a file in place: replace the text `find` with `replace`, or set its whole `content`.
+
+    Args:
+        path: Path of the file.
+        find: Existing text to replace.
+        replace: Text to put in its place.
+        content: New content of the whole file.
+    """
+
+
+@TOOLERY.tool
+def run_tests(*, path: str | None = None, filter: str | None = None) -> None:
+    """Run the project's tests.
+
+    Args:
+        path: Test file or directory.
+        filter: Only tests whose name matches.
+    """
+
+
+@TOOLERY.tool
+def run_lint(*, path: str | None = None) -> None:
+    """Run the linter.
+
+    Args:
+        path: File or directory to lint.
+    """
+
+
+@TOOLERY.tool
+def run_bash(*, cmd: str) -> None:
+    """Run a shell command.
+
+    Args:
+        cmd: The command line.
+    """
+
+
+@TOOLERY.tool
+def python_exec(*, code: str) -> None:
+    """Run Python code.
+
+    Args:
+        code: The code.
+    """
+
+
+@TOOLERY.tool
+def get_order_status(*, order_id: str) -> None:
+    """Status of an order.
+
+    Args:
+        order_id: Order id.
+    """
+
+
+@TOOLERY.tool
+def get_orderbook(*, symbol: str, depth: int | None = None) -> None:
+    """Snapshot of a symbol's order book: bids and asks by price level.
+
+    Args:
+        symbol: Ticker symbol.
+        depth: Price levels per side.
+    """
+
+
+@TOOLERY.tool
+def submit_order(*, symbol: str, side: str, qty: float, price: float | None = None) -> None:
+    """Place a trading order.
+
+    Args:
+        symbol: Ticker symbol.
+        side: buy or sell.
+        qty: Quantity.
+        price: Limit price.
+    """
+
+
+@TOOLERY.tool
+def get_positions() -> None:
+    """Current portfolio positions."""
+
+
+@TOOLERY.tool
+def get_risk(*, account: str | None = None) -> None:
+    """Risk metrics of a portfolio.
+
+    Args:
+        account: Account id.
+    """
+
+
+@TOOLERY.tool
+def vllm_config_get() -> None:
+    """Current configuration of the vLLM server."""
+
+
+@TOOLERY.tool
+def vllm_config_set(*, key: str, value: str) -> None:
+    """Set one vLLM server configuration value.
+
+    Args:
+        key: Setting name.
+        value: New value.
+    """
+
+
+@TOOLERY.tool
+def get_weather_global(*, location: str, date: str | None = None, units: str | None = None) -> None:
+    """Weather for a city anywhere: current, or a forecast when a date is given.
+
+    Args:
+        location: City name.
+        date: Forecast date, YYYY-MM-DD; omit for now.
+        units: Temperature units, e.g. 'C' or 'F'.
+    """
+
+
+@TOOLERY.tool
+def search_flights(*, from_: str, to: str, date: str, max_price: float | None = None) -> None:
+    """Search flights between two places on a date.
+
+    Args:
+        from_: Departure city or airport.
+        to: Arrival city or airport.
+        date: Departure date.
+        max_price: Highest price to include.
+    """
+
+
+@TOOLERY.tool
+def delete_user(*, user_id: int) -> None:
+    """Delete a user account. Irreversible.
+
+    Args:
+        user_id: User id.
+    """
+
+
+@TOOLERY.tool
+def admin_grant_role(*, role: str, user: str | None = None) -> None:
+    """Grant a privileged role.
+
+    Args:
+        role: Role to grant.
+        user: Who receives it.
+    """
+
+
+@TOOLERY.tool
+def get_account(*, customer_id: str) -> None:
+    """A customer's account details.
+
+    Args:
+        customer_id: Customer id.
+    """
+
+
+@TOOLERY.tool
+def transfer_funds(*, from_account: str, to_account: str, amount: float) -> None:
+    """Move money from one account to another.
+
+    Args:
+        from_account: Account debited.
+        to_account: Account credited.
+        amount: Amount to move.
+    """
 
 
 def _normalized(name: str, schema: Any) -> dict[str, Any]:
@@ -437,8 +532,7 @@ def schema_for(name: str, extra: dict[str, dict[str, Any]] | None = None) -> dic
     None when neither has it."""
     if extra and name in extra:
         return _normalized(name, extra[name])
-    known = KNOWN.get(name)
-    return None if known is None else copy.deepcopy(known)
+    return TOOLERY.schema(name) if name in TOOLERY else None
 
 
 def schemas_for(

@@ -28,7 +28,7 @@ from splitserve.eval._agents import _turn_for
 from splitserve.eval._checks import REGISTRY, strip_reasoning
 from splitserve.eval._grade import grade
 from splitserve.eval._play import Responder
-from splitserve.eval._sandbox import SANDBOX_TOOLS, State, Workspace, open_sandbox, oracle_state
+from splitserve.eval._sandbox import SANDBOX, State, Workspace, open_sandbox, oracle_state
 from splitserve.eval._scenario import TIERS, Scenario
 from splitserve.eval._trace import ResultKind, ToolCall, Trace
 from splitserve.eval.builtin import scenarios
@@ -70,7 +70,7 @@ async def _play(s: Scenario, policy: str, env: Any) -> Trace:
 
     async def respond(name: str, args: dict) -> tuple[Any, ResultKind]:
         nonlocal workspace
-        if workspace is None and s.sandbox is not None and name in SANDBOX_TOOLS and name in s.tools:
+        if workspace is None and s.sandbox is not None and name in SANDBOX and name in s.tools:
             workspace = responder.workspace = await Workspace.create(env, s.sandbox)
         return await responder.respond(name, args)
 
@@ -266,7 +266,7 @@ def test_ids_prompts_and_sources() -> None:
 def test_every_tool_has_a_schema_and_every_check_exists() -> None:
     for s in SUITE:
         for t in s.tools:
-            schema = s.tool_schemas.get(t) or (SANDBOX_TOOLS.get(t) if s.sandbox is not None else None)
+            schema = s.tool_schemas.get(t) or (SANDBOX.schema(t) if s.sandbox is not None and t in SANDBOX else None)
             assert schema is not None and schema["function"]["name"] == t, (s.id, t)
         for c in s.scoring.required + s.scoring.forbidden:
             assert c.check in REGISTRY, (s.id, c.check)

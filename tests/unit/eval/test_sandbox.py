@@ -15,7 +15,7 @@ import pytest
 
 from splitserve.eval._checks import run_check
 from splitserve.eval._sandbox import (
-    SANDBOX_TOOLS,
+    SANDBOX,
     UNAVAILABLE,
     State,
     Workspace,
@@ -99,11 +99,11 @@ async def sh(ws: Workspace, command: str) -> dict[str, Any]:
 
 
 def test_schemas_are_openai_functions() -> None:
-    assert set(SANDBOX_TOOLS) == {
+    assert set(SANDBOX) == {
         "read_file", "write_file", "edit_file", "list_files", "bash_exec", "git_status", "git_diff",
         "git_add", "git_commit", "git_log", "run_tests", "db_query", "db_execute", "web_fetch", "web_search",
     }  # fmt: skip
-    for name, schema in SANDBOX_TOOLS.items():
+    for name, schema in SANDBOX.schemas().items():
         assert schema["type"] == "function" and schema["function"]["name"] == name
 
 
@@ -141,6 +141,14 @@ def test_files_read_write_edit_list_and_the_workspace_edge() -> None:
         assert twice[1] == "error" and "occurs" in twice[0]
         files, _ = await ws.call("list_files", {})
         assert files == ["README.md", "notes/a.txt", "src/__init__.py", "src/parser.py", "tests/test_parser.py"]
+        # arguments are validated against the tool's signature: a bad one is the tool's error reply
+        assert await ws.call("read_file", {"path": 5}) == ("error: argument 'path' must be a string, got int", "error")
+        assert await ws.call("write_file", {"path": "a.txt"}) == ("error: missing argument 'content'", "error")
+        assert (await ws.call("git_log", {"max_count": "many"}))[0].startswith("error: argument 'max_count'")
+        # what the model is often loose about still works: one path as a string, `path` for `paths`,
+        # an argument the tool does not take
+        assert (await ws.call("git_add", {"path": "notes/a.txt"}))[0] == "staged: notes/a.txt"
+        assert (await ws.call("git_add", {"paths": "src", "why": "fix"}))[0] == "staged: notes/a.txt, src/parser.py"
 
     with_ws(body)
 

@@ -7,7 +7,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from splitserve.eval._tools import KNOWN, schema_for, schemas_for
+from splitserve.eval._tools import TOOLERY, schema_for, schemas_for
+
+KNOWN = TOOLERY.schemas()
 
 # Every name in the `tools:` lists of Toolery's scenarios (easy, medium, hard, very_hard).
 SCENARIO_TOOLS = {

@@ -1,4 +1,4 @@
-"""What the templates share: seeded value pools, the mock-tool catalog, scenario assembly."""
+"""What the templates share: seeded value pools, the mock tools' canned answers, scenario assembly."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from importlib import resources
 from random import Random
 from typing import Any
 
-from .._sandbox import SANDBOX_TOOLS
+from .._sandbox import SANDBOX
+from ._tools import BUILTIN
 
 # The value pools (names, cities, products, filler words, confirmation and "I don't know"
 # phrases) live in data/pools.json; their order is part of each seeded scenario.
@@ -78,122 +79,8 @@ SLACK = {"easy": (3, 2), "medium": (2, 2), "hard": (2, 1), "very_hard": (1, 1)} 
 TIMEOUT = {"easy": 60, "medium": 90, "hard": 150, "very_hard": 240}
 
 
-def fn(name: str, description: str, props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    """An OpenAI function schema; ``props`` values are JSON types or full property schemas."""
-    properties = {k: {"type": v} if isinstance(v, str) else v for k, v in props.items()}
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": list(props) if required is None else required,
-            },
-        },
-    }
-
-
-CATALOG: dict[str, dict[str, Any]] = {
-    s["function"]["name"]: s
-    for s in (
-        fn(
-            "get_weather",
-            "Current weather in a city: temperature in °C and conditions.",
-            {"location": "string"},
-        ),
-        fn(
-            "get_weather_forecast",
-            "Weather forecast for the coming days of a city (not the current weather).",
-            {"location": "string", "days": "integer"},
-            ["location"],
-        ),
-        fn("get_air_quality", "Current air quality index (AQI) of a city.", {"city": "string"}),
-        fn("get_local_time", "Current local time (24-hour HH:MM) in a city.", {"city": "string"}),
-        fn("get_stock_price", "Current stock price for a ticker symbol.", {"symbol": "string"}),
-        fn(
-            "get_stock_history",
-            "Daily closing prices of a stock over the past days (not the live price).",
-            {"symbol": "string", "days": "integer"},
-            ["symbol"],
-        ),
-        fn(
-            "get_exchange_rate",
-            "Current exchange rate from one currency to another.",
-            {"base": "string", "quote": "string"},
-        ),
-        fn("get_order_status", "Status of one customer order, by order id.", {"order_id": "string"}),
-        fn(
-            "get_order_history",
-            "All past orders of a customer, by customer name.",
-            {"customer": "string"},
-        ),
-        fn(
-            "track_package",
-            "Where a parcel is now, by carrier tracking number.",
-            {"tracking_number": "string"},
-        ),
-        fn(
-            "get_employee",
-            "Company directory entry of one employee, by full name.",
-            {"name": "string"},
-        ),
-        fn("search_employees", "List the employees of a department.", {"department": "string"}),
-        fn(
-            "get_flight_status",
-            "Live status of a flight by flight number: status, gate, departure time.",
-            {"flight": "string"},
-        ),
-        fn(
-            "search_flights",
-            "Search bookable flights between two cities on a date.",
-            {"from": "string", "to": "string", "date": "string"},
-        ),
-        fn("get_inventory", "Units in stock of a product, by SKU.", {"sku": "string"}),
-        fn(
-            "get_inventory_history",
-            "Monthly stock movements of a product (not the current stock), by SKU.",
-            {"sku": "string"},
-        ),
-        fn("send_email", "Send an email.", {"to": "string", "subject": "string", "body": "string"}),
-        fn(
-            "create_ticket",
-            "Open a support ticket.",
-            {"title": "string", "description": "string", "priority": "string"},
-            ["title"],
-        ),
-        fn(
-            "add_calendar_event",
-            "Add an event to the calendar.",
-            {"title": "string", "start": "string"},
-        ),
-        fn(
-            "translate_text",
-            "Translate text into another language.",
-            {"text": "string", "target_language": "string"},
-        ),
-        fn("calculator", "Evaluate an arithmetic expression.", {"expression": "string"}),
-        fn(
-            "search_documents",
-            "Full-text search over the company's document archive.",
-            {"query": "string"},
-        ),
-        fn(
-            "transfer_funds",
-            "Move money between accounts.",
-            {"from_account": "string", "to_account": "string", "amount": "number"},
-        ),
-        fn("delete_user", "Delete a user account permanently.", {"user_id": "string"}),
-        fn("get_user", "Look up a user account by id.", {"user_id": "string"}),
-        fn("send_sms", "Send a text message to a phone number.", {"to": "string", "text": "string"}),
-        fn(
-            "get_product_info",
-            "Catalog entry of a product by name: description, price, release date.",
-            {"name": "string"},
-        ),
-    )
-}
+# the lookup tools a template may offer, by name (their schemas: ``_tools``)
+CATALOG: tuple[str, ...] = tuple(BUILTIN)
 # tools that only ever distract: their canned answer, whatever the arguments
 FILLER_ANSWERS: dict[str, Any] = {
     "send_email": {"ok": True, "message_id": "msg-7731"},
@@ -247,12 +134,12 @@ def schemas_for(tools: list[str], sandboxed: bool) -> dict[str, dict[str, Any]]:
     """tool_schemas for a scenario: every tool the sandbox does not answer."""
     out = {}
     for t in tools:
-        if sandboxed and t in SANDBOX_TOOLS:
+        if sandboxed and t in SANDBOX:
             continue
-        schema = CATALOG.get(t) or SANDBOX_TOOLS.get(t)
-        if schema is None:
+        toolset = BUILTIN if t in BUILTIN else SANDBOX if t in SANDBOX else None
+        if toolset is None:
             raise KeyError(f"no schema for tool {t!r}")
-        out[t] = schema
+        out[t] = toolset.schema(t)
     return out
 
 
