@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -22,12 +23,13 @@ from rich.table import Table
 
 from .._errors import UsageError
 from ..fetch import (
-    Events,
+    FetchEvents,
     FetchFailed,
     FetchOptions,
     FetchPlan,
-    fetch,
-    plan_fetch,
+    fetch_repo,
+    plan_line,
+    size_label,
     verify_dir,
 )
 from ._app import app, make_console, maps_errors
@@ -35,23 +37,43 @@ from ._app import app, make_console, maps_errors
 console = make_console()
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+class _RichEvents(FetchEvents):
+    """Prints the plan; then per-file bars (while a file is in flight) and a total bar, on stderr."""
 
-
-class _RichEvents(Events):
-    """Per-file bars (while a file is in flight) and a total bar, on stderr."""
-
-    def __init__(self, progress: Progress, total: int, have: int) -> None:
-        self.progress = progress
-        self.total = progress.add_task("total", total=total, completed=have)
+    def __init__(self, stack: contextlib.ExitStack[bool | None], *, as_json: bool, quiet: bool) -> None:
+        self.stack, self.as_json, self.quiet = stack, as_json, quiet
+        self._progress: Progress | None = None
         self.tasks: dict[str, TaskID] = {}
         self.lock = threading.Lock()
         self.pending: dict[str, int] = {}
         self.flushed = 0.0
+
+    @property
+    def progress(self) -> Progress:
+        assert self._progress is not None, "transfer events come after planned()"
+        return self._progress
+
+    def planned(self, plan: FetchPlan, dry_run: bool) -> None:
+        if not self.as_json:
+            console.print(plan_line(plan))
+            for w in plan.warnings:
+                console.print(f"[yellow]warning:[/yellow] {w}")
+        if dry_run:
+            return
+        self._progress = self.stack.enter_context(
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=make_console(stderr=True),
+                disable=self.quiet,
+                transient=False,
+                refresh_per_second=4,
+            )
+        )
+        self.total = self.progress.add_task("total", total=plan.total, completed=plan.total - plan.todo)
 
     def file_started(self, path: str, size: int, resumed: int) -> None:
         with self.lock:
@@ -59,7 +81,7 @@ class _RichEvents(Events):
                 label = path if len(path) <= 48 else "…" + path[-47:]
                 self.tasks[path] = self.progress.add_task(label, total=size, completed=resumed)
         if resumed:
-            self.note(f"{path}: resuming, {_size(resumed)} already on disk")
+            self.note(f"{path}: resuming, {size_label(resumed)} already on disk")
 
     def advance(self, path: str, nbytes: int) -> None:
         # called per socket read from every connection: add up, hand rich a sum now and then
@@ -106,15 +128,6 @@ class _RichEvents(Events):
         self.progress.console.print(f"[dim]{message}[/dim]", highlight=False)
 
 
-def _print_plan(plan: FetchPlan) -> None:
-    console.print(
-        f"{plan.repo_id} @ {plan.commit[:12]}: {len(plan.files)} files, "
-        f"{_size(plan.total)}; {_size(plan.todo)} to fetch into {plan.root}"
-    )
-    for w in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
-
-
 def _verify(directory: Path, as_json: bool) -> None:
     err = make_console(stderr=True)
     with Progress(
@@ -133,7 +146,7 @@ def _verify(directory: Path, as_json: bool) -> None:
         table = Table("file", "size", "status", "detail")
         for i in report.items:
             style = "green" if i.status == "ok" else "red"
-            table.add_row(i.path, _size(i.size), f"[{style}]{i.status}[/{style}]", i.detail)
+            table.add_row(i.path, size_label(i.size), f"[{style}]{i.status}[/{style}]", i.detail)
         console.print(table)
         for p in report.problems:
             console.print(f"[red]problem:[/red] {p}")
@@ -219,32 +232,8 @@ def fetch_cmd(
             part_size=part_size << 20,
             token=token,
         )
-        plan = plan_fetch(options)
-        if not as_json:
-            _print_plan(plan)
-        if dry_run:
-            if as_json:
-                print(json.dumps(plan.as_dict(), indent=2))
-            else:
-                table = Table("file", "size", "action")
-                for f in plan.files:
-                    table.add_row(f.remote.path, _size(f.remote.size), f.action)
-                console.print(table)
-            return
-        err = make_console(stderr=True)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            disable=quiet,
-            transient=False,
-            refresh_per_second=4,
-        ) as bar:
-            events = _RichEvents(bar, plan.total, plan.total - plan.todo)
-            result = fetch(options, events=events, plan=plan)
+        with contextlib.ExitStack() as stack:
+            run = fetch_repo(options, dry_run=dry_run, on_event=_RichEvents(stack, as_json=as_json, quiet=quiet))
     except KeyboardInterrupt:
         make_console(stderr=True).print("interrupted; run the same command again to resume")
         raise typer.Exit(130) from None
@@ -253,29 +242,17 @@ def fetch_cmd(
             print(json.dumps(exc.result.as_dict(), indent=2))
         raise  # @maps_errors prints it
     if as_json:
-        print(json.dumps(result.as_dict(), indent=2))
-        return
-    speed = result.fetched_bytes / result.seconds if result.seconds else 0.0
-    console.print(
-        f"done: {len(result.outcomes)} files in {result.plan.root} "
-        f"({_size(result.fetched_bytes)} fetched in {result.seconds:.1f}s, "
-        f"{_size(int(speed))}/s)"
-    )
-    for o in result.outcomes:
-        if o.status == "refetched":
+        print(json.dumps(run.as_dict(), indent=2))
+    elif run.result is None:
+        table = Table("file", "size", "action")
+        for f in run.plan.files:
+            table.add_row(f.remote.path, size_label(f.remote.size), f.action)
+        console.print(table)
+    else:
+        console.print(run.summary())
+        for o in run.refetched:
             console.print(f"[yellow]note:[/yellow] {o.path}: {o.message}")
-    if result.models:
-        console.print("for a cluster spec (splitserve up -c FILE), paste:")
-    for model in result.models:
-        console.print(spec_model_line(model), markup=False, highlight=False, soft_wrap=True)
-
-
-def spec_model_line(model: Path) -> str:
-    """The spec line naming a fetched model: ``model = "~/models/…-00001-of-0000N.gguf"``
-    (``~`` for the home folder, as a spec may write it)."""
-    path = model.expanduser().absolute()
-    try:
-        shown = "~/" + path.relative_to(Path.home()).as_posix()
-    except ValueError:
-        shown = path.as_posix()
-    return f"model = {json.dumps(shown)}"
+        if run.spec_lines:
+            console.print("for a cluster spec (splitserve up -c FILE), paste:")
+        for line in run.spec_lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
