@@ -45,7 +45,7 @@ from ._grammar import CallGrammar, GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._scan import quoted_end
 from ._schema import Schema, ToolSet, allowed_types, coerce_text, coerce_value, loads_json
-from ._xml_flat import PARAM, TaggedCallParser, Tags
+from ._xml_calls import PARAM, TaggedCallParser, Tags
 
 DSML = "｜DSML｜"
 OPEN, CLOSE = "<" + DSML, "</" + DSML

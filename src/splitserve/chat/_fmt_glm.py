@@ -48,7 +48,7 @@ from ._grammar import CallGrammar, GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._render import render_chat
 from ._schema import Schema, ToolSet, coerce_text
-from ._xml_flat import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
+from ._xml_calls import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"

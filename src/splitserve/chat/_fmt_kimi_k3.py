@@ -34,7 +34,7 @@ from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import Schema, ToolSet, allowed_types, coerce_text, coerce_value, loads_json
-from ._xml_flat import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
+from ._xml_calls import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
 
 OPEN = "<|open|>"
 CLOSE = "<|close|>"

@@ -32,7 +32,7 @@ from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
 from ._reasoning import ReasoningSpec
 from ._schema import Schema, ToolSet, allowed_types, coerce_value, item_schema, property_schema, raw
-from ._xml_flat import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
+from ._xml_calls import INVOKE, PARAM, TEXT, WRAP, WrappedCallParser
 
 NS = "]<]minimax[>["
 _TAG = re.compile(r"\s*<(/?)([^\s<>/=\"]+)((?:\s[^<>]*)?)>")
