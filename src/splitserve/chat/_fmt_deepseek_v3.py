@@ -53,97 +53,132 @@ class DeepseekV3Parser(ToolParser):
         self._tail: list[str] = []
 
     def _step(self) -> bool:
-        buf = self.buf
         state = self._state
         if state == _TEXT:
-            before, marker = buf.scan((CALLS_BEGIN, CALL_BEGIN))
-            self.content(before)
-            if marker is None:
-                return False
-            self._raw, self._calls, self._junk = [], 0, []
-            if marker == CALLS_BEGIN:
-                self._raw.append(buf.take(len(marker)))
-            self._state = _CALLS
-            return True
+            return self._step_text()
         if state == _CALLS:
-            before, marker = buf.scan((CALL_BEGIN, CALLS_END))
-            self._raw.append(before)
-            self._junk.append(before)
-            if marker is None:
-                return False
-            self._raw.append(buf.take(len(marker)))
-            if marker == CALLS_END:
-                self._end_block()
-            else:
-                self._head = []
-                self._state = _HEAD
-            return True
-        if state == _HEAD:  # the name (V3.1) or the type "function" (V3), up to the separator
-            before, marker = buf.scan((SEP, *_ENDS))
-            self._head.append(before)
-            self._raw.append(before)
-            if marker is None:
-                return False
-            if marker != SEP:
-                self._junk.append("".join(self._head))
-                self._state = _CALLS
-                return True
-            self._raw.append(buf.take(len(SEP)))
-            head = "".join(self._head).strip()
-            if head in ("", "function"):
-                self._head = []
-                self._state = _NAME
-            else:
-                self._start(head)
-            return True
-        if state == _NAME:  # V3: the name on its own line, then a fenced JSON block
-            before, marker = buf.scan(("\n", *_ENDS))
-            self._head.append(before)
-            self._raw.append(before)
-            if marker is None:
-                return False
-            if marker != "\n" or not "".join(self._head).strip():
-                self._junk.append("".join(self._head))
-                self._state = _CALLS
-                return True
-            self._raw.append(buf.take(1))
-            self._start("".join(self._head).strip())
-            return True
-        if state == _FENCE:  # optional ```json before the arguments object
-            m = _FENCE_OPEN.match(buf.text)
-            if m is None:
-                if not buf.eof and _FENCE_PARTIAL.fullmatch(buf.text):
-                    return False
-                self._fail()
-                return True
-            self._raw.append(buf.take(m.end()))
-            self._state = _ARGS
-            return True
+            return self._step_calls()
+        if state == _HEAD:
+            return self._step_head()
+        if state == _NAME:
+            return self._step_name()
+        if state == _FENCE:
+            return self._step_fence()
         if state == _ARGS:
-            assert self._streamer is not None
-            outcome = self._streamer.read(buf, _ENDS, self._raw)
-            if outcome == "ok":
-                self._tail = []
-                self._state = _CLOSE
-            elif outcome == "failed":
-                self._fail()
-            return bool(outcome)
-        if state == _CLOSE:  # optional closing fence, then the call's end
-            before, marker = buf.scan(_ENDS)
-            self._raw.append(before)
-            self._tail.append(before)  # all of it, whitespace too: chunking must not matter
-            if marker is None:
-                return False
-            tail = "".join(self._tail)
-            if tail.strip().strip("`").strip():
-                self._junk.append(tail)
-            if marker == CALL_END:
-                self._raw.append(buf.take(len(marker)))
-            self.end_call(self._index)
-            self._calls += 1
+            return self._step_args()
+        if state == _CLOSE:
+            return self._step_close()
+        return self._step_skip()
+
+    def _step_text(self) -> bool:
+        buf = self.buf
+        before, marker = buf.scan((CALLS_BEGIN, CALL_BEGIN))
+        self.content(before)
+        if marker is None:
+            return False
+        self._raw, self._calls, self._junk = [], 0, []
+        if marker == CALLS_BEGIN:
+            self._raw.append(buf.take(len(marker)))
+        self._state = _CALLS
+        return True
+
+    def _step_calls(self) -> bool:
+        buf = self.buf
+        before, marker = buf.scan((CALL_BEGIN, CALLS_END))
+        self._raw.append(before)
+        self._junk.append(before)
+        if marker is None:
+            return False
+        self._raw.append(buf.take(len(marker)))
+        if marker == CALLS_END:
+            self._end_block()
+        else:
+            self._head = []
+            self._state = _HEAD
+        return True
+
+    def _step_head(self) -> bool:
+        """The name (V3.1) or the type "function" (V3), up to the separator."""
+        buf = self.buf
+        before, marker = buf.scan((SEP, *_ENDS))
+        self._head.append(before)
+        self._raw.append(before)
+        if marker is None:
+            return False
+        if marker != SEP:
+            self._junk.append("".join(self._head))
             self._state = _CALLS
             return True
-        # _SKIP: a failed call's remaining text, up to its end
+        self._raw.append(buf.take(len(SEP)))
+        head = "".join(self._head).strip()
+        if head in ("", "function"):
+            self._head = []
+            self._state = _NAME
+        else:
+            self._start(head)
+        return True
+
+    def _step_name(self) -> bool:
+        """V3: the name on its own line, then a fenced JSON block."""
+        buf = self.buf
+        before, marker = buf.scan(("\n", *_ENDS))
+        self._head.append(before)
+        self._raw.append(before)
+        if marker is None:
+            return False
+        if marker != "\n" or not "".join(self._head).strip():
+            self._junk.append("".join(self._head))
+            self._state = _CALLS
+            return True
+        self._raw.append(buf.take(1))
+        self._start("".join(self._head).strip())
+        return True
+
+    def _step_fence(self) -> bool:
+        """Optional ```json before the arguments object."""
+        buf = self.buf
+        m = _FENCE_OPEN.match(buf.text)
+        if m is None:
+            if not buf.eof and _FENCE_PARTIAL.fullmatch(buf.text):
+                return False
+            self._fail()
+            return True
+        self._raw.append(buf.take(m.end()))
+        self._state = _ARGS
+        return True
+
+    def _step_args(self) -> bool:
+        buf = self.buf
+        assert self._streamer is not None
+        outcome = self._streamer.read(buf, _ENDS, self._raw)
+        if outcome == "ok":
+            self._tail = []
+            self._state = _CLOSE
+        elif outcome == "failed":
+            self._fail()
+        return bool(outcome)
+
+    def _step_close(self) -> bool:
+        """Optional closing fence, then the call's end."""
+        buf = self.buf
+        before, marker = buf.scan(_ENDS)
+        self._raw.append(before)
+        self._tail.append(before)  # all of it, whitespace too: chunking must not matter
+        if marker is None:
+            return False
+        tail = "".join(self._tail)
+        if tail.strip().strip("`").strip():
+            self._junk.append(tail)
+        if marker == CALL_END:
+            self._raw.append(buf.take(len(marker)))
+        self.end_call(self._index)
+        self._calls += 1
+        self._state = _CALLS
+        return True
+
+    def _step_skip(self) -> bool:
+        """A failed call's remaining text, up to its end."""
+        buf = self.buf
         before, marker = buf.scan(_ENDS)
         self._raw.append(before)
         if marker is None:

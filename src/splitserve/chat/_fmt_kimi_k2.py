@@ -70,84 +70,109 @@ class KimiK2Parser(ToolParser):
         self._tail: list[str] = []
 
     def _step(self) -> bool:
-        buf = self.buf
         state = self._state
         if state == _TEXT:
-            before, marker = buf.scan((*_BEGINS, CALL_BEGIN))
-            self.content(before)
-            if marker is None:
-                return False
-            self._raw, self._junk, self._calls = [], [], 0
-            self._implicit = marker == CALL_BEGIN
-            if not self._implicit:
-                self._raw.append(buf.take(len(marker)))
-            self._state = _SECTION
-            return True
+            return self._step_text()
         if state == _SECTION:
-            before, marker = buf.scan((CALL_BEGIN, *_SECTION_ENDS))
-            self._raw.append(before)
-            self._junk.append(before)
-            if marker is None:
-                return False
-            self._raw.append(buf.take(len(marker)))
-            if marker == CALL_BEGIN:
-                self._head = []
-                self._state = _HEAD
-            else:
-                self._end_section()
-            return True
-        if state == _HEAD:  # the call id, up to the argument marker
-            before, marker = buf.scan((ARGS_BEGIN, *_ENDS))
-            self._head.append(before)
-            self._raw.append(before)
-            if marker is None:
-                return False
-            head = "".join(self._head)
-            name = name_from_id(head)
-            if marker == ARGS_BEGIN and not name:
-                self._junk.append(head)
-                self._state = _SKIP
-                return True
-            if marker != ARGS_BEGIN:  # a header with no arguments: not a call
-                self._junk.append(head)
-                self._state = _SECTION
-                if marker == CALL_END:
-                    self._raw.append(buf.take(len(marker)))
-                    if self._implicit:
-                        self._end_section()
-                return True
-            self._raw.append(buf.take(len(marker)))
-            self._index, self._streamer = start_json_call(self, name)
-            self._state = _ARGS
-            return True
+            return self._step_section()
+        if state == _HEAD:
+            return self._step_head()
         if state == _ARGS:
-            assert self._streamer is not None
-            outcome = self._streamer.read(buf, _ENDS, self._raw)
-            if outcome == "ok":
-                self._tail = []
-                self._state = _CLOSE
-            elif outcome == "failed":
-                self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
-                self._state = _SKIP
-            return bool(outcome)
-        if state == _CLOSE:  # after the arguments object: up to the call's end
-            before, marker = buf.scan(_ENDS)
-            self._raw.append(before)
-            self._tail.append(before)  # whitespace too: chunking must not matter
-            if marker is None:
-                return False
-            tail = "".join(self._tail)
-            if tail.strip():
-                self._junk.append(tail)
+            return self._step_args()
+        if state == _CLOSE:
+            return self._step_close()
+        return self._step_skip()
+
+    def _step_text(self) -> bool:
+        buf = self.buf
+        before, marker = buf.scan((*_BEGINS, CALL_BEGIN))
+        self.content(before)
+        if marker is None:
+            return False
+        self._raw, self._junk, self._calls = [], [], 0
+        self._implicit = marker == CALL_BEGIN
+        if not self._implicit:
+            self._raw.append(buf.take(len(marker)))
+        self._state = _SECTION
+        return True
+
+    def _step_section(self) -> bool:
+        buf = self.buf
+        before, marker = buf.scan((CALL_BEGIN, *_SECTION_ENDS))
+        self._raw.append(before)
+        self._junk.append(before)
+        if marker is None:
+            return False
+        self._raw.append(buf.take(len(marker)))
+        if marker == CALL_BEGIN:
+            self._head = []
+            self._state = _HEAD
+        else:
+            self._end_section()
+        return True
+
+    def _step_head(self) -> bool:
+        """The call id, up to the argument marker."""
+        buf = self.buf
+        before, marker = buf.scan((ARGS_BEGIN, *_ENDS))
+        self._head.append(before)
+        self._raw.append(before)
+        if marker is None:
+            return False
+        head = "".join(self._head)
+        name = name_from_id(head)
+        if marker == ARGS_BEGIN and not name:
+            self._junk.append(head)
+            self._state = _SKIP
+            return True
+        if marker != ARGS_BEGIN:  # a header with no arguments: not a call
+            self._junk.append(head)
+            self._state = _SECTION
             if marker == CALL_END:
                 self._raw.append(buf.take(len(marker)))
-            self.end_call(self._index)
-            self._calls += 1
-            self._state = _SECTION
-            if self._implicit:
-                self._end_section()
+                if self._implicit:
+                    self._end_section()
             return True
-        # _SKIP: what is left of a call that is not one, up to its end
+        self._raw.append(buf.take(len(marker)))
+        self._index, self._streamer = start_json_call(self, name)
+        self._state = _ARGS
+        return True
+
+    def _step_args(self) -> bool:
+        buf = self.buf
+        assert self._streamer is not None
+        outcome = self._streamer.read(buf, _ENDS, self._raw)
+        if outcome == "ok":
+            self._tail = []
+            self._state = _CLOSE
+        elif outcome == "failed":
+            self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
+            self._state = _SKIP
+        return bool(outcome)
+
+    def _step_close(self) -> bool:
+        """After the arguments object: up to the call's end."""
+        buf = self.buf
+        before, marker = buf.scan(_ENDS)
+        self._raw.append(before)
+        self._tail.append(before)  # whitespace too: chunking must not matter
+        if marker is None:
+            return False
+        tail = "".join(self._tail)
+        if tail.strip():
+            self._junk.append(tail)
+        if marker == CALL_END:
+            self._raw.append(buf.take(len(marker)))
+        self.end_call(self._index)
+        self._calls += 1
+        self._state = _SECTION
+        if self._implicit:
+            self._end_section()
+        return True
+
+    def _step_skip(self) -> bool:
+        """What is left of a call that is not one, up to its end."""
+        buf = self.buf
         before, marker = buf.scan(_ENDS)
         self._raw.append(before)
         if marker is None:

@@ -82,124 +82,159 @@ class MistralParser(ToolParser):
 
     # -- the state machine -------------------------------------------------------------
     def _step(self) -> bool:
-        buf = self.buf
         state = self._state
         if state == _TEXT:
-            before, marker = buf.scan((TOOL_CALLS,))
-            self.content(before)
-            if marker is None:
-                return False
-            self._raw = [buf.take(len(marker))]
-            self._state = _AFTER
-            return True
-        if state == _AFTER:  # which form: a name, a JSON list, a JSON object
-            self._raw.append(buf.skip_ws())
-            text = buf.text
-            if not text:
-                if buf.eof:
-                    self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
-                    return True
-                return False
-            if text[0] == "{":
-                self._reader = JsonCallReader(self)
-                self._in_list = False
-                self._state = _OBJ
-                return True
-            if text[0] == "[":
-                rest = text[1:].lstrip()
-                if not rest and not buf.eof:
-                    return False
-                if rest[:1] in ("{", "]"):
-                    self._raw.append(buf.take(1))
-                    self._in_list = True
-                    self._list_calls = 0
-                    self._state = _LIST
-                    return True
-            self._head = []
-            self._state = _NAME
-            return True
+            return self._step_text()
+        if state == _AFTER:
+            return self._step_form()
         if state == _NAME:
-            before, marker = buf.scan((ARGS, CALL_ID, TOOL_CALLS))
-            self._head.append(before)
-            if not self._check_head(_NAME_OK, _NAME_LIMIT):
-                return True
-            name = "".join(self._head).strip()
-            if marker is None:
-                if buf.eof:
-                    self._raw.append("".join(self._head))
-                    self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
-                    return True
-                return False
-            self._raw.append("".join(self._head))
-            if marker == TOOL_CALLS or not name:
-                self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
-                return True
-            self._raw.append(buf.take(len(marker)))
-            self._name = name
-            if marker == CALL_ID:
-                self._head = []
-                self._state = _ID
-            else:
-                self._start()
-            return True
-        if state == _ID:  # Small 3.2's call id, up to [ARGS]: skipped
-            before, marker = buf.scan((ARGS, TOOL_CALLS))
-            self._head.append(before)
-            if not self._check_head(_ID_OK, 64):
-                return True
-            if marker is None and not buf.eof:
-                return False
-            self._raw.append("".join(self._head))
-            if marker != ARGS:
-                self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
-                return True
-            self._raw.append(buf.take(len(marker)))
-            self._start()
-            return True
+            return self._step_name()
+        if state == _ID:
+            return self._step_id()
         if state == _ARGS:
-            assert self._streamer is not None
-            used = self._streamer.feed(buf.text)
-            self._raw.append(buf.take(used))
-            if self._streamer.done:
-                self._streamer.finish()
-                self.end_call(self._index)
-                self._raw = []
-                self._state = _TEXT
-                return True
-            if self._streamer.failed:
-                self._not_a_call(f"tool call {self._index}: its arguments are not a JSON object; dropped")
+            return self._step_args()
+        if state in (_LIST, _SEP):
+            return self._step_list()
+        if state == _ITEM:
+            return self._step_item()
+        return self._step_object()
+
+    def _step_text(self) -> bool:
+        buf = self.buf
+        before, marker = buf.scan((TOOL_CALLS,))
+        self.content(before)
+        if marker is None:
+            return False
+        self._raw = [buf.take(len(marker))]
+        self._state = _AFTER
+        return True
+
+    def _step_form(self) -> bool:
+        """Which form: a name, a JSON list, a JSON object."""
+        buf = self.buf
+        self._raw.append(buf.skip_ws())
+        text = buf.text
+        if not text:
+            if buf.eof:
+                self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
                 return True
             return False
-        if state in (_LIST, _SEP):  # in the JSON list: an object (or "]"), then "," or "]"
-            self._raw.append(buf.skip_ws())
-            if not buf.text:
-                return False
-            ch = buf.text[0]
-            if ch == "]":
-                self._raw.append(buf.take(1))
-                self._end_list()
-                return True
-            if state == _SEP and ch == ",":
-                self._raw.append(buf.take(1))
-                self._state = _ITEM
-                return True
-            if state == _LIST and ch == "{":
-                self._reader = JsonCallReader(self)
-                self._state = _OBJ
-                return True
-            self._not_a_call("a tool-call list holds something that is not a call")
+        if text[0] == "{":
+            self._reader = JsonCallReader(self)
+            self._in_list = False
+            self._state = _OBJ
             return True
-        if state == _ITEM:
-            self._raw.append(buf.skip_ws())
-            if not buf.text:
+        if text[0] == "[":
+            rest = text[1:].lstrip()
+            if not rest and not buf.eof:
                 return False
-            if buf.text[0] == "{":
-                self._reader = JsonCallReader(self)
-                self._state = _OBJ
+            if rest[:1] in ("{", "]"):
+                self._raw.append(buf.take(1))
+                self._in_list = True
+                self._list_calls = 0
+                self._state = _LIST
                 return True
-            self._not_a_call("a tool-call list holds something that is not a call")
+        self._head = []
+        self._state = _NAME
+        return True
+
+    def _step_name(self) -> bool:
+        buf = self.buf
+        before, marker = buf.scan((ARGS, CALL_ID, TOOL_CALLS))
+        self._head.append(before)
+        if not self._check_head(_NAME_OK, _NAME_LIMIT):
             return True
-        # _OBJ: one call object
+        name = "".join(self._head).strip()
+        if marker is None:
+            if buf.eof:
+                self._raw.append("".join(self._head))
+                self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
+                return True
+            return False
+        self._raw.append("".join(self._head))
+        if marker == TOOL_CALLS or not name:
+            self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
+            return True
+        self._raw.append(buf.take(len(marker)))
+        self._name = name
+        if marker == CALL_ID:
+            self._head = []
+            self._state = _ID
+        else:
+            self._start()
+        return True
+
+    def _step_id(self) -> bool:
+        """Small 3.2's call id, up to [ARGS]: skipped."""
+        buf = self.buf
+        before, marker = buf.scan((ARGS, TOOL_CALLS))
+        self._head.append(before)
+        if not self._check_head(_ID_OK, 64):
+            return True
+        if marker is None and not buf.eof:
+            return False
+        self._raw.append("".join(self._head))
+        if marker != ARGS:
+            self._not_a_call("a [TOOL_CALLS] marker not followed by a call")
+            return True
+        self._raw.append(buf.take(len(marker)))
+        self._start()
+        return True
+
+    def _step_args(self) -> bool:
+        buf = self.buf
+        assert self._streamer is not None
+        used = self._streamer.feed(buf.text)
+        self._raw.append(buf.take(used))
+        if self._streamer.done:
+            self._streamer.finish()
+            self.end_call(self._index)
+            self._raw = []
+            self._state = _TEXT
+            return True
+        if self._streamer.failed:
+            self._not_a_call(f"tool call {self._index}: its arguments are not a JSON object; dropped")
+            return True
+        return False
+
+    def _step_list(self) -> bool:
+        """In the JSON list: an object (or "]"), then "," or "]"."""
+        buf = self.buf
+        state = self._state
+        self._raw.append(buf.skip_ws())
+        if not buf.text:
+            return False
+        ch = buf.text[0]
+        if ch == "]":
+            self._raw.append(buf.take(1))
+            self._end_list()
+            return True
+        if state == _SEP and ch == ",":
+            self._raw.append(buf.take(1))
+            self._state = _ITEM
+            return True
+        if state == _LIST and ch == "{":
+            self._reader = JsonCallReader(self)
+            self._state = _OBJ
+            return True
+        self._not_a_call("a tool-call list holds something that is not a call")
+        return True
+
+    def _step_item(self) -> bool:
+        buf = self.buf
+        self._raw.append(buf.skip_ws())
+        if not buf.text:
+            return False
+        if buf.text[0] == "{":
+            self._reader = JsonCallReader(self)
+            self._state = _OBJ
+            return True
+        self._not_a_call("a tool-call list holds something that is not a call")
+        return True
+
+    def _step_object(self) -> bool:
+        """One call object."""
+        buf = self.buf
         outcome = self._reader.read(buf, self._raw)
         if not outcome:
             return False
