@@ -302,3 +302,69 @@ def test_a_worker_that_serves_a_replica_runs_no_rpc_server_and_gets_no_prefill()
     assert ("spark3", "llama-server") in starts and ("spark3", "ggml-rpc-server") not in starts
     (engine,) = [s for s in steps if s["action"] == "engine" and s["node"] == "spark3"]
     assert engine["args"]["server"] is True, "its engine copy includes llama-server"
+
+
+# vLLM / SGLang (tests/fixtures/plans/launch/): what the steps must show, said outright.
+
+
+def launch(name: str) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = json.loads((LAUNCH / f"{name}.json").read_text())["expected"]["steps"]
+    return steps
+
+
+def test_ray_workers_join_once_the_gcs_port_answers_and_vllm_serves_a_token_before_the_gateway() -> None:
+    steps = launch("vllm-ray-tp3-3nodes")
+    order = [
+        (s["action"], s["node"], Path(s.get("argv", [""])[0]).name if s["node"] != "gateway" else "")
+        for s in steps
+        if s["action"] in ("start", "wait_port", "wait_token", "wait_gateway")
+    ]
+    assert order == [
+        ("start", "head", "ray"),
+        ("wait_port", "head", ""),
+        ("start", "spark2", "ray"),
+        ("start", "spark3", "ray"),
+        ("start", "head", "vllm"),
+        ("wait_token", "head", ""),
+        ("start", "gateway", ""),
+        ("wait_gateway", "gateway", ""),
+    ]
+    actions = [s["action"] for s in steps]
+    assert actions[:5] == ["note"] * 5, "the fixes come first"
+    last_check = max(i for i, a in enumerate(actions) if a == "check_port")
+    assert last_check < actions.index("start"), "every port is checked before anything starts"
+
+
+def test_the_ray_probe_clears_its_old_report_and_waits_for_every_node() -> None:
+    steps = launch("vllm-ray-probe-3nodes")
+    actions = [s["action"] for s in steps]
+    i = actions.index("clear_report")
+    assert steps[i + 1]["action"] == "start" and "splitserve.cluster._ray_probe" in steps[i + 1]["argv"]
+    (wait,) = [s for s in steps if s["action"] == "wait_probe"]
+    assert wait["args"]["expected"] == 3 and wait["args"]["path"] == steps[i]["args"]["path"]
+    assert "wait_token" not in actions and "wait_gateway" not in actions, "the probe serves no engine"
+
+
+def test_native_and_sglang_start_every_rank_then_wait_for_a_streamed_token() -> None:
+    for name, roles in (
+        ("vllm-native-tp2-2nodes", ["vllm", "vllm_headless"]),
+        ("sglang-tp2-2nodes", ["sglang", "sglang"]),
+    ):
+        steps = launch(name)
+        engine = [s for s in steps if s["action"] == "start" and s["node"] != "gateway"]
+        assert [s["process"] for s in engine] == ["head", engine[1]["node"]]
+        (token,) = [s for s in steps if s["action"] == "wait_token"]
+        endpoint = json.loads((LAUNCH / f"{name}.json").read_text())["expected"]["engine_endpoint"]
+        assert endpoint == f"{name.split('-')[0]}+{token['args']['url']}" and "(not /health)" in token["text"]
+        assert [s["action"] for s in steps].index("wait_token") > steps.index(engine[-1])
+        record = json.loads((LAUNCH / f"{name}.json").read_text())["expected"]["record"]
+        assert record["backend"] == name.split("-")[0] and record["notes"]
+        assert len(roles) == len(engine)
+    assert launch("vllm-native-tp2-2nodes")[0]["action"] == "stop_stale"
+
+
+def test_each_vllm_replica_waits_for_its_own_token() -> None:
+    steps = launch("vllm-replicas-of-2-4nodes")
+    tokens = [(s["node"], s["args"]["url"]) for s in steps if s["action"] == "wait_token"]
+    assert len(tokens) == 2 and tokens[0][1] != tokens[1][1]
+    assert all(s["args"].get("replica") for s in steps if s["action"] == "wait_token")
