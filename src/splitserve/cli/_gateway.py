@@ -116,28 +116,17 @@ def serve_cmd(
 
     Example: splitserve serve --engine http://127.0.0.1:8080 --port 8000
     """
-    from ..gateway import (
-        GatewayConfig,
-        KeyRing,
-        load_template,
-        require_auth_off_loopback,
-        serve,
-    )
+    from ..gateway import GatewayConfig, require_auth_off_loopback, serve
 
-    if model_format:
-        from ..chat import get_format
-
-        if model_format != "plain":
-            get_format(model_format)
-    keys = KeyRing.build(api_key or os.environ.get("SPLITSERVE_API_KEY"), keys_file)
-    config = GatewayConfig(
+    config = GatewayConfig.from_flags(
         engine_url=engine,
         host=host,
         port=port,
-        keys=keys,
+        api_key=api_key or os.environ.get("SPLITSERVE_API_KEY"),
+        keys_file=keys_file,
         model_format=model_format,
         model_name=model_name,
-        chat_template=load_template(chat_template) if chat_template else None,
+        chat_template_file=chat_template,
         engine_api_key=engine_api_key or os.environ.get("SPLITSERVE_ENGINE_API_KEY"),
         max_concurrent=max_concurrent,
         max_queue=max_queue,
@@ -153,18 +142,8 @@ def serve_cmd(
         keep_alive_timeout=keep_alive_timeout,
         route=route,
     )
-    if route not in ("affinity", "round-robin", "least-loaded"):
-        raise UsageError(f"--route {route}: choose affinity, round-robin or least-loaded")
-    if max_header_bytes < 1024 or max_headers < 8:
-        raise UsageError("--max-header-bytes must be at least 1024 and --max-headers at least 8")
-    if min(header_timeout, body_timeout, keep_alive_timeout) <= 0:
-        raise UsageError("--header-timeout, --body-timeout and --keep-alive-timeout must be > 0")
     if http not in ("auto", "httptools", "h11"):
         raise UsageError(f"--http {http}: choose auto, httptools or h11")
-    if max_concurrent < 1 or max_queue < 0:
-        raise UsageError("--max-concurrent must be at least 1 and --max-queue at least 0")
-    if not 1 <= port <= 65535:
-        raise UsageError(f"--port {port}: a TCP port is 1 to 65535")
     for item in engine.split(","):
         name, sep, rest = item.strip().partition("=")
         url = rest if sep and "://" not in name else item.strip()
@@ -173,9 +152,9 @@ def serve_cmd(
                 f"--engine {item.strip() or engine}: give llama-server's base URL, e.g. http://127.0.0.1:8080 "
                 "(vLLM or SGLang: vllm+http://HOST:PORT, sglang+http://HOST:PORT; replicas: URL,URL or NAME=URL,...)"
             )
-    require_auth_off_loopback(host, keys)
+    require_auth_off_loopback(host, config.keys)
     console.print(
-        f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}{' (auth on)' if keys.enabled else ''}",
+        f"splitserve gateway on http://{host}:{port}/v1 -> engine {engine}{' (auth on)' if config.keys.enabled else ''}",
         markup=False,
     )
     serve(config, log_level=log_level, http=http, access_log=access_log)

@@ -10,6 +10,7 @@ from ._engines_facts import engine_preflight, gather_engine_facts
 from ._engines_plan import EngineFacts, EngineNode, engine_plan
 from ._execute import REAL_EDGES, Edges, Executor, gather_facts, restart_gateway, restart_replica, up, workers_only
 from ._fake import FakeNetwork, FakeNode, Program
+from ._gateway_settings import GatewaySettings
 from ._gpu import local_gpu_state
 from ._launch import LaunchFacts, Step, format_plan, plan_launch
 from ._load_meter import CacheLog, parse_cache_log, parse_proc_io, read_worker_side, worker_loaded_bytes
@@ -64,6 +65,7 @@ __all__ = [
     "Executor",
     "FakeNetwork",
     "FakeNode",
+    "GatewaySettings",
     "GatewaySpec",
     "HeadSpec",
     "LaunchFacts",

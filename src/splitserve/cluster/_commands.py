@@ -324,37 +324,10 @@ def gateway_plan(spec: ClusterSpec, engine_url: str, log: Path, port: int | None
     ``port``: the port `up` chose when the spec gives none (default: the spec's, else 8000)."""
     g = spec.gateway
     port = port or g.port or default_gateway_port(spec)
-    argv = [
-        sys.executable,
-        "-m",
-        "splitserve",
-        "serve",
-        "--engine",
-        engine_url,
-        "--host",
-        g.host,
-        "--port",
-        str(port),
-        "--max-concurrent",
-        str(g.max_concurrent),
-        "--max-queue",
-        str(g.max_queue),
-    ]
-    if g.model_format:
-        argv += ["--model-format", g.model_format]
     template = g.chat_template_file or spec.server.chat_template_file
-    if template:
-        argv += ["--chat-template", str(template)]
-    if g.keys_file:
-        argv += ["--keys-file", str(g.keys_file)]
-    if g.model_name:
-        argv += ["--model-name", g.model_name]
-    if not g.restore_reasoning:
-        argv.append("--no-restore-reasoning")
-    if not g.slot_affinity:
-        argv.append("--no-slot-affinity")
-    if g.strict_model_names:
-        argv.append("--strict-model-names")
+    settings = g.model_copy(update={"chat_template_file": template})
+    # one flag per setting of the spec's [gateway] (GatewaySettings: the same fields as `serve`'s flags)
+    argv = [sys.executable, "-m", "splitserve", "serve", "--engine", engine_url, *settings.serve_args(port)]
     argv += list(g.extra_args)
     env = {"PYTHONUNBUFFERED": "1"}
     if g.api_key:

@@ -56,6 +56,8 @@ from pydantic import (
 )
 
 from .._errors import SpecError, SplitserveError
+from ._gateway_settings import GatewaySettings
+from ._gateway_settings import bind_address as _bind_address
 from ._spec_engines import ENGINE_BACKENDS, SglangSpec, VllmSpec, check_engine_tables
 
 HOST_RE = r"^[A-Za-z0-9_.@:%\[\]-]{1,255}$"
@@ -244,53 +246,18 @@ class ServerSpec(_Strict):
 DEFAULT_GATEWAY_PORT = 8000
 
 
-class GatewaySpec(_Strict):
-    """splitserve's gateway (``splitserve serve``), started by `up` in front of llama-server."""
+class GatewaySpec(GatewaySettings):
+    """splitserve's gateway (``splitserve serve``), started by `up` in front of llama-server: the
+    gateway's settings (:class:`GatewaySettings`, the same fields as ``serve``'s flags) and these."""
 
     enabled: bool = True
     """Start the gateway; false serves llama-server's own endpoint only."""
-    host: str = "127.0.0.1"
-    port: Port | None = None
+    port: int | None = None  # type: ignore[assignment]  # the spec may leave it to `up`
     """Default: 8000, or a free port when 8000 is taken (`up` says which)."""
-    model_format: str | None = None
-    """Tool-call format (`splitserve template formats`); default: detected from the template."""
     chat_template_file: Path | None = None
     """The template the gateway renders; default: server.chat_template_file, else the GGUF's."""
-    model_name: str | None = None
-    """The model id clients use; default: the GGUF's file name."""
-    api_key: str | None = None
-    """A key clients must send (``SPLITSERVE_API_KEY`` in up's environment works too)."""
-    keys_file: Path | None = None
-    """A file of hashed keys (``splitserve keys add``)."""
-    max_concurrent: Annotated[int, Field(ge=1)] = 16
-    """Requests at once per API key."""
-    max_queue: Annotated[int, Field(ge=0)] = 64
-    """Requests waiting per API key before 429."""
-    restore_reasoning: bool = True
-    """Put back the reasoning clients drop from earlier assistant turns (prompt-cache hits)."""
-    slot_affinity: bool = True
-    """Send one session's requests (``X-Session-Id`` header, else ``user``) to one slot."""
-    strict_model_names: bool = False
-    """Answer 404 for a ``model`` that is not the served model's (default: serve any name)."""
     extra_args: list[str] = Field(default_factory=list)
     """Passed to ``splitserve serve`` untouched."""
-
-    @field_validator("host")
-    @classmethod
-    def _host_is_address(cls, value: str) -> str:
-        return _bind_address(value, "the interface the gateway listens on")
-
-    @field_validator("model_format")
-    @classmethod
-    def _known_format(cls, value: str | None) -> str | None:
-        if value is None or value == "plain":
-            return value
-        from ..chat import list_formats
-
-        known = [f.name for f in list_formats()]
-        if value not in known:
-            raise ValueError(f"unknown tool-call format {value!r}; known: plain, {', '.join(known)}")
-        return value
 
 
 class SshSpec(_Strict):
@@ -447,16 +414,6 @@ class ClusterSpec(_Strict):
         # A wildcard or public worker bind is refused by `up` (check_binds) and shown by
         # `preflight` as a failing row, not at load: preflight must be able to report it.
         return self
-
-
-def _bind_address(value: str, what: str) -> str:
-    """``value`` if it is an IP address or ``localhost`` (a listening address), else a ValueError."""
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        if value != "localhost":
-            raise ValueError(f"must be an IP address ({what})") from None
-    return value
 
 
 def is_local_host(host: str) -> bool:

@@ -5,9 +5,10 @@
 - :func:`probe_tools` (``splitserve doctor tools``) checks any OpenAI-compatible endpoint.
 """
 
-from ._app import EngineStream, Gateway, GatewayConfig, create_app, load_template
+from ._app import EngineStream, Gateway, create_app
 from ._auth import KeyRing, add_key, hash_key, is_loopback, require_auth_off_loopback
 from ._chat import Delta, Turn
+from ._config import GatewayConfig, load_template
 from ._doctor import probe_tools, report_markdown
 from ._errors import APIError
 from ._limits import KeyLimiter

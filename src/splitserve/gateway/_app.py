@@ -17,8 +17,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -32,8 +30,8 @@ from .._errors import EngineError
 from ..engine import CompletionRequest as EngineRequest
 from ..engine import CompletionStream, EngineBackend, EngineReply
 from ._access import ACCESS_LOG, CURRENT, RequestRecord, request_record
-from ._auth import KeyRing
 from ._chat import LastChunk, Timing, Turn, collect_chat, stream_chat
+from ._config import GatewayConfig
 from ._engine_errors import api_error, health_error
 from ._errors import APIError
 from ._limits import KeyLimiter
@@ -57,43 +55,6 @@ from ._translate import ServedModel, plan_chat, resolve_format
 from ._ui import ui_routes
 
 T = TypeVar("T")
-
-
-@dataclass
-class GatewayConfig:
-    """Everything ``splitserve serve`` takes; see docs/gateway.md."""
-
-    engine_url: str
-    host: str = "127.0.0.1"
-    port: int = 8000
-    keys: KeyRing = field(default_factory=lambda: KeyRing({}))
-    model_format: str | None = None
-    model_name: str | None = None
-    chat_template: str | None = None
-    engine_api_key: str | None = None
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_concurrent: int = 16
-    max_queue: int = 64
-    test_hooks: bool = False
-    restore_reasoning: bool = True
-    """Put back the reasoning a client dropped from its earlier assistant turns (see _session)."""
-    slot_affinity: bool = True
-    """Send the requests of one session (``X-Session-Id`` or ``user``) to one engine slot."""
-    strict_model_names: bool = False
-    """Answer 404 for a ``model`` that is not one of the served model's names (default: any
-    name is served, as llama-server does, and responses carry the gateway's own id)."""
-    max_header_bytes: int = 64 * 1024
-    """Request line and headers of one request (431 beyond; see _server)."""
-    max_headers: int = 100
-    """Header lines of one request (431 beyond)."""
-    header_timeout: float = 10.0
-    """Seconds a connection has to send a whole request head (408 and closed beyond)."""
-    body_timeout: float = 60.0
-    """Seconds a client has to send the whole body (408 beyond)."""
-    keep_alive_timeout: float = 5.0
-    """Seconds an idle kept-alive connection stays open."""
-    route: str = "affinity"
-    """Over replicas: ``affinity``, ``round-robin`` or ``least-loaded`` (see ``_router.ROUTES``)."""
 
 
 class EngineStream(Response):
@@ -749,13 +710,4 @@ def create_app(config: GatewayConfig, backend: EngineBackend | None = None) -> S
     return app
 
 
-def load_template(path: Path) -> str:
-    from .._errors import UsageError
-
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the chat template: {exc.strerror}") from None
-
-
-__all__ = ["EngineStream", "Gateway", "GatewayConfig", "create_app", "load_template"]
+__all__ = ["EngineStream", "Gateway", "create_app"]

@@ -24,8 +24,9 @@ import asyncio
 import logging
 from typing import Any
 
-from ._app import GatewayConfig, create_app
+from ._app import create_app
 from ._auth import require_auth_off_loopback
+from ._config import GatewayConfig
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
