@@ -513,8 +513,12 @@ def engine_options(
     )
 
 
+OnRow = Callable[[dict[str, Any]], None]
+"""Told each llama-bench row as it comes."""
+
+
 @contextmanager
-def engine_bar(opts: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
+def engine_bar(opts: Any) -> Iterator[OnRow]:
     """A progress bar of llama-bench's tests; yields the callback that counts a row and prints it."""
     total = len(opts.prompt_tokens) + len(opts.gen_tokens)
     total *= max(1, len(opts.depths)) * max(1, len(opts.ubatch))
@@ -533,7 +537,7 @@ def engine_bar(opts: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
 
 
 def engine_on_cluster(
-    cluster: Path, engine: str | None, opts: Any, path: Path, label: str, on_row: Callable[[dict[str, Any]], None]
+    cluster: Path, engine: str | None, opts: Any, path: Path, label: str, on_row: OnRow
 ) -> tuple[Any, Path]:
     """llama-bench with the spec's model and workers, its head stopped meanwhile."""
     from ..bench import cluster_facts, run_engine_bench, workers_only
@@ -559,13 +563,7 @@ def engine_on_cluster(
 
 
 def engine_on_workers(
-    model: Path,
-    rpc: str | None,
-    engine: str | None,
-    opts: Any,
-    path: Path,
-    label: str,
-    on_row: Callable[[dict[str, Any]], None],
+    model: Path, rpc: str | None, engine: str | None, opts: Any, path: Path, label: str, on_row: OnRow
 ) -> tuple[Any, Path]:
     """llama-bench with ``-m`` and the ``--rpc`` workers given."""
     from ..bench import run_engine_bench
