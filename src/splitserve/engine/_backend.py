@@ -327,8 +327,9 @@ class CompletionStream(ABC):
 class EngineBackend(ABC):
     """An engine that turns prompts into tokens (see the module).
 
-    What a backend implements: :meth:`info`, :meth:`health`, :meth:`stream`, :meth:`tokenize`,
-    :meth:`relay` and :meth:`aclose`. :meth:`complete` (the stream, collected) and
+    What a backend implements: :meth:`info`, :meth:`health`, :meth:`stream`, :meth:`relay` and
+    :meth:`aclose`. :meth:`complete` (the stream, collected), :meth:`tokenize` (``POST
+    /tokenize``, relayed; an engine whose ``/tokenize`` is shaped otherwise overrides it) and
     :meth:`metrics` (``GET /metrics``, relayed) are built on them."""
 
     url: str
@@ -349,10 +350,6 @@ class EngineBackend(ABC):
         as events`` (see :class:`CompletionStream`): its events are llama.cpp's (``content``,
         and a last one with ``stop``, ``stop_type``, ``tokens_predicted``, ``tokens_evaluated``,
         ``timings``) whatever the engine."""
-
-    @abstractmethod
-    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        """The token ids of ``text`` (with BOS and the like when ``add_special``)."""
 
     @abstractmethod
     async def relay(
@@ -388,6 +385,21 @@ class EngineBackend(ABC):
                     if data.get("stop"):
                         final = data
         return {**final, "content": "".join(texts)}
+
+    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """The token ids of ``text`` (with BOS and the like when ``add_special``): llama-server's
+        ``/tokenize``, relayed."""
+        content = json.dumps({"content": text, "add_special": add_special}, ensure_ascii=False).encode()
+        async with await self.relay(
+            "POST", "/tokenize", content=content, content_type="application/json", check=True
+        ) as reply:
+            raw = await reply.aread()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise EngineStreamError(f"the engine's /tokenize answer is not JSON: {raw[:120]!r}") from None
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        return [t["id"] if isinstance(t, dict) else int(t) for t in tokens or []]
 
     async def metrics(self) -> bytes | None:
         """The engine's Prometheus text, None when it has none (or does not answer within a second)."""

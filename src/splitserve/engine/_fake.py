@@ -82,8 +82,8 @@ Entry = str | Sequence[str] | FakeOutput | FakeFailure
 @dataclass
 class FakeRequest:
     """One request the fake got: ``kind`` is the method of the backend that was called
-    (``health``, ``info``, ``tokenize``, ``stream``, ``relay``; a whole completion is a
-    ``stream``, the metrics a ``relay`` of ``/metrics``); ``path`` / ``method`` / ``query`` the llama-server request it stands
+    (``health``, ``info``, ``stream``, ``relay``; a whole completion is a ``stream``, the
+    metrics and tokenizing a ``relay`` of ``/metrics`` and ``/tokenize``); ``path`` / ``method`` / ``query`` the llama-server request it stands
     for; ``body`` the decoded JSON body (or the raw bytes when it is not JSON)."""
 
     kind: str
@@ -268,11 +268,6 @@ class FakeEngine(EngineBackend):
         self._record("info", "/props", method="GET")
         self._check("/props")
         return EngineInfo(dict(self.props_answer), [dict(s) for s in self.slots_answer])
-
-    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        self._record("tokenize", "/tokenize", {"content": text, "add_special": add_special})
-        self._check("/tokenize")
-        return self._tokens(text, add_special)
 
     def stream(self, request: CompletionRequest) -> CompletionStream:
         body = request.llamacpp()

@@ -66,11 +66,6 @@ class LlamaCppBackend(HttpEngine):
         slots = [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
         return EngineInfo(props if isinstance(props, dict) else {}, slots)
 
-    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        data = await self._json("POST", "/tokenize", {"content": text, "add_special": add_special})
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        return [t["id"] if isinstance(t, dict) else t for t in tokens or []]
-
     def stream(self, request: CompletionRequest) -> CompletionStream:
         body = request.llamacpp()
         body["stream"] = True

@@ -373,11 +373,12 @@ class ReplicaBackend(EngineBackend):
             out[name] = slots
         return out
 
-    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        return await self._any(lambda b: b.tokenize(text, add_special))
-
     def stream(self, request: CompletionRequest) -> CompletionStream:
         return _RoutedStream(self, request)
+
+    async def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """The least-loaded replica's tokenizing, in its own engine's shape (each serves the same model)."""
+        return await self._any(lambda b: b.tokenize(text, add_special))
 
     async def metrics(self) -> bytes | None:
         """Every replica's Prometheus text, each sample labelled ``replica="NAME"``."""

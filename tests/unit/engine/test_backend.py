@@ -372,6 +372,28 @@ def test_a_blocking_engine_of_a_url_is_its_backend() -> None:
 # -- FakeEngine -------------------------------------------------------------------------------
 
 
+def test_a_backend_implements_info_health_stream_relay_and_aclose_only() -> None:
+    assert EngineBackend.__abstractmethods__ == {"info", "health", "stream", "relay", "aclose"}
+
+
+def test_tokenize_metrics_and_complete_are_built_on_relay_and_stream() -> None:
+    engine = FakeEngine([["a", "b"]], metrics="x 1\n")
+    assert run(lambda: engine.tokenize("hi", add_special=True)) == [1, ord("h") + 3, ord("i") + 3]
+    assert run(engine.metrics) == b"x 1\n"
+    assert run(lambda: engine.complete(CompletionRequest("p")))["content"] == "ab"
+    assert [(r.kind, r.path) for r in engine.requests] == [
+        ("relay", "/tokenize"),
+        ("relay", "/metrics"),
+        ("stream", "/completion"),
+    ]
+    with pytest.raises(EngineHTTPError) as loading:
+        run(lambda: FakeEngine(loading=True).tokenize("hi"))
+    assert loading.value.status == 503
+    with pytest.raises(EngineUnavailable):
+        run(lambda: FakeEngine(down=True).tokenize("hi"))
+    assert run(FakeEngine(down=True).metrics) is None and run(FakeEngine().metrics) is None
+
+
 async def _stream(engine: FakeEngine, body: dict[str, Any]) -> list[list[dict[str, Any]]]:
     async with engine.stream(CompletionRequest.of(body)) as events:
         return [batch async for batch in events]

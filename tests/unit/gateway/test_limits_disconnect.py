@@ -73,7 +73,9 @@ def _app(**config: Any) -> tuple[Any, FakeEngine]:
 
 def _reached(engine: FakeEngine) -> list[tuple[str, str, str]]:
     """The requests that reached the engine beyond health, props and tokenize."""
-    return [(r.method, r.path, r.query) for r in engine.requests if r.kind in ("stream", "relay", "complete")]
+    return [
+        (r.method, r.path, r.query) for r in engine.requests if r.kind in ("stream", "relay") and r.path != "/tokenize"
+    ]
 
 
 async def _asgi(app: Any, path: str, body: dict[str, Any], leave: anyio.Event) -> list[dict[str, Any]]:
