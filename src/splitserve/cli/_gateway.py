@@ -10,10 +10,13 @@ from typing import Annotated
 import typer
 
 from .._errors import UsageError
+from ..cluster import GatewaySettings
 from ..engine import split_engine_url
 from ._app import API_KEY_ENV, API_KEY_HELP, app, make_console, maps_errors, renamed
 
 console = make_console()
+#: serve's defaults are the gateway settings' own (cluster.GatewaySettings: also the spec's [gateway])
+_D = GatewaySettings()
 
 keys_app = typer.Typer(
     help="API keys for the gateway, stored hashed.\n\nExample: splitserve keys add keys.txt --name alice",
@@ -43,8 +46,8 @@ def serve_cmd(
             "without tool support: tools then go through a Hermes-style fallback)"
         ),
     ] = None,
-    host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    host: Annotated[str, typer.Option(help="address to bind (beyond loopback needs a key)")] = _D.host,
+    port: Annotated[int, typer.Option(help="port to listen on")] = _D.port,
     api_key: Annotated[
         str | None, typer.Option("--api-key", envvar=API_KEY_ENV, help=f"accepted API key (or set {API_KEY_ENV})")
     ] = None,
@@ -56,9 +59,9 @@ def serve_cmd(
     engine_api_key: Annotated[
         str | None, typer.Option(help="key the engine itself expects (or set SPLITSERVE_ENGINE_API_KEY)")
     ] = None,
-    max_concurrent: Annotated[int, typer.Option(help="requests at once per API key")] = 16,
-    max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = 64,
-    max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = 8 * 1024 * 1024,
+    max_concurrent: Annotated[int, typer.Option(help="requests at once per API key")] = _D.max_concurrent,
+    max_queue: Annotated[int, typer.Option(help="requests waiting per API key before 429")] = _D.max_queue,
+    max_body_bytes: Annotated[int, typer.Option(help="request body limit (413 beyond)")] = _D.max_body_bytes,
     test_hooks: Annotated[bool, typer.Option(help="allow the test-only force_output field")] = False,
     restore_reasoning: Annotated[
         bool,
@@ -66,29 +69,31 @@ def serve_cmd(
             help="put back the reasoning a client dropped from its earlier assistant turns (found by "
             "the tool-call ids the gateway issued), so the history stays in the prompt cache"
         ),
-    ] = True,
+    ] = _D.restore_reasoning,
     slot_affinity: Annotated[
         bool,
         typer.Option(help="send the requests of one session (X-Session-Id header, else `user`) to one engine slot"),
-    ] = True,
+    ] = _D.slot_affinity,
     strict_model_names: Annotated[
         bool,
         typer.Option(
             help="answer 404 for a `model` that is not the served model's id, path or file name "
             "(default: serve any name, as llama-server does, and answer with the served id)"
         ),
-    ] = False,
+    ] = _D.strict_model_names,
     max_header_bytes: Annotated[
         int, typer.Option(help="request line and headers of one request, in bytes (431 or 400 beyond)")
-    ] = 64 * 1024,
-    max_headers: Annotated[int, typer.Option(help="header lines of one request (431 beyond)")] = 100,
+    ] = _D.max_header_bytes,
+    max_headers: Annotated[int, typer.Option(help="header lines of one request (431 beyond)")] = _D.max_headers,
     header_timeout: Annotated[
         float, typer.Option(help="seconds a connection has to send a whole request head (408, closed)")
-    ] = 10.0,
+    ] = _D.header_timeout,
     body_timeout: Annotated[
         float, typer.Option(help="seconds a client has to send the whole request body (408)")
-    ] = 60.0,
-    keep_alive_timeout: Annotated[float, typer.Option(help="seconds an idle kept-alive connection stays open")] = 5.0,
+    ] = _D.body_timeout,
+    keep_alive_timeout: Annotated[
+        float, typer.Option(help="seconds an idle kept-alive connection stays open")
+    ] = _D.keep_alive_timeout,
     http: Annotated[
         str,
         typer.Option(
@@ -102,7 +107,7 @@ def serve_cmd(
             help="over replicas: affinity (a session sticks to the replica holding its cache, new "
             "ones go to the least loaded), round-robin or least-loaded (both ignore sessions)"
         ),
-    ] = "affinity",
+    ] = _D.route,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
     access_log: Annotated[
         bool,
