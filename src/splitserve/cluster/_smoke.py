@@ -9,65 +9,26 @@ model's greedy token for the head's llama-server; the token must be the head's.
 
 from __future__ import annotations
 
-import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from .._errors import SplitserveError
-from .._node import Node, ProcessRef, stop
+from .._node import Node
 from ..engine import (
     Check,
     Engine,
-    LocalRunner,
-    RunResult,
+    SmokeEdges,
+    SmokeProcess,
     SmokeReport,
     check_rpc,
     machine_fingerprint,
     smoke_test,
     tiny_model,
-    wait_port,
 )
 from ._spec import ClusterSpec, WorkerSpec
 from ._ssh import exit_status_from_log
 
 ROLES = ("server", "rpc_server", "bench")
-
-
-class NodeBackground:
-    """A process on a node, as the smoke test's :class:`~splitserve.engine._smoke.Background`."""
-
-    def __init__(self, transport: Node, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.transport, self.log = transport, log
-        transport.new_log(log, "# splitserve: engine smoke test")
-        self.ref: ProcessRef | None = None
-        self.result: RunResult | None = None
-        try:
-            self.ref = transport.spawn(argv, env, log)
-        except SplitserveError as exc:
-            self.result = RunResult(127, str(exc))
-
-    def listening(self, host: str, port: int, timeout: float) -> bool:
-        ref = self.ref
-        if ref is None:
-            return False
-        return wait_port(host, port, timeout, lambda: self.transport.alive(ref))
-
-    def stop(self) -> RunResult:
-        if self.result is None:
-            assert self.ref is not None
-            was_alive = self.transport.alive(self.ref)
-            if was_alive:
-                stop(self.transport, self.ref, grace=2.0)
-            text = self.transport.read_log(self.log, max_bytes=64 << 10)
-            code = None
-            if not was_alive:
-                code = self.transport.exit_code(self.ref)
-                if code is None:
-                    code = exit_status_from_log(text)
-            elif exit_status_from_log(text) == -int(signal.SIGKILL):
-                code = None  # our own SIGKILL after the grace period: it was still serving
-            self.result = RunResult(code, text)
-        return self.result
 
 
 def local_report(engine: Engine) -> tuple[SmokeReport | dict[str, Any], bool]:
@@ -87,16 +48,20 @@ def node_check(
 
     log = Path(f"{worker.workdir.rstrip('/')}/clusters/{spec.name}/logs/{worker.name}.smoke.log")
     env = _library_env(engine, worker.env)
-    return check_rpc(
-        LocalRunner(),
-        head.server,
-        engine.path("rpc_server"),
-        tiny_model(),
-        token,
-        host=worker.bind,
-        port=worker.port,
-        start=lambda argv: NodeBackground(transport, argv, env, log),
-    )
+    argv = [str(engine.path("rpc_server")), "-H", worker.bind, "-p", str(worker.port)]
+    rpc = SmokeProcess(transport, argv, env, log, exit_status=exit_status_from_log)
+    with tempfile.TemporaryDirectory(prefix="splitserve-smoke-") as tmp:
+        return check_rpc(
+            SmokeEdges(),
+            Path(tmp),
+            head.server,
+            engine.path("rpc_server"),
+            tiny_model(),
+            token,
+            worker=rpc,
+            host=worker.bind,
+            port=worker.port,
+        )
 
 
 def fix_for(engine: Engine, check: Check, host: str) -> str:

@@ -18,16 +18,7 @@ from ._client import BlockingEngine, EngineHTTPError, EngineUnavailable
 from ._engine import Engine, get_engine, list_engines, load_engine, version_text
 from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
 from ._llamacpp import LlamaCppBackend
-from ._smoke import (
-    Check,
-    LocalRunner,
-    RunResult,
-    SmokeReport,
-    check_rpc,
-    machine_fingerprint,
-    smoke_test,
-    wait_port,
-)
+from ._smoke import Check, RunResult, SmokeEdges, SmokeProcess, SmokeReport, check_rpc, machine_fingerprint, smoke_test
 from ._source import resolve_source
 from ._tiny import tiny_model
 from ._vllm import VllmBackend, backend_for, split_engine_url
@@ -55,8 +46,9 @@ __all__ = [
     "FakeOutput",
     "FakeRequest",
     "LlamaCppBackend",
-    "LocalRunner",
     "RunResult",
+    "SmokeEdges",
+    "SmokeProcess",
     "SmokeReport",
     "VllmBackend",
     "backend_for",
@@ -73,5 +65,4 @@ __all__ = [
     "split_engine_url",
     "tiny_model",
     "version_text",
-    "wait_port",
 ]

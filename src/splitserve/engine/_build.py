@@ -33,7 +33,7 @@ from .._paths import cache_dir, engines_dir
 from ._engine import PROVENANCE, Engine, find_binaries, load_engine
 from ._patches import Patch, is_patch_file, plan_patches, prepare_patched_tree
 from ._rdma import RdmaSupport, rdma_provenance, rdma_support, recorded_rdma
-from ._smoke import SmokeReport, _free_port, machine_fingerprint, smoke_test
+from ._smoke import SmokeEdges, SmokeReport, _free_port, machine_fingerprint, smoke_test
 from ._source import SourceTree, resolve_source
 from ._tiny import tiny_model
 
@@ -528,7 +528,11 @@ def cpu_variants(bin_dir: Path) -> list[str]:
 
 
 def smoke_with_fallback(
-    bin_dir: Path, binaries: dict[str, str], log: Callable[[str], None], runner: Any = None, model: Path | None = None
+    bin_dir: Path,
+    binaries: dict[str, str],
+    log: Callable[[str], None],
+    edges: SmokeEdges | None = None,
+    model: Path | None = None,
 ) -> tuple[SmokeReport, dict[str, str]]:
     """Smoke-test the binaries; when they crash with a CPU variant ggml chose (say
     ``sapphirerapids``, whose AMX kernels a VM's kernel may not let run), move that variant
@@ -538,14 +542,14 @@ def smoke_with_fallback(
     disabled: dict[str, str] = {}
     previous: tuple[str, str] | None = None  # (variant disabled last, the check that crashed)
     while True:
-        report = smoke_test(bin_dir, binaries, model, runner)
+        report = smoke_test(bin_dir, binaries, model, edges)
         bad = report.failed
         if previous is not None and bad is not None and bad.verdict == "signal" and bad.name == previous[1]:
             # The same crash without that variant: it was not the cause. Put it back.
             restore_variant(bin_dir, previous[0])
             del disabled[previous[0]]
             log(f"the crash does not depend on the CPU variant; {previous[0]} restored")
-            return smoke_test(bin_dir, binaries, model, runner), disabled
+            return smoke_test(bin_dir, binaries, model, edges), disabled
         variant = report.cpu_variant
         if (
             bad is None

@@ -12,9 +12,9 @@ A build can compile and still die on first use: code for instructions the CPU la
 
 Each check ends in a verdict: ``ok``, ``signal`` (killed by SIGILL, SIGSEGV ...), ``timeout``,
 ``exit`` (a non-zero exit status), or ``wrong-output`` (it ran, but the reply is not what the
-check asked for). Processes run behind :class:`Runner` (:class:`LocalRunner` here; the
-cluster layer adapts its transports for other nodes; :class:`FakeRunner` for unit tests), so
-the verdicts are pure code.
+check asked for). Processes run on a :class:`~splitserve._node.Node` (:class:`LocalNode` here,
+a worker's node for the cluster's RPC check, a fake node in unit tests) and the HTTP and port
+probes go through :class:`SmokeEdges`, so the verdicts are pure code.
 """
 
 from __future__ import annotations
@@ -24,16 +24,18 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 import httpx
 
+from .._clock import SYSTEM_CLOCK, Clock
+from .._errors import SplitserveError
+from .._node import LocalNode, Node, ProcessRef, stop
 from ._rdma import runtime_hint
 
 PROMPT = "hello world"
@@ -58,38 +60,145 @@ class RunResult:
     """The server's JSON reply to the request (``ask`` only)."""
 
 
-class Background(Protocol):
-    def listening(self, host: str, port: int, timeout: float) -> bool:
-        """Wait until ``host:port`` accepts connections (False: it died or did not in time)."""
+def port_open(host: str, port: int) -> bool:
+    """Whether ``host:port`` accepts a connection now."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
-    def stop(self) -> RunResult:
-        """Stop the process (if it still runs) and say what it did."""
+
+def _health_ok(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5.0).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
-def wait_port(host: str, port: int, timeout: float, alive: Callable[[], bool]) -> bool:
-    """Connect to ``host:port`` until it accepts, ``alive()`` turns False, or time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and alive():
+def _post_completion(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """POST ``body`` to ``url``/completion: the JSON reply, or None (no JSON, a dropped
+    connection); raises :class:`httpx.TimeoutException` when no reply came in time."""
+    try:
+        resp = httpx.post(f"{url}/completion", json=body, timeout=timeout)
+        reply = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else None
+    except httpx.TimeoutException:
+        raise
+    except (httpx.HTTPError, ValueError):
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+@dataclass
+class SmokeEdges:
+    """The smoke test's I/O: its processes on a node, the engine's HTTP API and open ports seen
+    from here, and a clock. The defaults are this machine; unit tests pass a fake node and clock
+    (``splitserve.cluster.FakeNetwork``) and answer the HTTP calls themselves."""
+
+    node: Node = field(default_factory=LocalNode)
+    clock: Clock = SYSTEM_CLOCK
+    listening: Callable[[str, int], bool] = port_open
+    health: Callable[[str], bool] = _health_ok
+    """``GET url/health`` answers 200."""
+    complete: Callable[[str, dict[str, Any], float], dict[str, Any] | None] = _post_completion
+    log_dir: Path | None = None
+    """Where the checks' logs go (None: a temporary folder, removed after the test)."""
+
+
+class SmokeProcess:
+    """A process a check started on a node (a server, or the RPC server on a worker)."""
+
+    def __init__(
+        self,
+        node: Node,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        exit_status: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.node, self.log, self.exit_status = node, log, exit_status
+        self.ref: ProcessRef | None = None
+        self.result: RunResult | None = None
         try:
-            with socket.create_connection((host, port), timeout=1.0):
+            node.new_log(log, "# splitserve: engine smoke test")
+            self.ref = node.spawn(argv, env, log)
+        except SplitserveError as exc:
+            self.result = RunResult(127, str(exc))
+
+    def alive(self) -> bool:
+        return self.ref is not None and self.result is None and self.node.alive(self.ref)
+
+    def wait(self, timeout: float, clock: Clock) -> bool:
+        """Wait until it ends by itself (True) or ``timeout`` seconds pass (False)."""
+        deadline = clock.monotonic() + timeout
+        while self.alive():
+            if clock.monotonic() >= deadline:
+                return False
+            clock.sleep(0.05)
+        return True
+
+    def listening(self, host: str, port: int, timeout: float, edges: SmokeEdges) -> bool:
+        """Wait until ``host:port`` accepts connections (False: it died or did not in time)."""
+        deadline = edges.clock.monotonic() + timeout
+        while self.alive() and edges.clock.monotonic() < deadline:
+            if edges.listening(host, port):
                 return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+            edges.clock.sleep(0.05)
+        return False
+
+    def stop(self, clock: Clock = SYSTEM_CLOCK) -> RunResult:
+        """Stop it (if it still runs) and say what it did: its exit status (None when it was
+        still running: a server that did its job) and its log."""
+        if self.result is None:
+            assert self.ref is not None
+            was_alive = self.node.alive(self.ref)
+            if was_alive:
+                stop(self.node, self.ref, grace=2.0, clock=clock)
+            text = self.node.read_log(self.log, max_bytes=64 << 10)
+            code = None
+            if not was_alive:
+                code = self.node.exit_code(self.ref)
+                if code is None and self.exit_status is not None:
+                    code = self.exit_status(text)
+            self.result = RunResult(code, text)
+        return self.result
 
 
-class Runner(Protocol):
-    """Runs the smoke test's processes."""
+def run_process(edges: SmokeEdges, argv: list[str], log: Path, timeout: float) -> RunResult:
+    """Run a command that ends on its own (llama-bench)."""
+    proc = SmokeProcess(edges.node, argv, _env(), log)
+    if proc.wait(timeout, edges.clock):
+        return proc.stop(edges.clock)
+    return RunResult(None, proc.stop(edges.clock).log, timed_out=True)
 
-    def run(self, argv: list[str], timeout: float) -> RunResult:
-        """Run a command that ends on its own."""
 
-    def ask(self, argv: list[str], port: int, body: dict[str, Any], timeout: float) -> RunResult:
-        """Start a server listening on 127.0.0.1:``port``, wait for /health, POST ``body`` to
-        /completion, stop it."""
-
-    def start(self, argv: list[str]) -> Background:
-        """Start a process in the background (the RPC server)."""
+def ask(edges: SmokeEdges, argv: list[str], port: int, log: Path, body: dict[str, Any], timeout: float) -> RunResult:
+    """Start a server listening on 127.0.0.1:``port``, wait for /health, POST ``body`` to
+    /completion, stop it."""
+    clock = edges.clock
+    proc = SmokeProcess(edges.node, argv, _env(), log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = clock.monotonic() + timeout
+    try:
+        while True:
+            if not proc.alive():
+                return proc.stop(clock)
+            if edges.health(url):
+                break
+            if clock.monotonic() >= deadline:
+                return RunResult(None, proc.stop(clock).log, timed_out=True)
+            clock.sleep(0.05)
+        try:
+            reply = edges.complete(url, body, max(1.0, deadline - clock.monotonic()))
+        except httpx.TimeoutException:
+            return RunResult(None, proc.stop(clock).log, timed_out=True)
+        if reply is None:
+            proc.wait(5.0, clock)  # a crash mid-request: let the process finish dying, to see how
+        done = proc.stop(clock)
+        return RunResult(done.returncode, done.log, reply=reply)
+    except BaseException:
+        proc.stop(clock)
+        raise
 
 
 @dataclass
@@ -236,42 +345,45 @@ def server_argv(server: Path, model: Path, port: int, *extra: str) -> list[str]:
     return [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "256", "-np", "1", *extra]
 
 
-def check_server(runner: Runner, server: Path, model: Path) -> tuple[Check, RunResult]:
+def check_server(edges: SmokeEdges, log_dir: Path, server: Path, model: Path) -> tuple[Check, RunResult]:
     port = _free_port()
-    res = runner.ask(server_argv(server, model, port, "-ngl", "0", "--device", "none"), port, BODY, TIMEOUT_S)
+    argv = server_argv(server, model, port, "-ngl", "0", "--device", "none")
+    res = ask(edges, argv, port, log_dir / "server.log", BODY, TIMEOUT_S)
     return judge("server", "llama-server (one token on the local CPU)", res, _one_token), res
 
 
 def check_rpc(
-    runner: Runner,
+    edges: SmokeEdges,
+    log_dir: Path,
     server: Path,
     rpc_server: Path,
     model: Path,
     expected: list[int] | None,
+    worker: SmokeProcess | None = None,
     host: str = "127.0.0.1",
     port: int | None = None,
-    start: Callable[[list[str]], Background] | None = None,
 ) -> Check:
-    """ggml-rpc-server on ``host:port`` (this machine by default; ``start`` runs it elsewhere)
-    computes every layer of the token llama-server asks for."""
-    port = port or _free_port()
-    worker = (start or runner.start)([str(rpc_server), "-H", host, "-p", str(port)])
+    """ggml-rpc-server on ``host:port`` (started here unless ``worker`` is one started on another
+    node) computes every layer of the token llama-server asks for."""
+    if worker is None:
+        port = port or _free_port()
+        worker = SmokeProcess(edges.node, [str(rpc_server), "-H", host, "-p", str(port)], _env(), log_dir / "rpc.log")
+    assert port is not None
     head_port = _free_port()
     what = f"ggml-rpc-server on {host}"
     try:
-        if not worker.listening(host, port, 30.0):
-            done = worker.stop()
+        if not worker.listening(host, port, 30.0, edges):
+            done = worker.stop(edges.clock)
             if done.returncode is None:
                 check = Check("rpc", "timeout", f"{what} did not listen on port {port} within 30 s", tail(done.log))
             else:
                 check = judge("rpc", what, done, lambda _r: "it exited before listening")
             check.cpu_variant = cpu_variant(done.log)
             return check
-        res = runner.ask(
-            server_argv(server, model, head_port, "-ngl", "99", "--rpc", f"{host}:{port}"), head_port, BODY, TIMEOUT_S
-        )
+        argv = server_argv(server, model, head_port, "-ngl", "99", "--rpc", f"{host}:{port}")
+        res = ask(edges, argv, head_port, log_dir / "rpc-head.log", BODY, TIMEOUT_S)
     finally:
-        done = worker.stop()
+        done = worker.stop(edges.clock)
     signo = signal_of(done.returncode)
     if signo is not None or done.returncode not in (None, 0) or done.timed_out:
         check = judge("rpc", what, done, lambda _r: None)
@@ -293,25 +405,35 @@ def check_rpc(
     return check
 
 
-def check_bench(runner: Runner, bench: Path, model: Path) -> tuple[Check, RunResult]:
-    res = runner.run(
-        [str(bench), "-m", str(model), "-p", "16", "-n", "4", "-r", "1", "-o", "json", "-ngl", "0"], TIMEOUT_S
-    )
+def check_bench(edges: SmokeEdges, log_dir: Path, bench: Path, model: Path) -> tuple[Check, RunResult]:
+    argv = [str(bench), "-m", str(model), "-p", "16", "-n", "4", "-r", "1", "-o", "json", "-ngl", "0"]
+    res = run_process(edges, argv, log_dir / "bench.log", TIMEOUT_S)
     return judge("bench", "llama-bench (pp16, tg4)", res, _bench_rows), res
 
 
-def smoke_test(bin_dir: Path, binaries: dict[str, str], model: Path, runner: Runner | None = None) -> SmokeReport:
+@contextmanager
+def log_folder(edges: SmokeEdges) -> Iterator[Path]:
+    """Where the checks' logs go: ``edges.log_dir``, else a temporary folder."""
+    if edges.log_dir is not None:
+        yield edges.log_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="splitserve-smoke-") as tmp:
+        yield Path(tmp)
+
+
+def smoke_test(bin_dir: Path, binaries: dict[str, str], model: Path, edges: SmokeEdges | None = None) -> SmokeReport:
     """Run the three checks against the binaries in ``bin_dir`` on this machine."""
-    runner = runner or LocalRunner()
-    t0 = time.monotonic()
+    edges = edges or SmokeEdges()
+    t0 = edges.clock.monotonic()
     server = bin_dir / binaries["server"]
-    first, res = check_server(runner, server, model)
-    expected = (res.reply or {}).get("tokens") if first.ok else None
-    rpc = check_rpc(runner, server, bin_dir / binaries["rpc_server"], model, expected)
-    bench, bench_res = check_bench(runner, bin_dir / binaries["bench"], model)
+    with log_folder(edges) as logs:
+        first, res = check_server(edges, logs, server, model)
+        expected = (res.reply or {}).get("tokens") if first.ok else None
+        rpc = check_rpc(edges, logs, server, bin_dir / binaries["rpc_server"], model, expected)
+        bench, bench_res = check_bench(edges, logs, bin_dir / binaries["bench"], model)
     # llama-bench prints which CPU variant the loader chose (llama-server's log does not).
     variant = cpu_variant(bench_res.log) or cpu_variant(res.log)
-    return SmokeReport([first, rpc, bench], variant, time.monotonic() - t0, expected)
+    return SmokeReport([first, rpc, bench], variant, edges.clock.monotonic() - t0, expected)
 
 
 def machine_fingerprint() -> str:
@@ -342,137 +464,3 @@ def machine_fingerprint() -> str:
 def _env() -> dict[str, str]:
     # The binaries find their libraries through $ORIGIN; a stray LD_LIBRARY_PATH must not win.
     return {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-
-
-class _LocalBackground:
-    def __init__(self, argv: list[str]) -> None:
-        self._log = tempfile.TemporaryFile()
-        self._result: RunResult | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                env=_env(),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            self._result = RunResult(127, f"cannot start {argv[0]}: {exc.strerror or exc}")
-            self._log.close()
-
-    def poll(self) -> int | None:
-        return self._proc.poll() if self._proc is not None else 127
-
-    def wait(self, timeout: float) -> int | None:
-        return self._proc.wait(timeout) if self._proc is not None else 127
-
-    def listening(self, host: str, port: int, timeout: float) -> bool:
-        return wait_port(host, port, timeout, lambda: self.poll() is None)
-
-    def stop(self) -> RunResult:
-        if self._result is None and self._proc is not None:
-            rc = self._proc.poll()
-            if rc is None:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait()
-            self._log.seek(0)
-            self._result = RunResult(rc, self._log.read().decode("utf-8", "replace"))
-            self._log.close()
-        assert self._result is not None
-        return self._result
-
-
-class LocalRunner:
-    """Processes on this machine, each in its own session, killed when the check ends."""
-
-    def run(self, argv: list[str], timeout: float) -> RunResult:
-        proc = _LocalBackground(argv)
-        try:
-            rc = proc.wait(timeout)
-            return RunResult(rc, proc.stop().log)
-        except subprocess.TimeoutExpired:
-            return RunResult(None, proc.stop().log, timed_out=True)
-
-    def ask(self, argv: list[str], port: int, body: dict[str, Any], timeout: float) -> RunResult:
-        proc = _LocalBackground(argv)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout
-        try:
-            with httpx.Client(timeout=5.0) as client:
-                while time.monotonic() < deadline:
-                    if proc.poll() is not None:
-                        return proc.stop()
-                    try:
-                        if client.get(f"{url}/health").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    time.sleep(0.05)
-                else:
-                    return RunResult(None, proc.stop().log, timed_out=True)
-                try:
-                    resp = client.post(f"{url}/completion", json=body, timeout=max(1.0, deadline - time.monotonic()))
-                    reply = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else None
-                except httpx.TimeoutException:
-                    return RunResult(None, proc.stop().log, timed_out=True)
-                except (httpx.HTTPError, ValueError):
-                    reply = None
-                    try:  # a crash mid-request: let the process finish dying, to see how
-                        proc.wait(5.0)
-                    except subprocess.TimeoutExpired:
-                        pass
-            done = proc.stop()
-            return RunResult(done.returncode, done.log, reply=reply if isinstance(reply, dict) else None)
-        except BaseException:
-            proc.stop()
-            raise
-
-    def start(self, argv: list[str]) -> Background:
-        return _LocalBackground(argv)
-
-
-# -- for unit tests --------------------------------------------------------------------------
-
-
-class _FakeBackground:
-    def __init__(self, result: RunResult) -> None:
-        self.result = result
-
-    def listening(self, host: str, port: int, timeout: float) -> bool:
-        return self.result.returncode is None and not self.result.timed_out
-
-    def stop(self) -> RunResult:
-        return self.result
-
-
-class FakeRunner:
-    """A :class:`Runner` that answers from a table: binary name -> result (a list gives one per
-    call). Unknown binaries succeed: a server replies with one token, a command prints the two
-    rows of llama-bench's JSON, a background process served one client."""
-
-    OK_REPLY: ClassVar[dict[str, object]] = {"tokens": [228], "tokens_predicted": 1, "content": "x"}
-    OK_BENCH = '[{"n_prompt": 16, "n_gen": 0, "avg_ts": 900.0}, {"n_prompt": 0, "n_gen": 4, "avg_ts": 300.0}]'
-
-    def __init__(self, results: dict[str, RunResult | list[RunResult]] | None = None) -> None:
-        self.results = dict(results or {})
-        self.calls: list[list[str]] = []
-
-    def _result(self, argv: list[str], default: RunResult) -> RunResult:
-        self.calls.append(argv)
-        found = self.results.get(Path(argv[0]).name)
-        if isinstance(found, list):
-            return found.pop(0) if found else default
-        return found or default
-
-    def run(self, argv: list[str], timeout: float) -> RunResult:
-        return self._result(
-            argv, RunResult(0, "load_backend: loaded CPU backend from /e/libggml-cpu-x64.so\n" + self.OK_BENCH)
-        )
-
-    def ask(self, argv: list[str], port: int, body: dict[str, Any], timeout: float) -> RunResult:
-        return self._result(argv, RunResult(None, "srv llama_server: model loaded", reply=dict(self.OK_REPLY)))
-
-    def start(self, argv: list[str]) -> Background:
-        return _FakeBackground(self._result(argv, RunResult(None, "Accepted client connection")))
