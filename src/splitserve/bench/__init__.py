@@ -46,7 +46,9 @@ if TYPE_CHECKING:  # imported on first use (below): clusters and tune pull in th
         TuneStarted,
         TuneWarning,
         prepare_tune,
+        rewrite_tune_report,
         tune,
+        tune_request,
     )
 
 #: name -> the module that defines it, imported on first use
@@ -86,7 +88,9 @@ _LAZY = {
             "TuneStarted",
             "TuneWarning",
             "prepare_tune",
+            "rewrite_tune_report",
             "tune",
+            "tune_request",
         ],
         "_tune_job",
     ),
@@ -134,6 +138,7 @@ __all__ = [
     "plan_for",
     "point_label",
     "prepare_tune",
+    "rewrite_tune_report",
     "run_context",
     "run_engine_bench",
     "run_path",
@@ -142,6 +147,7 @@ __all__ = [
     "run_tune",
     "summary_tables",
     "tune",
+    "tune_request",
     "with_baseline",
     "with_server",
     "workers_only",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import ClusterError
+from .._errors import ClusterError, UsageError
 from ._records import BenchRun
 from ._speed import SpeedOptions
 from ._tune import TuneOptions, run_tune, tune_out_path
@@ -221,6 +221,65 @@ class TuneResult:
 
 
 # -- the calls ---------------------------------------------------------------------------------
+
+
+def tune_request(
+    spec: Any,
+    opts: SpeedOptions,
+    plan: WorkloadPlan,
+    *,
+    workload: str,
+    metric: str = "decode",
+    axes: list[str] | None = None,
+    budget_runs: int | None = None,
+    grid: bool = False,
+    min_gain: float = 0.02,
+    confirm: bool = True,
+    compare_with: Path | None = None,
+    out: Path | None = None,
+    label: str = "",
+    ignore_eos: bool | None = None,
+    api_key: str | None = None,
+) -> TuneRequest:
+    """The request of ``splitserve tune``'s options: the metric by its own name (``--metric``
+    checked), exactly one workload (``workload`` is what ``--workload`` said; ``opts`` holds it
+    parsed), ``axes`` the ``--set`` strings (none: the defaults)."""
+    m = metric_for(metric)
+    if len(opts.workloads) != 1:
+        raise UsageError(f"--workload {workload}: tune optimizes for one workload; give one of them")
+    return TuneRequest(
+        spec=spec,
+        opts=opts,
+        plan=plan,
+        workload=opts.workloads[0],
+        metric=m.name,
+        axes=axes or None,
+        budget_runs=budget_runs,
+        grid=grid,
+        min_gain=min_gain,
+        confirm=confirm,
+        compare_with=compare_with,
+        out=out,
+        label=label,
+        ignore_eos=ignore_eos,
+        api_key=api_key,
+    )
+
+
+def rewrite_tune_report(run_path: Path, compare_with: Path | None = None) -> Path:
+    """``tune --report RUN.json``: (re)write the report of an earlier tune run beside it (folder
+    ``RUN/``, naming ``RUN.toml`` when that best spec is there), against the grid run
+    ``compare_with`` if given; returns the report's Markdown file.  Starts nothing."""
+    from ._records import load_run
+    from ._tune_report import write_tune_report
+
+    run = load_run(run_path)
+    if "tune" not in run.summary:
+        raise UsageError(f"--report {run_path}: not a tune run (no tune summary); `bench report` renders other runs")
+    grid = load_run(compare_with) if compare_with is not None else None
+    best = run_path.with_suffix(".toml")
+    md, _ = write_tune_report(run, run_path.with_suffix(""), grid, best if best.is_file() else None)
+    return md
 
 
 def prepare_tune(req: TuneRequest, on_event: OnTuneEvent = lambda _e: None) -> TunePlan:

@@ -126,7 +126,7 @@ def tune_cmd(
 
     Example: splitserve tune --report tune-runs/tune-A.json --compare tune-runs/tune-B.json
     """
-    from ..bench import SpeedOptions, TuneRequest, metric_for, prepare_tune, tune
+    from ..bench import SpeedOptions, prepare_tune, rewrite_tune_report, tune, tune_request
     from ..cluster import load_spec
     from ._bench import ints, workload_options
 
@@ -134,27 +134,24 @@ def tune_cmd(
     cluster = renamed(config, old_cluster, "-c", "--cluster")
     try:
         if report_of is not None:
-            _report_only(report_of, compare_with)
+            console.print(f"report written to {rewrite_tune_report(report_of, compare_with)}", markup=False)
             return
         if cluster is None:
             raise UsageError("give -c cluster.toml (the cluster to tune), or --report RUN.json")
         spec = load_spec(cluster)
-        m = metric_for(metric)
         opts = SpeedOptions(
             prompt_tokens=ints(prompt_tokens, "--prompt-tokens"),
             concurrency=[c for c in ints(concurrency, "--concurrency") if c > 0] or [1],
             repeat=repeat,
         )
         plan = workload_options(opts, workload, workload_file, recording, drop_reasoning, gen_tokens, ignore_eos)
-        if len(opts.workloads) != 1:
-            raise UsageError(f"--workload {workload}: tune optimizes for one workload; give one of them")
-        req = TuneRequest(
-            spec=spec,
-            opts=opts,
-            plan=plan,
-            workload=opts.workloads[0],
-            metric=m.name,
-            axes=set_ or None,
+        req = tune_request(
+            spec,
+            opts,
+            plan,
+            workload=workload,
+            metric=metric,
+            axes=set_,
             budget_runs=budget_runs,
             grid=grid,
             min_gain=min_gain,
@@ -249,18 +246,6 @@ def _renderer(grid: bool, path: list[Path]) -> Callable[[Any], None]:
                 )
 
     return on_event
-
-
-def _report_only(run_path: Path, compare_with: Path | None) -> None:
-    from ..bench import load_run, write_tune_report
-
-    run = load_run(run_path)
-    if "tune" not in run.summary:
-        raise UsageError(f"--report {run_path}: not a tune run (no tune summary); `bench report` renders other runs")
-    grid = load_run(compare_with) if compare_with is not None else None
-    best = run_path.with_suffix(".toml")
-    md, _ = write_tune_report(run, run_path.with_suffix(""), grid, best if best.is_file() else None)
-    console.print(f"report written to {md}", markup=False)
 
 
 def _dry_run(plan: Any) -> None:
