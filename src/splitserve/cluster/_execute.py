@@ -19,18 +19,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError, NodeError, SplitserveError
-from .._node import Node, stop
 from ..engine import CompletionRequest, Engine, EngineHTTPError, EngineUnavailable
 from ._checks import CheckRow
 from ._commands import (
     LaunchPlan,
-    ProcessPlan,
     cluster_state_dir,
     default_gateway_port,
     model_architecture,
-    process_env,
     rpc_endpoint,
     spec_ports,
 )
@@ -50,7 +46,7 @@ from ._logparse import load_progress, load_warnings, parse_load_report
 from ._preflight import COPIED, run_checks
 from ._replicas import replica_groups
 from ._runner import GATEWAY_TIMEOUT, process_record
-from ._spec import ClusterSpec, is_local_host
+from ._spec import ClusterSpec
 from ._spec_engines import engine_table
 from ._state import ClusterState, clear_state, lock_holder, read_state, supervised_message, write_state
 
@@ -569,29 +565,6 @@ def restart_replica(
     return state
 
 
-def run_until_log(
-    node: Node, proc: ProcessPlan, markers: tuple[str, ...], timeout: float, clock: Clock = SYSTEM_CLOCK
-) -> str:
-    """Start ``proc`` on ``node``, wait until its log holds one of ``markers`` (or it exits, or
-    ``timeout`` passes), stop it and return its log (`plan --measure`)."""
-    node.new_log(proc.log, f"# splitserve: {proc.shell()}")
-    env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
-    ref = node.spawn(proc.argv, env, proc.log)
-    text, offset = "", 0
-    deadline = clock.monotonic() + timeout
-    try:
-        while clock.monotonic() < deadline:
-            chunk, offset = node.read_log_since(proc.log, offset)
-            text += chunk
-            if any(m in text for m in markers) or not node.alive(ref):
-                chunk, offset = node.read_log_since(proc.log, offset)
-                return text + chunk
-            clock.sleep(0.05)
-        return text
-    finally:
-        stop(node, ref, grace=2.0, clock=clock)
-
-
 __all__ = [
     "GATEWAY_TIMEOUT",
     "REAL_EDGES",
@@ -603,7 +576,6 @@ __all__ = [
     "gather_facts",
     "restart_gateway",
     "restart_replica",
-    "run_until_log",
     "up",
     "workers_only",
 ]

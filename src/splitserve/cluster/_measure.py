@@ -17,7 +17,8 @@ from .._errors import ClusterError
 from ..plan import MEASURE_MARKERS, Plan, compare_breakdown
 from ._commands import launch_plan
 from ._down import resolve_engines
-from ._execute import REAL_EDGES, Edges, run_until_log
+from ._edges import REAL_EDGES, Edges
+from ._runner import run_until_log
 from ._spec import ClusterSpec
 
 

@@ -4,13 +4,14 @@ that died, with the last lines of its log), waits for the gateway and stops ever
 
 :class:`~._execute.Executor`, which carries out every launch plan (llama.cpp's and vLLM / SGLang's),
 is one; the vLLM / SGLang step kinds it inherits (:class:`~._engines_run.EngineSteps`) are written
-against it.
+against it. :func:`run_until_log` is the one-process run of `plan --measure`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ClusterError, NodeError
 from .._node import Node, ProcessRef, stop, wait_reaped
 from ._commands import ProcessPlan, process_env
@@ -107,4 +108,27 @@ class ProcessRunner:
         return leftovers
 
 
-__all__ = ["GATEWAY_TIMEOUT", "ProcessRunner", "process_record"]
+def run_until_log(
+    node: Node, proc: ProcessPlan, markers: tuple[str, ...], timeout: float, clock: Clock = SYSTEM_CLOCK
+) -> str:
+    """Start ``proc`` on ``node``, wait until its log holds one of ``markers`` (or it exits, or
+    ``timeout`` passes), stop it and return its log (`plan --measure`)."""
+    node.new_log(proc.log, f"# splitserve: {proc.shell()}")
+    env = process_env(proc) if is_local_host(proc.host) else dict(proc.env)
+    ref = node.spawn(proc.argv, env, proc.log)
+    text, offset = "", 0
+    deadline = clock.monotonic() + timeout
+    try:
+        while clock.monotonic() < deadline:
+            chunk, offset = node.read_log_since(proc.log, offset)
+            text += chunk
+            if any(m in text for m in markers) or not node.alive(ref):
+                chunk, offset = node.read_log_since(proc.log, offset)
+                return text + chunk
+            clock.sleep(0.05)
+        return text
+    finally:
+        stop(node, ref, grace=2.0, clock=clock)
+
+
+__all__ = ["GATEWAY_TIMEOUT", "ProcessRunner", "process_record", "run_until_log"]
