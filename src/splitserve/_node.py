@@ -306,6 +306,25 @@ class LocalNode(Node):
         return None
 
 
+def run_command(
+    argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600.0
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to its end on this machine through :meth:`LocalNode.run`: in ``cwd``, with
+    ``env``'s variables added to this process's environment, its output captured as text. A
+    missing program is exit 127 (the shell's); raises :class:`ClusterError` past ``timeout``
+    seconds (the process stopped)."""
+    bad = [k for k in env or {} if not _ENV_NAME.fullmatch(k)]
+    if bad:
+        raise ClusterError(f"bad environment variable name {bad[0]!r}")
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    script = (f"cd {shlex.quote(str(cwd))} && " if cwd is not None else "") + "exec "
+    script += (f"env {envs} " if envs else "") + shlex.join(argv)
+    res = LocalNode().run(script, check=False, timeout=timeout)
+    return subprocess.CompletedProcess(
+        argv, res.returncode, res.stdout.decode("utf-8", "replace"), res.stderr.decode("utf-8", "replace")
+    )
+
+
 def wait_reaped(items: list[tuple[Node, ProcessRef]], timeout: float = 3.0, clock: Clock = SYSTEM_CLOCK) -> None:
     """Wait (at most ``timeout`` seconds in all) until stopped processes have left the process
     table: one started by another splitserve process is a zombie until init reaps it, and a

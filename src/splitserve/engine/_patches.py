@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -23,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from .._errors import BuildError, UsageError
+from .._errors import BuildError, SplitserveError, UsageError
+from .._node import run_command
 from .._paths import cache_dir, sources_dir
 from ._source import SourceTree
 
@@ -119,7 +119,7 @@ def resolve_patch(spec: str | int, client: httpx.Client | None = None, log: Log 
 
 def _git_env(tree: Path) -> dict[str, str]:
     # Keep git from treating an enclosing repository (a cache under a checkout) as the tree's.
-    return dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))
+    return {"GIT_CEILING_DIRECTORIES": str(tree.parent)}
 
 
 def _first_failing_file(stderr: str) -> str:
@@ -136,7 +136,10 @@ def _first_failing_file(stderr: str) -> str:
 
 def _git_apply(tree: Path, patch: Path, check: bool) -> subprocess.CompletedProcess[str]:
     cmd = ["git", "apply", "--whitespace=nowarn", *(["--check"] if check else []), str(patch)]
-    return subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=_git_env(tree))
+    try:
+        return run_command(cmd, cwd=tree, env=_git_env(tree), timeout=300.0)
+    except SplitserveError as exc:
+        raise BuildError(f"git apply {patch.name}: {exc}") from None
 
 
 def check_patch(tree: Path, patch: Patch, base: str) -> None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import BuildError, UsageError
+from .._errors import BuildError, SplitserveError, UsageError
+from .._node import run_command
 from .._paths import sources_dir
 from ._index import configured_index, download_sdist, find_pip, pip_download
 
@@ -157,8 +158,19 @@ def _local(spec: str, log: Log) -> SourceTree:
     return SourceTree(path=tree, identity=identity, version=head[:10] if head else None, slug=tree.name)
 
 
+GIT_TIMEOUT = 1800.0
+"""Seconds a git command may take (a clone or fetch of llama.cpp over a slow link included)."""
+
+
+def _run_git(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        return run_command(["git", *args], cwd=cwd, timeout=GIT_TIMEOUT)
+    except SplitserveError as exc:
+        raise BuildError(f"git {' '.join(args[:2])}: {exc}") from None
+
+
 def _git(cwd: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    proc = _run_git(list(args), cwd)
     if proc.returncode != 0:
         if check:
             msg = (proc.stderr.strip().splitlines() or ["failed"])[-1]
@@ -189,48 +201,27 @@ def _git_source(spec: str, prs: list[int], log: Log) -> SourceTree:
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     log(f"cloning {url}")
-    proc = subprocess.run(["git", "clone", "--quiet", url, str(dest)], capture_output=True, text=True)
+    proc = _run_git(["clone", "--quiet", url, str(dest)])
     if proc.returncode != 0:
         msg = (proc.stderr.strip().splitlines() or ["failed"])[-1]
         raise BuildError(f"git clone {url}: {msg}")
     if ref != "HEAD":
         _git(dest, "fetch", "--quiet", "origin", ref, check=False)
         if not _git(dest, "checkout", "--quiet", "--detach", ref, check=False):
-            proc = subprocess.run(
-                ["git", "checkout", "--quiet", "--detach", ref], cwd=dest, capture_output=True, text=True
-            )
+            proc = _run_git(["checkout", "--quiet", "--detach", ref], dest)
             if proc.returncode != 0:
                 _git(dest, "checkout", "--quiet", "--detach", "FETCH_HEAD")
     base = _git(dest, "rev-parse", "HEAD")
     merged: list[dict[str, Any]] = []
     for pr in prs:
         log(f"merging pull request #{pr}")
-        proc = subprocess.run(
-            ["git", "fetch", "--quiet", "origin", f"pull/{pr}/head:splitserve-pr-{pr}"],
-            cwd=dest,
-            capture_output=True,
-            text=True,
-        )
+        proc = _run_git(["fetch", "--quiet", "origin", f"pull/{pr}/head:splitserve-pr-{pr}"], dest)
         if proc.returncode != 0:
             msg = (proc.stderr.strip().splitlines() or ["failed"])[-1]
             raise BuildError(f"cannot fetch pull request #{pr} from {url}: {msg}")
         pr_commit = _git(dest, "rev-parse", f"splitserve-pr-{pr}")
-        proc = subprocess.run(
-            [
-                "git",
-                "-c",
-                "user.name=splitserve",
-                "-c",
-                "user.email=splitserve@localhost",
-                "merge",
-                "--no-edit",
-                "--quiet",
-                f"splitserve-pr-{pr}",
-            ],
-            cwd=dest,
-            capture_output=True,
-            text=True,
-        )
+        identity = ["-c", "user.name=splitserve", "-c", "user.email=splitserve@localhost"]
+        proc = _run_git([*identity, "merge", "--no-edit", "--quiet", f"splitserve-pr-{pr}"], dest)
         if proc.returncode != 0:
             conflicts = _git(dest, "diff", "--name-only", "--diff-filter=U", check=False).split()
             _git(dest, "merge", "--abort", check=False)
