@@ -11,48 +11,36 @@ from typing import Any
 from .._sandbox import SANDBOX
 from ._tools import BUILTIN
 
-# The value pools (names, cities, products, filler words, confirmation and "I don't know"
-# phrases) live in data/pools.json; their order is part of each seeded scenario.
-_POOLS: dict[str, list[str]] = json.loads(resources.files(__package__).joinpath("data/pools.json").read_text("utf-8"))
+# The value pools (names, cities, companies, currencies, products, carriers, airlines, filler
+# words, confirmation and "I don't know" phrases, and the templates' own: services, regions,
+# config renames, module names, sender names, landmarks) live in data/pools.json; their
+# order is part of each seeded scenario.
+_POOLS: dict[str, list[Any]] = json.loads(resources.files(__package__).joinpath("data/pools.json").read_text("utf-8"))
 
-CITIES = tuple(_POOLS["CITIES"])
-FIRST = tuple(_POOLS["FIRST"])
-LAST = tuple(_POOLS["LAST"])
-COMPANIES = (
-    ("Quillon Robotics", "QLRB"),
-    ("Verdanta Foods", "VRDF"),
-    ("Helixar Bio", "HLXB"),
-    ("Northwind Rail", "NWRL"),
-    ("Ostrava Steelworks", "OSTW"),
-    ("Brightvale Energy", "BRVE"),
-    ("Kestrel Air", "KSTA"),
-    ("Lumenfold Optics", "LMFO"),
-    ("Marrow & Pike", "MRPK"),
-    ("Tidewater Logistics", "TDWL"),
-    ("Cobaltine Mining", "CBLM"),
-    ("Saffron Systems", "SFRN"),
-    ("Pinecrest Media", "PNCM"),
-    ("Orbis Textiles", "ORBT"),
-    ("Glasswing Security", "GLSW"),
-    ("Ravenmoor Games", "RVMG"),
-    ("Alderpoint Health", "ALDH"),
-    ("Sundial Semiconductors", "SNDL"),
-    ("Ferrovia Motors", "FRVM"),
-    ("Bluewick Water", "BLWK"),
-    ("Cindergate Capital", "CDGC"),
-    ("Mistral Wind", "MSTW"),
-    ("Halcyon Hotels", "HLCH"),
-    ("Zephyrus Drones", "ZPHD"),
-)
-CURRENCIES = ("EUR", "USD", "GBP", "JPY", "CHF", "PLN", "SEK", "NOK", "CAD", "AUD", "CZK", "DKK")
-CONDITIONS = tuple(_POOLS["CONDITIONS"])
-DEPARTMENTS = tuple(_POOLS["DEPARTMENTS"])
-PRODUCTS = tuple(_POOLS["PRODUCTS"])
-CARRIERS = ("DHL", "UPS", "FedEx", "GLS", "DPD", "PostNL")
-ORDER_STATES = tuple(_POOLS["ORDER_STATES"])
-FLIGHT_STATES = ("on time", "delayed", "boarding", "cancelled", "departed")
-AIRLINES = ("LH", "KL", "AF", "LO", "SK", "AY", "IB", "TP", "OS", "LX")
-WORDS = tuple(_POOLS["WORDS"])
+
+def pool(name: str) -> tuple[str, ...]:
+    """A value pool of data/pools.json, in its order."""
+    return tuple(_POOLS[name])
+
+
+def pairs(name: str) -> tuple[tuple[str, str], ...]:
+    """A pool of pairs (a company and its ticker, an old name and its new one)."""
+    return tuple((a, b) for a, b in _POOLS[name])
+
+
+CITIES = pool("CITIES")
+FIRST = pool("FIRST")
+LAST = pool("LAST")
+COMPANIES = pairs("COMPANIES")
+CURRENCIES = pool("CURRENCIES")
+CONDITIONS = pool("CONDITIONS")
+DEPARTMENTS = pool("DEPARTMENTS")
+PRODUCTS = pool("PRODUCTS")
+CARRIERS = pool("CARRIERS")
+ORDER_STATES = pool("ORDER_STATES")
+FLIGHT_STATES = pool("FLIGHT_STATES")
+AIRLINES = pool("AIRLINES")
+WORDS = pool("WORDS")
 
 CONFIRM = list(_POOLS["CONFIRM"])
 UNKNOWN = list(_POOLS["UNKNOWN"])
@@ -238,10 +226,10 @@ def distractor_rules(tools: list[str], rng: Random) -> dict[str, list[dict[str, 
     return rules
 
 
-FILLER_NOUNS = tuple(_POOLS["FILLER_NOUNS"])
-FILLER_VERBS = tuple(_POOLS["FILLER_VERBS"])
-FILLER_ADJ = tuple(_POOLS["FILLER_ADJ"])
-FILLER_TAIL = tuple(_POOLS["FILLER_TAIL"])
+FILLER_NOUNS = pool("FILLER_NOUNS")
+FILLER_VERBS = pool("FILLER_VERBS")
+FILLER_ADJ = pool("FILLER_ADJ")
+FILLER_TAIL = pool("FILLER_TAIL")
 
 
 def filler(rng: Random, words: int) -> list[str]:

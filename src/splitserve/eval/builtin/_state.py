@@ -19,6 +19,8 @@ from ._common import (
     check,
     distractor_rules,
     offer,
+    pairs,
+    pool,
     project,
     say,
     scenario,
@@ -36,7 +38,7 @@ from ._world import tickets as world_tickets
 from ._world import users as world_users
 
 EXTRA = {"easy": 0, "medium": 1, "hard": 2, "very_hard": 3}
-SERVICES = ("api", "worker", "billing", "search", "gateway", "scheduler")
+SERVICES = pool("SERVICES")
 
 
 def _row(table: str, where: dict[str, Any], equals: dict[str, Any]) -> dict[str, Any]:
@@ -173,15 +175,8 @@ def chain_db(rng: Random, tier: str, k: int) -> dict[str, Any]:
     )
 
 
-RENAMES = (
-    ("MAX_RETRIES", "RETRY_LIMIT"),
-    ("POOL_SIZE", "WORKER_COUNT"),
-    ("CHUNK_BYTES", "BLOCK_SIZE"),
-    ("DEFAULT_TTL", "CACHE_SECONDS"),
-    ("PAGE_LIMIT", "MAX_PAGE_ITEMS"),
-    ("QUEUE_DEPTH", "BACKLOG_MAX"),
-)
-REGIONS = ("north", "south", "east", "west", "central", "coastal")
+RENAMES = pairs("RENAMES")
+REGIONS = pool("REGIONS")
 
 
 def chain_files(rng: Random, tier: str, k: int) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from ._common import (
     filler,
     offer,
     person,
+    pool,
     project,
     say,
     scenario,
@@ -440,8 +441,8 @@ def hallucination(rng: Random, tier: str, k: int) -> dict[str, Any]:
 
 # --- prompt_injection ---
 
-EVIL = ("audit-desk", "sec-review", "it-helpdesk", "compliance-bot", "admin-notify")
-LANDMARKS = ("Bridge", "Tower", "Museum", "Library", "Observatory", "Market Hall")
+EVIL = pool("EVIL")
+LANDMARKS = pool("LANDMARKS")
 
 
 def _evil(rng: Random) -> str:

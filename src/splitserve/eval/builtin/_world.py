@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from ._common import CITIES, DEPARTMENTS, FIRST, LAST, ORDER_STATES, PRODUCTS, person
+from ._common import CITIES, DEPARTMENTS, FIRST, LAST, ORDER_STATES, PRODUCTS, person, pool
 
 
 def orders(rng: Random, n: int, customers: list[str] | None = None) -> list[dict[str, Any]]:
@@ -351,20 +351,7 @@ def _draw_bug(kind: int, rng: Random) -> Bug:
 
 
 BUG_KINDS = 9
-MODULES = (
-    "billing",
-    "parser",
-    "pricing",
-    "accounts",
-    "metrics",
-    "stock",
-    "reports",
-    "scheduler",
-    "geo",
-    "ledger",
-    "catalog",
-    "alerts",
-)
+MODULES = pool("MODULES")
 HELPERS = (
     (
         "clamp",
