@@ -20,26 +20,11 @@ from typing import Any
 from ._bfcl import bfcl_item
 from ._bfcl_api import api
 from ._bfcl_grade import BfclTrace, vet_calls
+from ._catalog import run_calls, tool_infos
 from ._checks import strip_reasoning
 from ._grade import markup_in
 from ._scenario import Scenario
 from ._trace import ResultKind, ToolCall
-
-
-def _tool_infos(scenario: Scenario) -> list[Any]:
-    from inspect_ai.tool import ToolInfo, ToolParams
-
-    infos = []
-    for name in scenario.tools:
-        fn = scenario.tool_schemas[name]["function"]
-        infos.append(
-            ToolInfo(
-                name=fn["name"],
-                description=fn.get("description") or fn["name"],
-                parameters=ToolParams.model_validate(fn.get("parameters") or {"type": "object", "properties": {}}),
-            )
-        )
-    return infos
 
 
 def _chat(messages: list[dict[str, Any]]) -> list[Any]:
@@ -62,7 +47,7 @@ class _Turns:
 
     def __init__(self, scenario: Scenario, model: Any, trace: BfclTrace, max_tokens: int) -> None:
         self.model, self.trace, self.max_tokens = model, trace, max_tokens
-        self.tools = _tool_infos(scenario)
+        self.tools = tool_infos(scenario.tool_schemas[name] for name in scenario.tools)
         self.messages: list[Any] = []
         self.gen_s = 0.0
 
@@ -102,28 +87,18 @@ async def _single_turn(item: dict[str, Any], turns: _Turns) -> None:
 
 
 async def _execute(message: Any, jobs: list[Callable[[], str]]) -> list[tuple[str, Any]]:
-    """The calls of one assistant message through inspect_ai's ``execute_tools``, so its log
-    holds a tool event per call; call i is answered by ``jobs[i]()`` (calls of one message run
-    in order). Per call: the output and the tool message for the conversation."""
-    from inspect_ai.model import ChatMessageTool, execute_tools
-    from inspect_ai.tool import ToolDef, ToolParams
-
+    """The calls of one assistant message (``_catalog.run_calls``): call i is answered by
+    ``jobs[i]()`` (calls of one message run in order). Per call: the output and the tool
+    message for the conversation."""
     pending = iter(jobs)
     outputs: list[str] = []
 
-    def tool(name: str) -> ToolDef:
-        async def execute(**kwargs: Any) -> str:
-            outputs.append(next(pending)())
-            return outputs[-1]
+    async def answer(name: str, arguments: dict[str, Any]) -> str:
+        outputs.append(next(pending)())
+        return outputs[-1]
 
-        # the model saw BFCL's schemas; these only route the call, so any arguments pass
-        params = ToolParams(additionalProperties=True)
-        return ToolDef(execute, name=name, description=name, parameters=params, max_output=0)
-
-    defs = [tool(name) for name in dict.fromkeys(c.function for c in message.tool_calls)]
-    executed = await execute_tools([message], defs)
-    by_id = {m.tool_call_id: m for m in executed.messages if isinstance(m, ChatMessageTool)}
-    return [(out, by_id[call.id]) for call, out in zip(message.tool_calls, outputs, strict=True)]
+    tool_messages = await run_calls(message, answer)
+    return list(zip(outputs, tool_messages, strict=True))
 
 
 async def _multi_turn(scenario: Scenario, item: dict[str, Any], turns: _Turns) -> None:

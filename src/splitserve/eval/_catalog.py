@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import inspect
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from .._errors import SplitserveError
@@ -175,3 +175,45 @@ def _argument_error(exc: Any) -> str:
     if kind is not None:
         return f"argument {where!r} must be {kind}, got {type(err.get('input')).__name__}"
     return f"argument {where!r}: {err['msg']}"
+
+
+# --- what inspect_ai sends and runs ---
+
+
+def tool_infos(schemas: Iterable[dict[str, Any]]) -> list[Any]:
+    """OpenAI function schemas as inspect_ai's ToolInfo, which its model API sends the model."""
+    from inspect_ai.tool import ToolInfo, ToolParams
+
+    infos = []
+    for schema in schemas:
+        fn = schema.get("function", schema)
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        infos.append(
+            ToolInfo(
+                name=fn["name"],
+                description=fn.get("description") or fn["name"],
+                parameters=ToolParams.model_validate(params),
+            )
+        )
+    return infos
+
+
+async def run_calls(message: Any, answer: Callable[[str, dict[str, Any]], Awaitable[str]]) -> list[Any]:
+    """Run the tool calls of one assistant message through inspect_ai's ``execute_tools`` (so
+    its log holds a tool event per call), in order, each answered by ``answer(name,
+    arguments)``: the tool messages for the conversation, one per call, in the calls' order."""
+    from inspect_ai.model import ChatMessageTool, execute_tools
+    from inspect_ai.tool import ToolDef, ToolParams
+
+    def route(name: str) -> ToolDef:
+        async def execute(**kwargs: Any) -> str:
+            return await answer(name, kwargs)
+
+        # the model saw the scenario's schemas; these only route the call, so any arguments pass
+        params = ToolParams(additionalProperties=True)
+        return ToolDef(execute, name=name, description=name, parameters=params, max_output=0)
+
+    defs = [route(name) for name in dict.fromkeys(c.function for c in message.tool_calls)]
+    executed = await execute_tools([message], defs)
+    by_id = {m.tool_call_id: m for m in executed.messages if isinstance(m, ChatMessageTool)}
+    return [by_id[call.id] for call in message.tool_calls]

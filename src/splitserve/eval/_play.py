@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from ._catalog import run_calls, tool_infos
 from ._checks import strip_reasoning
 from ._grade import markup_in
 from ._mock import MockTools
@@ -23,41 +25,9 @@ from ._trace import ResultKind, ToolCall, Trace
 if TYPE_CHECKING:
     from ._sandbox import Workspace
 
-FILLER_WORDS = [
-    "the",
-    "quarterly",
-    "report",
-    "notes",
-    "that",
-    "the",
-    "service",
-    "remained",
-    "within",
-    "its",
-    "targets",
-    "while",
-    "several",
-    "teams",
-    "reviewed",
-    "the",
-    "schedule",
-    "and",
-    "agreed",
-    "to",
-    "revisit",
-    "the",
-    "open",
-    "items",
-    "next",
-    "week",
-    "after",
-    "the",
-    "vendor",
-    "delivers",
-    "the",
-    "updated",
-    "figures",
-]
+# the prefill's words, repeated in their order (data/words.json)
+_WORDS: dict[str, Any] = json.loads(resources.files(__package__).joinpath("data/words.json").read_text("utf-8"))
+FILLER_WORDS: list[str] = _WORDS["filler"]
 
 
 def prefill(tokens: int) -> str:
@@ -100,20 +70,7 @@ def tool_schemas(scenario: Scenario) -> list[dict[str, Any]]:
 
 
 def _tool_infos(scenario: Scenario) -> list[Any]:
-    from inspect_ai.tool import ToolInfo, ToolParams
-
-    infos = []
-    for schema in tool_schemas(scenario):
-        fn = schema.get("function", schema)
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        infos.append(
-            ToolInfo(
-                name=fn["name"],
-                description=fn.get("description") or fn["name"],
-                parameters=ToolParams.model_validate(params),
-            )
-        )
-    return infos
+    return tool_infos(tool_schemas(scenario))
 
 
 def _content(result: Any) -> str:
@@ -121,32 +78,20 @@ def _content(result: Any) -> str:
 
 
 async def _execute(responder: Responder, message: Any) -> list[tuple[Any, ResultKind, Any]]:
-    """Run the tool calls of one assistant message through inspect_ai's ``execute_tools`` (so
-    its log holds a tool event per call), each answered by ``responder``: per call, the
-    result, its kind and the tool message for the conversation."""
-    from inspect_ai.model import ChatMessageTool, execute_tools
-    from inspect_ai.tool import ToolDef, ToolParams
+    """Run the tool calls of one assistant message (``_catalog.run_calls``), each answered by
+    ``responder``: per call, the result, its kind and the tool message for the conversation."""
+    answers: list[tuple[str, Any, ResultKind]] = []
 
-    answers: list[tuple[str, dict[str, Any], Any, ResultKind]] = []
+    async def answer(name: str, arguments: dict[str, Any]) -> str:
+        result, kind = await responder.respond(name, arguments)
+        answers.append((name, result, kind))
+        return _content(result)
 
-    def tool(name: str) -> ToolDef:
-        async def execute(**kwargs: Any) -> str:
-            result, kind = await responder.respond(name, kwargs)
-            answers.append((name, kwargs, result, kind))
-            return _content(result)
-
-        # the model sees the scenario's schemas; these only route the call, so any arguments pass
-        return ToolDef(
-            execute, name=name, description=name, parameters=ToolParams(additionalProperties=True), max_output=0
-        )
-
-    defs = [tool(name) for name in dict.fromkeys(c.function for c in message.tool_calls)]
-    executed = await execute_tools([message], defs)
-    tool_messages = {m.tool_call_id: m for m in executed.messages if isinstance(m, ChatMessageTool)}
+    tool_messages = await run_calls(message, answer)
     out = []
-    for call, (name, _, result, kind) in zip(message.tool_calls, answers, strict=True):
+    for call, (name, result, kind), tool_message in zip(message.tool_calls, answers, tool_messages, strict=True):
         assert call.function == name  # calls of one message run in order (no tool is parallel)
-        out.append((result, kind, tool_messages[call.id]))
+        out.append((result, kind, tool_message))
     return out
 
 
