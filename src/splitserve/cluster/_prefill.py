@@ -32,7 +32,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -43,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._errors import ModelError, UsageError
+from .._errors import ModelError, SplitserveError, UsageError
+from .._node import run_command
 from .._paths import cache_dir as splitserve_cache_dir
 
 HASH_THRESHOLD = 10 * 1024 * 1024
@@ -92,9 +92,10 @@ def _compile(target: Path) -> str | None:
         src = Path(tmp) / "fnv1a.c"
         src.write_text(C_SOURCE)
         out = Path(tmp) / target.name
-        proc = subprocess.run(
-            [cc, "-O3", "-shared", "-fPIC", "-o", str(out), str(src)], capture_output=True, text=True, check=False
-        )
+        try:
+            proc = run_command([cc, "-O3", "-shared", "-fPIC", "-o", str(out), str(src)], timeout=300.0)
+        except SplitserveError as exc:
+            return f"{cc}: {exc}"
         if proc.returncode != 0:
             return f"{cc} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['?']}"
         os.replace(out, target)  # atomic: a concurrent first use sees a whole file or none
