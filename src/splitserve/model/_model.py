@@ -204,31 +204,29 @@ def _per_layer(g: GGUFFile, key: str, n_layer: int, default: int) -> list[int]:
     return [int(v)] * n_layer
 
 
-def model_from_gguf(g: GGUFFile, path: Path, tool_format: FormatDetector | None = None) -> ModelInfo:
-    """Build a :class:`ModelInfo` from headers already read."""
-    arch = g.get("general.architecture")
-    if not isinstance(arch, str) or not arch:
-        raise ModelError(f"{path}: no general.architecture in the GGUF header; not a model file")
-    a = arch
-    estimated: list[str] = []
-    n_layer = _int(g, f"{a}.block_count")
-    if n_layer <= 0:
-        raise ModelError(f"{path}: no {a}.block_count in the GGUF header; cannot plan layers")
-    n_embd = _int(g, f"{a}.embedding_length")
-    n_head = _int(g, f"{a}.attention.head_count")
-    n_vocab = _int(g, f"{a}.vocab_size") or g.array_lengths.get("tokenizer.ggml.tokens", 0)
+@dataclass
+class _Tensors:
+    """What the tensor list says: per-layer bytes, the input and output tensors, the quant mix."""
 
-    layers = [LayerInfo(index=i) for i in range(n_layer)]
-    inputs: list[int] = []
-    outputs: list[int] = []
+    layers: list[LayerInfo]
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    mix: dict[str, dict[str, int]] = field(default_factory=dict)
+    embd: TensorEntry | None = None
+    tied: bool = False
+    mtp_layers: set[int] = field(default_factory=set)
+
+
+def _tally_tensors(g: GGUFFile, n_layer: int) -> _Tensors:
+    """Each tensor to its layer (MTP / NextN layers past ``block_count`` are skipped, as llama.cpp
+    does), to the inputs (the embeddings) or to the outputs; tied embeddings count as an output too."""
+    out = _Tensors([LayerInfo(index=i) for i in range(n_layer)])
     mix: dict[str, dict[str, int]] = defaultdict(lambda: {"tensors": 0, "bytes": 0, "params": 0})
     names = {t.name for t in g.tensors}
-    embd: TensorEntry | None = None
-    mtp_layers: set[int] = set()
     for t in g.tensors:
         nx = _NEXTN.match(t.name)
         if nx:
-            mtp_layers.add(int(nx.group(1)))
+            out.mtp_layers.add(int(nx.group(1)))
         m = mix[t.type_name]
         m["tensors"] += 1
         m["bytes"] += t.nbytes
@@ -238,23 +236,27 @@ def model_from_gguf(g: GGUFFile, path: Path, tool_format: FormatDetector | None 
             il = int(b.group(1))
             if il >= n_layer:  # e.g. MTP / NextN layers past block_count: llama.cpp skips them here
                 continue
-            layers[il].tensor_bytes.append(t.nbytes)
+            out.layers[il].tensor_bytes.append(t.nbytes)
             if "_exps." in t.name:
-                layers[il].expert_bytes += t.nbytes
-                layers[il].moe = True
+                out.layers[il].expert_bytes += t.nbytes
+                out.layers[il].moe = True
         elif t.name.startswith("token_embd.") and not t.name.startswith("token_embd_norm"):
-            inputs.append(t.nbytes)
+            out.inputs.append(t.nbytes)
             if t.name == "token_embd.weight":
-                embd = t
+                out.embd = t
         else:
-            outputs.append(t.nbytes)
-    tied = "output.weight" not in names and embd is not None
-    if tied and embd is not None:
-        outputs.append(embd.nbytes)  # llama.cpp loads a duplicate of the embeddings as the output
-    if not n_vocab and embd is not None:
-        n_vocab = embd.shape[1] if len(embd.shape) > 1 else 0
+            out.outputs.append(t.nbytes)
+    out.mix = dict(sorted(mix.items(), key=lambda kv: -kv[1]["bytes"]))
+    out.tied = "output.weight" not in names and out.embd is not None
+    if out.tied and out.embd is not None:
+        out.outputs.append(out.embd.nbytes)  # llama.cpp loads a duplicate of the embeddings as the output
+    return out
 
-    # KV geometry, as llama_hparams computes it
+
+def _set_kv_geometry(g: GGUFFile, a: str, layers: list[LayerInfo], n_embd: int, n_head: int) -> tuple[bool, int]:
+    """Each layer's KV heads, K/V sizes and sliding window, as llama_hparams computes them;
+    returns (MLA, the sliding window)."""
+    n_layer = len(layers)
     head_kv = _per_layer(g, f"{a}.attention.head_count_kv", n_layer, n_head)
     d_default = n_embd // n_head if n_head else 0
     k_dim = _int(g, f"{a}.attention.key_length", d_default)
@@ -274,31 +276,52 @@ def model_from_gguf(g: GGUFFile, path: Path, tool_format: FormatDetector | None 
         idx_k = _int(g, f"{a}.attention.indexer.key_length", k_dim)
         for layer in layers[n_dense:]:
             layer.extra_kv.append((idx_k, v_dim))
+    return mla, n_swa
+
+
+def model_from_gguf(g: GGUFFile, path: Path, tool_format: FormatDetector | None = None) -> ModelInfo:
+    """Build a :class:`ModelInfo` from headers already read."""
+    arch = g.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelError(f"{path}: no general.architecture in the GGUF header; not a model file")
+    a = arch
+    n_layer = _int(g, f"{a}.block_count")
+    if n_layer <= 0:
+        raise ModelError(f"{path}: no {a}.block_count in the GGUF header; cannot plan layers")
+    n_embd = _int(g, f"{a}.embedding_length")
+    n_head = _int(g, f"{a}.attention.head_count")
+    n_vocab = _int(g, f"{a}.vocab_size") or g.array_lengths.get("tokenizer.ggml.tokens", 0)
+    tensors = _tally_tensors(g, n_layer)
+    if not n_vocab and tensors.embd is not None:
+        n_vocab = tensors.embd.shape[1] if len(tensors.embd.shape) > 1 else 0
+    mla, n_swa = _set_kv_geometry(g, a, tensors.layers, n_embd, n_head)
     known = a in KNOWN_ARCHS
-    if not known:
-        estimated.append(
+    estimated = (
+        []
+        if known
+        else [
             f"architecture {a!r} is not one splitserve knows: KV geometry and compute buffers "
             "use the generic rules (every layer a full-attention GQA cache)"
-        )
+        ]
+    )
     template = g.get("tokenizer.chat_template")
-    n_params = sum(t.n_elements for t in g.tensors)
     return ModelInfo(
         path=path,
         shards=g.shards,
         architecture=a,
         name=g.get("general.name"),
         file_bytes=g.file_bytes,
-        n_params=n_params,
-        quant_mix=dict(sorted(mix.items(), key=lambda kv: -kv[1]["bytes"])),
+        n_params=sum(t.n_elements for t in g.tensors),
+        quant_mix=tensors.mix,
         n_layer=n_layer,
         n_embd=n_embd,
         n_head=n_head,
         n_vocab=n_vocab,
         n_ctx_train=_int(g, f"{a}.context_length"),
-        layers=layers,
-        input_tensor_bytes=inputs,
-        output_tensor_bytes=outputs,
-        tied_embeddings=tied,
+        layers=tensors.layers,
+        input_tensor_bytes=tensors.inputs,
+        output_tensor_bytes=tensors.outputs,
+        tied_embeddings=tensors.tied,
         n_swa=n_swa,
         n_expert=_int(g, f"{a}.expert_count"),
         n_expert_used=_int(g, f"{a}.expert_used_count"),
@@ -311,7 +334,7 @@ def model_from_gguf(g: GGUFFile, path: Path, tool_format: FormatDetector | None 
         known_architecture=known,
         estimated=estimated,
         nextn_predict_layers=_int(g, f"{a}.nextn_predict_layers"),
-        mtp_layers=sorted(mtp_layers),
+        mtp_layers=sorted(tensors.mtp_layers),
     )
 
 

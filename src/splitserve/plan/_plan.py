@@ -369,9 +369,8 @@ def _decode(
     return 1.0 / (t + link), 1.0 / (t + t_kv + link), sum(per_dev), hop_s, notes
 
 
-def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None = None) -> Plan:
-    """Plan ``model`` over ``nodes`` (devices in llama.cpp's order)."""
-    o = options or PlanOptions()
+def _check_options(nodes: list[Node], o: PlanOptions) -> None:
+    """A one-line UsageError for nodes or options that cannot be planned."""
     if not nodes:
         raise UsageError("no nodes: give at least one --node NAME=GIB")
     names = [n.name for n in nodes]
@@ -388,15 +387,14 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
         raise UsageError("--margin must be 0 or more GiB")
     if o.tensor_split is not None and len(o.tensor_split) != len(nodes):
         raise UsageError(f"--tensor-split has {len(o.tensor_split)} entries for {len(nodes)} nodes; give one per node")
-    ctx = o.ctx if o.ctx else (model.n_ctx_train or 4096)
-    s = _settings(o, ctx)
-    split = list(o.tensor_split) if o.tensor_split else choose_split(model, nodes, o, s)
-    a = _allocate(model, len(nodes), split, s)
+
+
+def _node_plans(nodes: list[Node], a: _Alloc, o: PlanOptions, host_weights: int) -> list[NodePlan]:
+    """Each node's layers and bytes (weights, KV, compute; the host's share on ``o.host_node``)."""
     ranges = _ranges(a.devices, len(nodes))
-    hb = host_bytes(model)
     plans = []
     for i, node in enumerate(nodes):
-        host = hb + a.host_compute if o.host_node == i else 0
+        host = host_weights + a.host_compute if o.host_node == i else 0
         plans.append(
             NodePlan(
                 node.name,
@@ -410,6 +408,12 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
                 node.bandwidth,
             )
         )
+    return plans
+
+
+def _plan_warnings(model: ModelInfo, plans: list[NodePlan], o: PlanOptions, ctx: int) -> list[str]:
+    """Nodes short of memory or under the margin, a slot's context past the training context,
+    and the architecture's own caveats."""
     warnings: list[str] = []
     for n in plans:
         if n.headroom_bytes < 0:
@@ -429,8 +433,11 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
             f"{model.n_ctx_train:,} (llama.cpp warns too: quality may drop past it)"
         )
     warnings += msa_warnings(model.architecture, flash_attn=o.flash_attn, kv_unified=o.unified, parallel=o.parallel)
-    kvpt = {f"{t}/{t}": kv_bytes_per_token(model, t, t) for t in MAX_CTX_TYPES}
-    kvpt.setdefault(f"{o.cache_type_k}/{o.cache_type_v}", kv_bytes_per_token(model, o.cache_type_k, o.cache_type_v))
+    return warnings
+
+
+def _max_ctx_table(model: ModelInfo, nodes: list[Node], o: PlanOptions) -> dict[str, dict[str, Any]]:
+    """Per KV cache type, the largest context that fits (and its KV bytes)."""
     max_ctx: dict[str, dict[str, Any]] = {}
     for t in MAX_CTX_TYPES:
         if not o.flash_attn and t != "f16":
@@ -442,10 +449,33 @@ def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None =
             "limited_by_training_context": bool(model.n_ctx_train and c >= model.n_ctx_train),
             "kv_bytes_at_max": sum(layer_kv_bytes(model, _settings(o, c, t, t))) if c else 0,
         }
+    return max_ctx
+
+
+def _parallel_table(model: ModelInfo, nodes: list[Node], o: PlanOptions) -> list[dict[str, Any]]:
+    """Per ``--parallel`` step, the largest total context that fits and each slot's share."""
     par = []
     for p in PARALLEL_STEPS:
         c = _max_ctx(model, nodes, replace(o, parallel=p), o.cache_type_k, o.cache_type_v, p)
         par.append({"parallel": p, "max_ctx": c, "ctx_per_slot": (c // p) // 256 * 256})
+    return par
+
+
+def make_plan(model: ModelInfo, nodes: list[Node], options: PlanOptions | None = None) -> Plan:
+    """Plan ``model`` over ``nodes`` (devices in llama.cpp's order)."""
+    o = options or PlanOptions()
+    _check_options(nodes, o)
+    ctx = o.ctx if o.ctx else (model.n_ctx_train or 4096)
+    s = _settings(o, ctx)
+    split = list(o.tensor_split) if o.tensor_split else choose_split(model, nodes, o, s)
+    a = _allocate(model, len(nodes), split, s)
+    hb = host_bytes(model)
+    plans = _node_plans(nodes, a, o, hb)
+    warnings = _plan_warnings(model, plans, o, ctx)
+    kvpt = {f"{t}/{t}": kv_bytes_per_token(model, t, t) for t in MAX_CTX_TYPES}
+    kvpt.setdefault(f"{o.cache_type_k}/{o.cache_type_v}", kv_bytes_per_token(model, o.cache_type_k, o.cache_type_v))
+    max_ctx = _max_ctx_table(model, nodes, o)
+    par = _parallel_table(model, nodes, o)
     tps, tps_full, bpt, hop_s, dnotes = _decode(model, nodes, a, o)
     estimated = list(model.estimated) + a.notes + dnotes
     return Plan(
