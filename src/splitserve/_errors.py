@@ -29,7 +29,7 @@ Other libraries' errors are converted at the boundary where they occur.
     │   ├── VerifyError          (fetch._errors) a file whose size or hash is wrong
     │   └── FetchFailed          (fetch._fetch) files that could not be fetched after retries
     ├── EvalError                (eval._run) an eval that cannot start
-    ├── ToolError                (eval._sandbox) a bad tool call: the model gets it as the result
+    ├── ToolError                (eval._catalog) a bad tool call: the model gets it as the result
     └── APIError                 (gateway._errors) the gateway's error answer: status, OpenAI body
 
 Every exception class with a public name is in this tree (tests/unit/test_errors.py checks the
