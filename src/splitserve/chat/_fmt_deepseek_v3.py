@@ -24,7 +24,7 @@ import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, start_json_call
+from ._json_args import JsonArgsStreamer, read_call_args, scan_to_call_end, start_json_call
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -148,29 +148,23 @@ class DeepseekV3Parser(ToolParser):
         return True
 
     def _step_args(self) -> bool:
-        buf = self.buf
-        assert self._streamer is not None
-        outcome = self._streamer.read(buf, _ENDS, self._raw)
+        outcome = read_call_args(self, self._streamer, self.buf, _ENDS, self._raw, self._index)
         if outcome == "ok":
             self._tail = []
             self._state = _CLOSE
         elif outcome == "failed":
-            self._fail()
+            self._state = _SKIP
         return bool(outcome)
 
     def _step_close(self) -> bool:
         """Optional closing fence, then the call's end."""
-        buf = self.buf
-        before, marker = buf.scan(_ENDS)
-        self._raw.append(before)
+        before, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
         self._tail.append(before)  # all of it, whitespace too: chunking must not matter
         if marker is None:
             return False
         tail = "".join(self._tail)
         if tail.strip().strip("`").strip():
             self._junk.append(tail)
-        if marker == CALL_END:
-            self._raw.append(buf.take(len(marker)))
         self.end_call(self._index)
         self._calls += 1
         self._state = _CALLS
@@ -178,13 +172,9 @@ class DeepseekV3Parser(ToolParser):
 
     def _step_skip(self) -> bool:
         """A failed call's remaining text, up to its end."""
-        buf = self.buf
-        before, marker = buf.scan(_ENDS)
-        self._raw.append(before)
+        _, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
         if marker is None:
             return False
-        if marker == CALL_END:
-            self._raw.append(buf.take(len(marker)))
         self._state = _CALLS
         return True
 

@@ -24,7 +24,7 @@ import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, start_json_call
+from ._json_args import JsonArgsStreamer, read_call_args, scan_to_call_end, start_json_call
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -139,30 +139,23 @@ class KimiK2Parser(ToolParser):
         return True
 
     def _step_args(self) -> bool:
-        buf = self.buf
-        assert self._streamer is not None
-        outcome = self._streamer.read(buf, _ENDS, self._raw)
+        outcome = read_call_args(self, self._streamer, self.buf, _ENDS, self._raw, self._index)
         if outcome == "ok":
             self._tail = []
             self._state = _CLOSE
         elif outcome == "failed":
-            self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
             self._state = _SKIP
         return bool(outcome)
 
     def _step_close(self) -> bool:
         """After the arguments object: up to the call's end."""
-        buf = self.buf
-        before, marker = buf.scan(_ENDS)
-        self._raw.append(before)
+        before, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
         self._tail.append(before)  # whitespace too: chunking must not matter
         if marker is None:
             return False
         tail = "".join(self._tail)
         if tail.strip():
             self._junk.append(tail)
-        if marker == CALL_END:
-            self._raw.append(buf.take(len(marker)))
         self.end_call(self._index)
         self._calls += 1
         self._state = _SECTION
@@ -172,13 +165,9 @@ class KimiK2Parser(ToolParser):
 
     def _step_skip(self) -> bool:
         """What is left of a call that is not one, up to its end."""
-        buf = self.buf
-        before, marker = buf.scan(_ENDS)
-        self._raw.append(before)
+        _, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
         if marker is None:
             return False
-        if marker == CALL_END:
-            self._raw.append(buf.take(len(marker)))
         self._state = _SECTION
         if self._implicit:
             self._end_section(quiet=True)

@@ -234,6 +234,28 @@ def start_json_call(parser: Any, name: str) -> tuple[int, JsonArgsStreamer]:
     return index, JsonArgsStreamer(ArgsWriter(parser, index, name, json_coerce))
 
 
+def read_call_args(
+    parser: Any, streamer: JsonArgsStreamer | None, buf: TextBuffer, ends: Sequence[str], raw: list[str], index: int
+) -> str:
+    """A started call's arguments object up to one of ``ends`` (:meth:`JsonArgsStreamer.read`'s
+    outcome); when it is not a JSON object, the warning that drops call ``index``."""
+    assert streamer is not None
+    outcome = streamer.read(buf, ends, raw)
+    if outcome == "failed":
+        parser.warn(f"tool call {index}: its arguments are not a JSON object; dropped", "".join(raw))
+    return outcome
+
+
+def scan_to_call_end(buf: TextBuffer, ends: Sequence[str], call_end: str, raw: list[str]) -> tuple[str, str | None]:
+    """The text up to the first of ``ends`` (to ``raw`` too) and the marker met (None: none yet);
+    the call's own end, ``call_end``, is taken to ``raw``, any other marker left for the next step."""
+    before, marker = buf.scan(ends)
+    raw.append(before)
+    if marker == call_end:
+        raw.append(buf.take(len(marker)))
+    return before, marker
+
+
 def next_block_item(buf: TextBuffer, raw: list[str], close: str) -> str:
     """Between the items of a block of JSON calls: the whitespace to ``raw``, then what comes:
     ``"json"`` (a value opens), ``"close"`` (the block's closer, taken to ``raw``), ``"junk"`` (any
