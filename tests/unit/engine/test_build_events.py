@@ -79,7 +79,8 @@ def test_build_reports_stages_and_compile_steps_and_logs_cmake(fake_cmake: Path,
     assert notes.index("probing the binaries") > notes.index(f"configuring {engine.key}")
     # every stage comes before the compile steps it leads to: the bar follows the notes
     first_step = next(i for i, e in enumerate(events) if isinstance(e, BuildStep))
-    assert isinstance(events[first_step - 1], BuildNote) and events[first_step - 1].message.startswith("compiling")
+    before = events[first_step - 1]
+    assert isinstance(before, BuildNote) and before.message.startswith("compiling")
     log = Path(engine.provenance["log"]).read_text()
     assert "splitserve: no patches applied" in log and "-- Configuring done" in log
     assert log.index("$ cmake -S") < log.index("-- Configuring done") < log.index("$ cmake --build")
