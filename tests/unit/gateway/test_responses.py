@@ -533,7 +533,7 @@ class TooLongMidStream(CompletionStream):
 
 def test_an_engine_that_says_mid_stream_the_prompt_is_too_long_is_context_length_exceeded() -> None:
     eng = engine("hermes", ["x"])
-    eng.stream = lambda body: TooLongMidStream()  # type: ignore[method-assign]
+    eng.stream = lambda body: TooLongMidStream()  # type: ignore[method-assign,assignment]
     app = app_for("hermes", eng)
     final = check_stream(raw_events(app, {"input": "long"}))
     assert final["error"]["code"] == "context_length_exceeded"
