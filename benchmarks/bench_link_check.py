@@ -32,9 +32,9 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "multihost")]
 
 from netns_hosts import make_hosts, unavailable  # noqa: E402
 
+from splitserve._ssh import SshNode  # noqa: E402
 from splitserve.cluster._link import LinkTarget, check_link  # noqa: E402
 from splitserve.cluster._nodes import node_for  # noqa: E402
-from splitserve.cluster._ssh import SshNode  # noqa: E402
 
 
 def shape(dev: str, gbit: float | None) -> None:

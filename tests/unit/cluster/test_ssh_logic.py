@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from splitserve._node import remote_env, sh_path
+from splitserve._ssh import exit_status_from_log
 from splitserve.cluster import LocalNode, SshNode, node_for, parse_spec
-from splitserve.cluster._ssh import exit_status_from_log, remote_env, sh_path
 
 
 @pytest.mark.parametrize(
