@@ -12,20 +12,11 @@ from typing import Any
 import pytest
 
 from hubserver import HubServer, sha256_file
-from splitserve.fetch import (
-    MANIFEST,
-    DiskSpaceError,
-    Events,
-    FetchError,
-    FetchFailed,
-    FetchOptions,
-    HfHub,
-    HubError,
-    fetch,
-    partial_path,
-    plan_fetch,
-    state_path,
-)
+from splitserve.fetch import MANIFEST, DiskSpaceError, FetchError, FetchFailed, FetchOptions, HubError
+from splitserve.fetch._fetch import fetch, plan_fetch
+from splitserve.fetch._hub import HfHub
+from splitserve.fetch._state import partial_path, state_path
+from splitserve.fetch._transfer import Events
 
 MiB = 1 << 20
 REPO = "org/Model-GGUF"
@@ -193,8 +184,9 @@ def test_not_enough_disk_is_refused_before_any_byte(tmp_path: Path) -> None:
 
 def test_idle_connections_take_over_half_of_a_big_part(tmp_path: Path) -> None:
     """One 24 MiB part and four connections: the three idle ones split it, then split again."""
-    from splitserve.fetch import FileJob, Segment, Transfer, TransferOptions
     from splitserve.fetch._fetch import _identity
+    from splitserve.fetch._state import Segment
+    from splitserve.fetch._transfer import FileJob, Transfer, TransferOptions
 
     with HubServer(tmp_path / "srv") as server:
         f = server.add_file(REPO, "one.gguf", os.urandom(24 * MiB))

@@ -11,7 +11,9 @@ import pytest
 
 from gguf_factory import dense_llama
 from hubserver import HubServer
-from splitserve.fetch import FetchOptions, HfHub, fetch
+from splitserve.fetch import FetchOptions
+from splitserve.fetch._fetch import fetch
+from splitserve.fetch._hub import HfHub
 from splitserve.model import inspect_model, shard_paths
 
 REPO = "org/Tiny-GGUF"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hubserver import HubServer, sha256_file, zeros_sha256
-from splitserve.fetch import MANIFEST, partial_path, state_path
-from splitserve.fetch._state import read_state_segments
+from splitserve.fetch import MANIFEST
+from splitserve.fetch._state import partial_path, read_state_segments, state_path
 
 MiB = 1 << 20
 REPO = "org/Big-GGUF"

@@ -8,7 +8,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from splitserve.fetch import FetchPlan, FetchResult, FileOutcome, PlannedFile, RemoteFile, ShardSet, verify_dir
+from splitserve.fetch import FetchPlan, verify_dir
+from splitserve.fetch._fetch import FetchResult, FileOutcome, PlannedFile
+from splitserve.fetch._select import RemoteFile, ShardSet
 from splitserve.fetch._verify import ManifestStore
 
 SHARDS = [RemoteFile(f"Q4/m-0000{i}-of-00002.gguf", 100 * i, sha256=f"{i}" * 64) for i in (1, 2)]

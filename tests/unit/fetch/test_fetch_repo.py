@@ -11,16 +11,9 @@ from pathlib import Path
 import pytest
 
 from hubserver import HubServer
-from splitserve.fetch import (
-    FetchEvents,
-    FetchOptions,
-    FetchPlan,
-    HfHub,
-    fetch_repo,
-    plan_line,
-    size_label,
-    spec_model_line,
-)
+from splitserve.fetch import FetchEvents, FetchOptions, FetchPlan, fetch_repo, plan_line, size_label
+from splitserve.fetch._hub import HfHub
+from splitserve.fetch._run import spec_model_line
 
 REPO = "org/Tiny-GGUF"
 SHARDS = {f"Q4/Tiny-Q4-0000{i}-of-00002.gguf": bytes([i]) * (3000 * i) for i in (1, 2)}

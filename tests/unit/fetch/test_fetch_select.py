@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from splitserve._errors import UsageError
-from splitserve.fetch import (
-    FetchError,
-    RemoteFile,
-    quant_labels,
-    select_files,
-    select_quant,
-    shard_sets,
-    split_name,
-)
+from splitserve.fetch import FetchError
+from splitserve.fetch._select import RemoteFile, quant_labels, select_files, select_quant, shard_sets, split_name
 
 
 def _f(path: str, size: int = 10) -> RemoteFile:

@@ -5,8 +5,16 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from splitserve.fetch import Segment, partial_path, plan_segments, state_path
-from splitserve.fetch._state import FileIdentity, load_state, save_state, written_prefix
+from splitserve.fetch._state import (
+    FileIdentity,
+    Segment,
+    load_state,
+    partial_path,
+    plan_segments,
+    save_state,
+    state_path,
+    written_prefix,
+)
 
 MiB = 1 << 20
 
