@@ -16,7 +16,6 @@ from ._errors import TemplateError, TransplantError
 from ._events import (
     ContentDelta,
     Event,
-    ParsedMessage,
     ParseWarning,
     ReasoningDelta,
     ToolCallArgsDelta,
@@ -27,15 +26,7 @@ from ._events import (
 from ._forced import tool_call_grammar
 from ._format import ChatParser, IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarError
-from ._registry import (
-    NO_FORMAT_HINT,
-    UnknownFormatError,
-    detect_format,
-    get_format,
-    list_formats,
-    parse_complete,
-    register_format,
-)
+from ._registry import NO_FORMAT_HINT, UnknownFormatError, detect_format, get_format, list_formats, parse_complete
 from ._render import assistant_turn, render_chat
 from ._scan import find_first, hold_len
 from ._schema import ToolSet, json_type
@@ -52,7 +43,6 @@ __all__ = [
     "GrammarError",
     "IdFactory",
     "ParseWarning",
-    "ParsedMessage",
     "ReasoningDelta",
     "TemplateError",
     "ToolCallArgsDelta",
@@ -75,7 +65,6 @@ __all__ = [
     "load_recipe",
     "parse_complete",
     "read_chat_templates",
-    "register_format",
     "render_chat",
     "tool_call_grammar",
     "transplant",

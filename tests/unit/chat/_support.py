@@ -11,7 +11,6 @@ from typing import Any
 
 from splitserve.chat import (
     ContentDelta,
-    ParsedMessage,
     ReasoningDelta,
     ToolCallArgsDelta,
     ToolCallEnd,
@@ -19,7 +18,7 @@ from splitserve.chat import (
     coalesce,
     get_format,
 )
-from splitserve.chat._events import MessageAssembler
+from splitserve.chat._events import MessageAssembler, ParsedMessage
 from splitserve.chat._fmt_deepseek_v3 import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
 
 NS = "]<]minimax[>["

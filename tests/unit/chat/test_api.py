@@ -7,8 +7,8 @@ import json
 import pytest
 
 from splitserve import chat
-from splitserve.chat import ParsedMessage, UnknownFormatError, get_format, list_formats, parse_complete
-from splitserve.chat._events import MessageAssembler
+from splitserve.chat import UnknownFormatError, get_format, list_formats, parse_complete
+from splitserve.chat._events import MessageAssembler, ParsedMessage
 
 FORMATS = [
     "minimax-m3",
