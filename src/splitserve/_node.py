@@ -5,7 +5,7 @@ the cluster all use it): run a shell command, spawn a process with its output go
 file, ask whether it is alive, signal and stop it, read its memory and its log, read and write a
 file. :class:`LocalNode` runs on this machine;
 :class:`~splitserve._ssh.SshNode` does the same over the system OpenSSH client;
-:class:`~splitserve.cluster._fake.FakeNode` is the in-memory one for tests;
+:class:`~splitserve._node_fake.FakeNode` is the in-memory one for tests;
 :func:`~splitserve.cluster._nodes.node_for` picks one from a spec's ``host``.
 """
 

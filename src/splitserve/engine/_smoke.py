@@ -93,7 +93,7 @@ def _post_completion(url: str, body: dict[str, Any], timeout: float) -> dict[str
 class SmokeEdges:
     """The smoke test's I/O: its processes on a node, the engine's HTTP API and open ports seen
     from here, and a clock. The defaults are this machine; unit tests pass a fake node and clock
-    (``splitserve.cluster.FakeNetwork``) and answer the HTTP calls themselves."""
+    (``splitserve._node_fake.FakeNodes``) and answer the HTTP calls themselves."""
 
     node: Node = field(default_factory=LocalNode)
     clock: Clock = SYSTEM_CLOCK

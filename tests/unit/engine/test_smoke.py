@@ -1,5 +1,5 @@
-"""The smoke test's verdicts (ok, signal, timeout, exit, wrong output) on a fake node (the
-cluster's FakeNetwork: its processes, their logs and exit statuses, on a fake clock), and the
+"""The smoke test's verdicts (ok, signal, timeout, exit, wrong output) on a fake node (the root's
+FakeNodes: its processes, their logs and exit statuses, on a fake clock), and the
 build's fallback past a CPU variant that crashes."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from splitserve.cluster import FakeNetwork, Program
-from splitserve.cluster._fake import FakeProcess
+from splitserve._node_fake import FakeNodes, FakeProcess, Program
 from splitserve.engine import SmokeEdges
 from splitserve.engine._build import cpu_provenance, cpu_variants, smoke_with_fallback
 from splitserve.engine._smoke import cpu_variant, signal_of, smoke_test
@@ -45,7 +44,7 @@ class Smoke:
     or ``replies["rpc"]`` when it offloads to an RPC server."""
 
     def __init__(self, programs: dict[str, list[Program]] | None = None, **replies: dict[str, Any]) -> None:
-        self.net = FakeNetwork()
+        self.net = FakeNodes()
         self.programs = {k: list(v) for k, v in (programs or {}).items()}
         self.replies = replies
         self.net.on_spawn.append(self._spawned)
