@@ -17,7 +17,7 @@ def engine() -> Engine:
 
     ``SPLITSERVE_TEST_ENGINE`` may name an engine folder to use instead.
     """
-    from splitserve.engine import load_engine
+    from splitserve.engine._engine import load_engine
 
     override = os.environ.get("SPLITSERVE_TEST_ENGINE")
     if override:

@@ -13,12 +13,12 @@ from ._backend import (
     EngineStreamError,
     engine_message,
 )
-from ._build import BuildEvent, BuildNote, BuildOptions, BuildStep, build_engine, build_summary
+from ._build import BuildEvent, BuildNote, BuildOptions, build_engine, build_summary
 from ._client import BlockingEngine, EngineHTTPError, EngineUnavailable
-from ._engine import Engine, get_engine, list_engines, load_engine, version_text
-from ._fake import FakeEngine, FakeFailure, FakeOutput, FakeRequest
+from ._engine import Engine, get_engine, list_engines, version_text
+from ._fake import FakeEngine, FakeOutput
 from ._llamacpp import LlamaCppBackend
-from ._smoke import Check, RunResult, SmokeEdges, SmokeProcess, SmokeReport, check_rpc, machine_fingerprint, smoke_test
+from ._smoke import Check, SmokeEdges, SmokeProcess, SmokeReport, check_rpc, machine_fingerprint, smoke_test
 from ._source import resolve_source
 from ._tiny import tiny_model
 from ._vllm import VllmBackend, backend_for, split_engine_url
@@ -29,7 +29,6 @@ __all__ = [
     "BuildEvent",
     "BuildNote",
     "BuildOptions",
-    "BuildStep",
     "Check",
     "CompletionRequest",
     "CompletionStream",
@@ -42,11 +41,8 @@ __all__ = [
     "EngineStreamError",
     "EngineUnavailable",
     "FakeEngine",
-    "FakeFailure",
     "FakeOutput",
-    "FakeRequest",
     "LlamaCppBackend",
-    "RunResult",
     "SmokeEdges",
     "SmokeProcess",
     "SmokeReport",
@@ -58,7 +54,6 @@ __all__ = [
     "engine_message",
     "get_engine",
     "list_engines",
-    "load_engine",
     "machine_fingerprint",
     "resolve_source",
     "smoke_test",

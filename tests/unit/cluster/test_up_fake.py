@@ -23,7 +23,8 @@ from splitserve.cluster import (
     restart_gateway,
     up,
 )
-from splitserve.engine import FakeEngine, FakeFailure
+from splitserve.engine import FakeEngine
+from splitserve.engine._fake import FakeFailure
 
 OOM = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: cudaMalloc failed: out of memory"
 

@@ -20,10 +20,10 @@ from splitserve.engine import (
     EngineStreamError,
     EngineUnavailable,
     FakeEngine,
-    FakeFailure,
     FakeOutput,
     LlamaCppBackend,
 )
+from splitserve.engine._fake import FakeFailure
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

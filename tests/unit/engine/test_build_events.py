@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from splitserve import BuildError
-from splitserve.engine import BuildEvent, BuildNote, BuildOptions, BuildStep, build_engine, build_summary
+from splitserve.engine import BuildEvent, BuildNote, BuildOptions, build_engine, build_summary
 from splitserve.engine import _build as build_mod
+from splitserve.engine._build import BuildStep
 from splitserve.engine._smoke import SmokeReport
 
 FAKE_CMAKE = """#!/bin/sh

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from splitserve.cli import _engine
-from splitserve.engine import BuildNote, BuildOptions, BuildStep
+from splitserve.engine import BuildNote, BuildOptions
+from splitserve.engine._build import BuildStep
 
 
 def test_non_terminal_progress_prints_steps_percent_and_elapsed(

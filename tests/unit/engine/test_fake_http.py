@@ -11,7 +11,8 @@ import anyio
 import httpx
 import pytest
 
-from splitserve.engine import FakeEngine, FakeFailure, FakeOutput
+from splitserve.engine import FakeEngine, FakeOutput
+from splitserve.engine._fake import FakeFailure
 from splitserve.engine._fake_http import by_prompt, echo_reply, main, vllm_app
 
 HELLO = ["Hel", "lo", " there", "."]

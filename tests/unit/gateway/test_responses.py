@@ -20,7 +20,8 @@ from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolC
 from pydantic import BaseModel
 
 from splitserve.chat import get_format
-from splitserve.engine import CompletionStream, EngineStreamError, FakeEngine, FakeFailure, FakeOutput, resolve_source
+from splitserve.engine import CompletionStream, EngineStreamError, FakeEngine, FakeOutput, resolve_source
+from splitserve.engine._fake import FakeFailure
 from splitserve.gateway import GatewayConfig, Plan, ServedModel, Turn, create_app, plan_chat
 from splitserve.gateway._responses import ChatPlan, ResponsesRequest, ResponseStore, items_to_messages, to_chat
 from splitserve.gateway._responses_out import ResponseBuilder
