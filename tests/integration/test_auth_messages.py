@@ -151,8 +151,8 @@ class GatewayRestarter:
 
 
 def test_tune_stops_at_the_first_401_instead_of_scoring_every_point(gateway: str, tmp_path: Path) -> None:
-    from splitserve.bench import SpeedOptions, TuneOptions, run_tune
-    from splitserve.bench._tune import Axis
+    from splitserve.bench import SpeedOptions
+    from splitserve.bench._tune import Axis, TuneOptions, run_tune
     from splitserve.cluster import load_spec
 
     spec = tmp_path / "cluster.toml"

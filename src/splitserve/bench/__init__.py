@@ -22,17 +22,10 @@ if TYPE_CHECKING:  # imported on first use (below): clusters and tune pull in th
     from ._describe import caption
     from ._report import write_report
     from ._summary import summary_tables
-    from ._tune import (
-        TuneOptions,
-        metric_for,
-        point_label,
-        run_tune,
-        write_tune_report,
-    )
+    from ._tune import point_label
     from ._tune_job import (
         BestFound,
         BestSpecWritten,
-        BudgetSpent,
         NodeNote,
         PointFailed,
         PointMeasured,
@@ -42,7 +35,6 @@ if TYPE_CHECKING:  # imported on first use (below): clusters and tune pull in th
         TuneEvent,
         TunePlan,
         TuneRequest,
-        TuneResult,
         TuneStarted,
         TuneWarning,
         prepare_tune,
@@ -60,21 +52,11 @@ _LAZY = {
     "caption": "_describe",
     "write_report": "_report",
     "summary_tables": "_summary",
-    **dict.fromkeys(
-        [
-            "TuneOptions",
-            "metric_for",
-            "point_label",
-            "run_tune",
-            "write_tune_report",
-        ],
-        "_tune",
-    ),
+    "point_label": "_tune",
     **dict.fromkeys(
         [
             "BestFound",
             "BestSpecWritten",
-            "BudgetSpent",
             "NodeNote",
             "PointFailed",
             "PointMeasured",
@@ -84,7 +66,6 @@ _LAZY = {
             "TuneEvent",
             "TunePlan",
             "TuneRequest",
-            "TuneResult",
             "TuneStarted",
             "TuneWarning",
             "prepare_tune",
@@ -106,7 +87,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BestFound",
     "BestSpecWritten",
-    "BudgetSpent",
     "ClusterRestarter",
     "ContextOptions",
     "EngineBenchOptions",
@@ -119,10 +99,8 @@ __all__ = [
     "SpeedOptions",
     "Target",
     "TuneEvent",
-    "TuneOptions",
     "TunePlan",
     "TuneRequest",
-    "TuneResult",
     "TuneStarted",
     "TuneWarning",
     "caption",
@@ -130,7 +108,6 @@ __all__ = [
     "cluster_target",
     "engine_provenance",
     "load_run",
-    "metric_for",
     "parse_depths",
     "parse_lengths",
     "parse_set",
@@ -144,7 +121,6 @@ __all__ = [
     "run_path",
     "run_speed",
     "run_sweep",
-    "run_tune",
     "summary_tables",
     "tune",
     "tune_request",
@@ -152,5 +128,4 @@ __all__ = [
     "with_server",
     "workers_only",
     "write_report",
-    "write_tune_report",
 ]

@@ -15,7 +15,6 @@ from splitserve._errors import ClusterError
 from splitserve.bench import (
     BestFound,
     BestSpecWritten,
-    BudgetSpent,
     PointFailed,
     PointMeasured,
     PointRuledOut,
@@ -24,7 +23,6 @@ from splitserve.bench import (
     SpeedOptions,
     TuneEvent,
     TuneRequest,
-    TuneResult,
     TuneStarted,
     TuneWarning,
     load_run,
@@ -32,6 +30,7 @@ from splitserve.bench import (
     prepare_tune,
     tune,
 )
+from splitserve.bench._tune_job import BudgetSpent, TuneResult
 from splitserve.cluster import load_spec
 
 from .test_tune import FakeRestarter, LandscapeServer, small_planner, small_score, spec_file
