@@ -11,8 +11,8 @@ while), read what was started (:attr:`FakeNodes.spawned`) and the signals sent
 (:attr:`FakeNodes.signals`), and ask who listens on a port (:meth:`FakeNodes.listener`).
 
 The engine smoke test runs on these directly; the cluster's
-:class:`~splitserve.cluster.FakeNetwork` is a :class:`FakeNodes` that also answers for ports, RPC
-HELLO, the engine's HTTP API and the gateway's ``/health``.
+:class:`~splitserve.cluster.FakeNetwork` is a :class:`FakeNodes` that also answers for the
+engine's HTTP API (its I/O edges).
 
     nodes = FakeNodes()
     nodes.program("llama-server", Program(listen_after=2.0, log=["load_tensors: ..."]))
@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ._clock import FakeClock
 from ._errors import ClusterError
@@ -168,9 +169,9 @@ class FakeNode(Node):
 
 class FakeNodes:
     """Fake nodes that see each other's listening ports, on one fake clock: the processes they
-    run (what each program does, when it listens and exits), the signals sent, timers.
-    :class:`~splitserve.cluster.FakeNetwork` adds what the cluster asks of a network (ports,
-    RPC HELLO, the engine's and the gateway's HTTP answers)."""
+    run (what each program does, when it listens and exits), the signals sent, timers, ports,
+    RPC HELLO and HTTP health. :class:`~splitserve.cluster.FakeNetwork` adds the cluster's I/O
+    edges with the engine's HTTP API (a :class:`~splitserve.engine.FakeEngine`)."""
 
     def __init__(self, clock: FakeClock | None = None) -> None:
         self.clock = clock or FakeClock()
@@ -180,6 +181,8 @@ class FakeNodes:
         self.spawned: list[FakeProcess] = []
         """Every process started, in order."""
         self.unreachable: set[str] = set()
+        self.taken_ports: set[tuple[str, int]] = set()
+        """(bind, port) held by someone else (port_in_use says yes)."""
         self.on_spawn: list[Callable[[FakeProcess], None]] = []
         self.signals: list[tuple[float, FakeProcess, int]] = []
         """(fake time, process, signal) for every signal sent to a running process, in order."""
@@ -292,6 +295,47 @@ class FakeNodes:
             ):
                 return proc
         return None
+
+    def listens(self, host: str, port: int) -> bool:
+        """Whether a running process listens on ``host:port`` now."""
+        return self.listener(host, port) is not None
+
+    def http_health(self, url: str) -> tuple[int, str]:
+        """``GET url`` (the gateway's ``/health``): the listening process's ``http_status``, or
+        (0, ``ConnectError``) when nothing listens there."""
+        parts = urlsplit(url)
+        proc = self.listener(parts.hostname or "127.0.0.1", parts.port or 80)
+        if proc is None:
+            return 0, "ConnectError"
+        status = proc.program.http_status
+        return status, '{"status":"ok"}' if status == 200 else '{"status":"unavailable"}'
+
+    def node_for(self, host: str, ssh: object = None) -> Node:
+        """:func:`~splitserve.cluster.node_for` of this network: the fake node of ``host`` (ssh settings ignored)."""
+        return self.node(host)
+
+    # -- ports, as the cluster's executor asks of a network (cluster._edges.Network) ------------
+    def port_in_use(self, bind: str, port: int) -> bool:
+        return (bind, port) in self.taken_ports or self.listener(bind, port) is not None
+
+    def port_busy(self, host: str, bind: str, port: int) -> bool:
+        return self.port_in_use(bind, port)
+
+    def port_answers(self, host: str, port: int, timeout: float = 0.5) -> bool:
+        return self.listener(host, port) is not None
+
+    def spare_port(self, bind: str, avoid: set[int]) -> int:
+        """The lowest port from 40000 up that nothing holds (deterministic, unlike the kernel's)."""
+        port = 40000
+        while port in avoid or self.port_in_use(bind, port):
+            port += 1
+        return port
+
+    def rpc_hello(self, host: str, port: int) -> str:
+        proc = self.listener(host, port)
+        if proc is None or proc.program.rpc_protocol is None:
+            raise ClusterError(f"connection refused by {host}:{port}")
+        return proc.program.rpc_protocol
 
 
 __all__ = ["FakeNode", "FakeNodes", "FakeProcess", "Program"]
