@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from helpers import pid_alive, two_worker_spec, wait_dead
-from splitserve.cluster import cluster_state_dir, load_spec, lock_holder, read_state, read_supervision
+from splitserve.cluster import cluster_state_dir, load_spec, lock_holder, read_state
+from splitserve.cluster._supervise import read_supervision
 
 pytestmark = [pytest.mark.engine]
 

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from splitserve.cluster import BackgroundSupervisor, read_state
+from splitserve.cluster import read_state
+from splitserve.cluster._supervise import BackgroundSupervisor
 
 SERVES = """
 import json, os, sys, time

@@ -16,8 +16,16 @@ from typing import Any
 
 import pytest
 
-from splitserve.cluster import EngineFacts, EngineNode, engine_plan, parse_spec
-from splitserve.cluster._engines_plan import fact_commands, node_facts, parse_gpu_list, parse_version
+from splitserve.cluster import parse_spec
+from splitserve.cluster._engines_plan import (
+    EngineFacts,
+    EngineNode,
+    engine_plan,
+    fact_commands,
+    node_facts,
+    parse_gpu_list,
+    parse_version,
+)
 from splitserve.cluster._link_facts import EndFacts, parse_ip_addr
 from splitserve.cluster._preflight_engines import backend_checks
 

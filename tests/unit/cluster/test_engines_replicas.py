@@ -19,16 +19,15 @@ from splitserve.cluster import (
     Program,
     down,
     format_plan,
-    gather_engine_facts,
     gather_facts,
     parse_spec,
     plan_launch,
     read_state,
-    restart_replica,
     up,
 )
-from splitserve.cluster._engines_facts import FACT_MARK
+from splitserve.cluster._engines_facts import FACT_MARK, gather_engine_facts
 from splitserve.cluster._engines_plan import engine_plan
+from splitserve.cluster._execute import restart_replica
 from splitserve.cluster._replicas import replica_status
 from splitserve.cluster._supervise import replica_of
 

@@ -21,9 +21,7 @@ from splitserve.cluster import (
     Supervisor,
     cluster_state_dir,
     down,
-    engine_preflight,
     format_plan,
-    gather_engine_facts,
     gather_facts,
     parse_spec,
     plan_launch,
@@ -31,7 +29,13 @@ from splitserve.cluster import (
     read_supervisor_log,
     up,
 )
-from splitserve.cluster._engines_facts import FACT_MARK, facts_script, parse_facts_output
+from splitserve.cluster._engines_facts import (
+    FACT_MARK,
+    engine_preflight,
+    facts_script,
+    gather_engine_facts,
+    parse_facts_output,
+)
 
 HEAD_IP, N2_IP, N3_IP = "10.99.0.1", "10.99.0.2", "10.99.0.3"
 

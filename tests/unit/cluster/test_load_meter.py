@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from splitserve._paths import sources_dir
-from splitserve.cluster import ClusterState, ProcessRecord, parse_cache_log, parse_proc_io, worker_loaded_bytes
-from splitserve.cluster._load_meter import _HIT, _SAVED, _SET, read_worker_side
+from splitserve.cluster import ClusterState, parse_cache_log, worker_loaded_bytes
+from splitserve.cluster._load_meter import _HIT, _SAVED, _SET, parse_proc_io, read_worker_side
+from splitserve.cluster._state import ProcessRecord
 from splitserve.gateway._ui_state import History, Snapshot, assemble
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rpc_cache"

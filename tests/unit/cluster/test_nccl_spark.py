@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from splitserve._node import LocalNode
-from splitserve.cluster import EngineFacts, LaunchFacts, engine_plan, format_plan, parse_spec, plan_launch
-from splitserve.cluster._engines_plan import node_facts, rdma_facts
+from splitserve.cluster import LaunchFacts, format_plan, parse_spec, plan_launch
+from splitserve.cluster._engines_plan import EngineFacts, engine_plan, node_facts, rdma_facts
 from splitserve.cluster._rdma_node import RdmaPort, spark_port, sysfs_script, write_fake_sysfs
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "plans" / "engines"

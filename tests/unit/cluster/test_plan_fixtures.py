@@ -32,19 +32,10 @@ from typing import Any
 import pytest
 
 from splitserve import ClusterError
-from splitserve.cluster import (
-    ClusterSpec,
-    EngineFacts,
-    Executor,
-    LaunchFacts,
-    LaunchPlan,
-    Step,
-    format_plan,
-    parse_spec,
-    plan_launch,
-    spec_topology,
-)
-from splitserve.cluster._launch import RemoteBuild
+from splitserve.cluster import ClusterSpec, Executor, LaunchFacts, LaunchPlan, format_plan, parse_spec, plan_launch
+from splitserve.cluster._engines_plan import EngineFacts
+from splitserve.cluster._launch import RemoteBuild, Step
+from splitserve.cluster._replicas import spec_topology
 from splitserve.engine import Engine
 
 PLANS = Path(__file__).resolve().parents[2] / "fixtures" / "plans"

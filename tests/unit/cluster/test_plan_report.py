@@ -9,7 +9,8 @@ import pytest
 
 from gguf_factory import dense_llama
 from splitserve._errors import UsageError
-from splitserve.cluster import PlanReport, PlanRequest, plan_report
+from splitserve.cluster import PlanRequest, plan_report
+from splitserve.cluster._plan_report import PlanReport
 from splitserve.plan import GIB, Plan
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_engines_run import HEAD_IP, N2_IP, answer, facts_output, ip_json
 
-from splitserve.cluster import engine_preflight, parse_spec
-from splitserve.cluster._engines_facts import FACT_MARK
+from splitserve.cluster import parse_spec
+from splitserve.cluster._engines_facts import FACT_MARK, engine_preflight
 from splitserve.cluster._model_rows import engine_model_row, is_model_path, model_fact_command
 
 

@@ -15,16 +15,8 @@ from typing import Any
 import pytest
 
 from gguf_factory import dense_llama
-from splitserve.cluster import (
-    FakeNetwork,
-    Supervisor,
-    cluster_state_dir,
-    down,
-    parse_spec,
-    read_state,
-    replica_status,
-    up,
-)
+from splitserve.cluster import FakeNetwork, Supervisor, cluster_state_dir, down, parse_spec, read_state, up
+from splitserve.cluster._replicas import replica_status
 from splitserve.engine import FakeEngine
 
 FILES = {"llama-server": b"server", "ggml-rpc-server": b"rpc", "libggml-base.so": b"ggml", "libllama.so": b"llama"}

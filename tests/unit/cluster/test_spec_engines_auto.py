@@ -17,17 +17,9 @@ from gguf_factory import dense_llama
 from splitserve import ClusterError, SpecError
 from splitserve.cli import _cluster  # noqa: F401  (registers `up` on the app)
 from splitserve.cli._app import app
-from splitserve.cluster import (
-    EngineFacts,
-    EngineNode,
-    FakeNetwork,
-    engine_plan,
-    format_plan,
-    gather_facts,
-    parse_spec,
-    plan_launch,
-)
+from splitserve.cluster import FakeNetwork, format_plan, gather_facts, parse_spec, plan_launch
 from splitserve.cluster._engines_facts import FACT_MARK
+from splitserve.cluster._engines_plan import EngineFacts, EngineNode, engine_plan
 from splitserve.cluster._preflight_engines import backend_checks
 
 W1 = {"name": "w1", "host": "box2", "bind": "10.0.0.2"}

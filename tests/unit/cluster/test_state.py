@@ -13,17 +13,8 @@ import pytest
 
 from splitserve import ClusterError
 from splitserve._node import start_ticks, stop
-from splitserve.cluster import (
-    ClusterState,
-    LocalNode,
-    ProcessRecord,
-    ProcessRef,
-    SshNode,
-    SshSpec,
-    node_for,
-    read_state,
-)
-from splitserve.cluster._state import clear_state, write_state
+from splitserve.cluster import ClusterState, LocalNode, ProcessRef, SshNode, SshSpec, node_for, read_state
+from splitserve.cluster._state import ProcessRecord, clear_state, write_state
 
 
 def record(pid: int, ticks: int | None, node: str = "w1") -> ProcessRecord:

@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from fake_cluster import ENGINE, W2, local_spec
 from splitserve.cli import app
 from splitserve.cli._app import _register
-from splitserve.cluster import Event, FakeNetwork, Program, Supervisor, cluster_status, read_supervision
+from splitserve.cluster import Event, FakeNetwork, Program, Supervisor, cluster_status
 from splitserve.cluster import _execute as ex
 from splitserve.cluster._state import ClusterState, ProcessRecord, SupervisorLock, write_state
+from splitserve.cluster._supervise import read_supervision
 
 _register(["status"])
 

@@ -12,17 +12,8 @@ import pytest
 
 from fake_cluster import ENGINE, GATEWAY, HEAD, W1, W2, local_spec, role, roles
 from splitserve import ClusterError, NodeError
-from splitserve.cluster import (
-    Event,
-    FakeNetwork,
-    Program,
-    Supervisor,
-    cluster_state_dir,
-    down,
-    read_state,
-    restart_gateway,
-    up,
-)
+from splitserve.cluster import Event, FakeNetwork, Program, Supervisor, cluster_state_dir, down, read_state, up
+from splitserve.cluster._execute import restart_gateway
 from splitserve.engine import FakeEngine
 from splitserve.engine._fake import FakeFailure
 
