@@ -20,6 +20,14 @@ import httpx
 from splitserve.engine import Engine
 
 
+def ctrl_c_default() -> None:
+    """``preexec_fn`` of a child a test interrupts with SIGINT: SIGINT back to its default there, so
+    the child's Python turns it into KeyboardInterrupt even when the test runner itself ignores
+    SIGINT (started as a background job of a shell without job control, ``cmd &`` in a script,
+    which Python then leaves ignored in every child)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_ports(n: int) -> list[int]:
     socks = []
     for _ in range(n):

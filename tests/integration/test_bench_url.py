@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import bare_server
+from helpers import bare_server, ctrl_c_default
 from splitserve.bench import load_run
 
 pytestmark = [pytest.mark.engine]
@@ -191,6 +191,7 @@ def test_ctrl_c_keeps_what_was_measured(server: str, tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_default,
     )
     try:
         deadline = time.monotonic() + 300

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ctrl_c_default
 from hubserver import HubServer, sha256_file, zeros_sha256
 from splitserve.fetch import MANIFEST
 from splitserve.fetch._state import partial_path, read_state_segments, state_path
@@ -103,7 +104,12 @@ def test_ctrl_c_stops_promptly_and_the_next_run_resumes(hub: HubServer, tmp_path
     out = tmp_path / "out"
     args = [REPO, "--include", name, "--dir", str(out), "--connections", "4", "--part-size", "1"]
     proc = subprocess.Popen(
-        [*CLI, "fetch", *args], env=_env(hub, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*CLI, "fetch", *args],
+        env=_env(hub, tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_default,
     )
     try:
         while sum(1 for s, e, d in read_state_segments(out / name) if d == e - s) < 4:
