@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import subprocess
 from typing import Any
 
 import psutil
+
+from .._errors import SplitserveError
+from .._node import run_command
 
 
 def _cpu_model() -> str:
@@ -29,13 +31,10 @@ def gpus() -> list[dict[str, str]]:
     if not smi:
         return []
     try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
+        out = run_command([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"], timeout=10)
+    except SplitserveError:  # it did not answer in time
+        return []
+    if out.returncode != 0:
         return []
     rows = []
     for line in out.stdout.splitlines():

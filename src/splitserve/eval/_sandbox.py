@@ -44,7 +44,6 @@ import re
 import shlex
 import shutil
 import sqlite3
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -54,6 +53,8 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, BeforeValidator, Field
 
+from .._errors import SplitserveError
+from .._node import run_command
 from ._catalog import ToolError, Toolset
 from ._checks import register
 from ._trace import CheckResult, ResultKind, Trace
@@ -225,10 +226,8 @@ def docker_problem() -> str | None:
     if shutil.which("docker") is None:
         return "--sandbox docker: the docker CLI is not installed; use --sandbox local"
     try:
-        done = subprocess.run(
-            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = run_command(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=20)
+    except SplitserveError as exc:  # it did not answer in time
         return f"--sandbox docker: docker info failed ({exc}); use --sandbox local"
     if done.returncode != 0 or not done.stdout.strip():
         why = (done.stderr or done.stdout).strip().splitlines()
@@ -283,8 +282,8 @@ def _can_unshare() -> bool:
         ok = shutil.which("unshare") is not None
         if ok:
             try:
-                ok = subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=10).returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
+                ok = run_command(["unshare", "-rn", "true"], timeout=10).returncode == 0
+            except SplitserveError:
                 ok = False
         _UNSHARE.append(ok)
     return _UNSHARE[0]

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import time
 from importlib import resources
 from pathlib import Path
@@ -32,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._errors import EngineError, SplitserveError
+from .._node import run_command
 from ..cluster import STATE_FILE, ClusterState, read_state
 from ..cluster import read_tail as cluster_read_tail
 from ..engine import EngineInfo
@@ -143,10 +143,10 @@ def read_links(endpoints: set[str]) -> dict[str, dict[str, float]]:
     if not endpoints:
         return {}
     try:
-        res = subprocess.run(
-            ["ss", "-tinH", "state", "established"], capture_output=True, text=True, timeout=2.0, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
+        res = run_command(["ss", "-tinH", "state", "established"], timeout=2.0)
+    except SplitserveError:  # it did not finish in time
+        return {}
+    if res.returncode != 0:  # no `ss` here (127), or it failed
         return {}
     return parse_ss(res.stdout, endpoints)
 
