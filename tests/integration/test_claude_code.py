@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -71,15 +72,21 @@ def raw_call(fmt: str, name: str, args: dict[str, Any]) -> str:
 
 
 def run_claude(
-    url: str, cwd: Path, prompt: str, *extra: str, env: dict[str, str] | None = None, timeout: float = 300
+    url: str,
+    cwd: Path,
+    prompt: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    home: Path | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """``claude -p`` against the gateway; its stream-json events and its stderr."""
     (dead,) = free_ports(1)  # a closed loopback port: any proxied request fails at once
-    home = tempfile.mkdtemp(prefix="claude-home-")
+    home_dir = str(home or tempfile.mkdtemp(prefix="claude-home-"))
     proxy = f"http://127.0.0.1:{dead}"
     run_env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": home,
+        "HOME": home_dir,
         "ANTHROPIC_BASE_URL": url,
         "ANTHROPIC_API_KEY": KEY,
         "ANTHROPIC_MODEL": "served",
@@ -179,25 +186,36 @@ def test_claude_code_runs_a_shell_command_through_the_gateway(tmp_path: Path) ->
 
 @pytest.fixture(scope="module")
 def smol_url(engine, smollm2) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    with bare_server(engine, smollm2, "--parallel", "1", "-t", "2", ctx=32768) as url:
+    # Greedy whatever the request says (Claude Code sends no temperature, and llama-server's
+    # default samples at 0.8 with a random seed): the sampler chain is top-k alone with k = 1.
+    with bare_server(
+        engine, smollm2, "--parallel", "1", "-t", "2", "--samplers", "top_k", "--top-k", "1", ctx=32768
+    ) as url:
         yield url
 
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_claude_code_completes_a_turn_on_smollm2(smol_url: str, tmp_path: Path) -> None:
+def test_claude_code_completes_a_turn_on_smollm2(smol_url: str) -> None:
+    # Claude Code's system prompt names its HOME and working folder: fixed paths (made afresh)
+    # keep the prompt, and so the greedy reply, the same on every run.
+    base = Path(tempfile.gettempdir()) / "splitserve-claude-smollm2"
+    shutil.rmtree(base, ignore_errors=True)
+    (base / "home").mkdir(parents=True)
+    (base / "work").mkdir()
     cfg = GatewayConfig(engine_url=smol_url, keys=KeyRing.build(KEY))
     with serve_app(create_app(cfg)) as url:
         events, _ = run_claude(
             url,
-            tmp_path,
+            base / "work",
             "Say hello.",
             "--tools",
             "",
             "--max-turns",
             "1",
-            env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32", "CLAUDE_CODE_DISABLE_THINKING": "1"},
+            env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "512", "CLAUDE_CODE_DISABLE_THINKING": "1"},
             timeout=900,
+            home=base / "home",
         )
     done = result(events)
     assert not done.get("api_error_status") and not done.get("is_error"), done

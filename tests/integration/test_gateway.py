@@ -409,10 +409,13 @@ def test_engine_loading_is_503_with_retry_after(engine, smollm2, tmp_path) -> No
                     continue
                 if state != 503:
                     break
+                # The engine may finish loading between /health and this request: then it
+                # answers (one token, so it is quick) and the next /health ends the loop.
                 seen.append(
                     httpx.post(
                         f"{url}/v1/chat/completions",
-                        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                        json={"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+                        timeout=60,
                     )
                 )
             loading = [r for r in seen if r.status_code == 503]
