@@ -406,6 +406,13 @@ class GrammarBuilder:
                 if alts:
                     return self.choice(alts)
             return self.text(forbid)
+        if types in ({"integer"}, {"number"}, {"boolean"}):
+            # written as JSON text: an enum's (or const's) values as their literals, as in JSON
+            allowed = [schema["const"]] if "const" in schema else schema.get("enum")
+            if isinstance(allowed, list) and allowed and not any(isinstance(v, str) for v in allowed):
+                alts = [a for a in (self._json_literal(v, forbid) for v in allowed) if a]
+                if alts:
+                    return self.choice(alts)
         if types == {"integer"}:
             return self.json_integer()
         if types == {"number"}:

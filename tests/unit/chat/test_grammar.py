@@ -430,6 +430,45 @@ def test_xml_string_values_cannot_hold_the_closer() -> None:
     assert not m3.accepts(call3.format(f"x {NS}<b>y{NS}</b>"))
 
 
+@pytest.mark.parametrize("fmt_name", ["minimax-m3", "qwen3-coder"])
+def test_xml_integer_number_and_boolean_enums_allow_only_their_values(fmt_name: str) -> None:
+    props = {
+        "days": {"type": "integer", "enum": [1, 2, 3]},
+        "ratio": {"type": "number", "enum": [0.5, 2]},
+        "strict": {"type": "boolean", "const": True},
+        "count": {"type": "integer"},
+    }
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": props, "required": list(props)}},
+        }
+    ]
+    g = Grammar(tool_call_grammar(get_format(fmt_name), tools, reasoning=False))
+    if fmt_name == "minimax-m3":
+        one = f"{NS}<{{k}}>{{v}}{NS}</{{k}}>"
+        call = f'{NS}<tool_call>\n{NS}<invoke name="f">{{}}{NS}</invoke>\n{NS}</tool_call>'
+    else:
+        one = "<parameter={k}>\n{v}\n</parameter>\n"
+        call = "<tool_call>\n<function=f>\n{}</function>\n</tool_call>"
+
+    def sentence(days: str, ratio: str = "0.5", strict: str = "true", count: str = "12") -> str:
+        values = {"days": days, "ratio": ratio, "strict": strict, "count": count}
+        return call.format("".join(one.format(k=k, v=v) for k, v in values.items()))
+
+    assert g.accepts(sentence("2")) and g.accepts(sentence("3", ratio="2"))
+    assert not g.accepts(sentence("4")) and not g.accepts(sentence("12"))
+    assert not g.accepts(sentence("1", ratio="1.5")) and not g.accepts(sentence("1", strict="false"))
+    assert g.accepts(sentence("1", count="1234567"))  # no enum: any integer
+    parsed = parse_complete(get_format(fmt_name), sentence("3", ratio="2"), tools)
+    assert json.loads(parsed.tool_calls[0]["function"]["arguments"]) == {
+        "days": 3,
+        "ratio": 2,
+        "strict": True,
+        "count": 12,
+    }
+
+
 def test_json_strings_in_xml_values_cannot_hold_the_marker() -> None:
     tools = [
         {
