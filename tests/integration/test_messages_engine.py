@@ -77,8 +77,10 @@ def the_call(message: Any) -> Any:
     assert len(uses) == 1, message.content
     use = uses[0]
     assert use.name == "get_weather" and use.id.startswith("toolu_")
-    # typed by the schema (an XML format writes the integer as text; the grammar allows digits)
-    assert use.input["location"] in ("Paris", "London", "Tokyo") and isinstance(use.input["days"], int)
+    # typed by the schema and within its enums (an XML format writes the integer as text; its
+    # grammar allows only the enum's literals, as the JSON formats' does)
+    assert use.input["location"] in ("Paris", "London", "Tokyo") and use.input["days"] in (1, 2, 3)
+    assert isinstance(use.input["days"], int)
     assert message.stop_reason == "tool_use"
     return use
 
@@ -104,7 +106,10 @@ def test_a_forced_call_streamed_and_not_then_the_tool_result_turn(gw: str) -> No
         **GEN,
     ) as s:
         streamed = s.get_final_message()
-    assert the_call(streamed).input == use.input  # greedy, one slot: the same call
+    # a valid call streamed too; not asserted equal: the second request is served from the
+    # prompt cache, and llama.cpp's logits then differ in the last bits (the CPU decides which
+    # of two close digits wins). tests/unit/gateway/test_messages_sdk.py holds stream == create.
+    the_call(streamed)
     history: Any = [
         *ASK,
         {"role": "assistant", "content": [b.model_dump() for b in whole.content]},
