@@ -24,7 +24,7 @@ import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, read_call_args, scan_to_call_end, start_json_call
+from ._json_args import JsonCallParser, start_json_call
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -39,18 +39,14 @@ _FENCE_OPEN = re.compile(r"\s*(?:```(?:json)?)?\s*(?=\{)")
 _FENCE_PARTIAL = re.compile(r"\s*(?:`{1,3}(?:j(?:s(?:o(?:n)?)?)?)?)?\s*")
 
 
-class DeepseekV3Parser(ToolParser):
+class DeepseekV3Parser(JsonCallParser):
+    _ends = _ENDS
+    _args_state, _close_state, _skip_state = _ARGS, _CLOSE, _SKIP
+
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)
         self._state = _TEXT
-        self._raw: list[str] = []
-        self._head: list[str] = []
-        self._calls = 0
-        self._junk: list[str] = []
         self._name = ""
-        self._streamer: JsonArgsStreamer | None = None
-        self._index = -1
-        self._tail: list[str] = []
 
     def _step(self) -> bool:
         state = self._state
@@ -147,36 +143,11 @@ class DeepseekV3Parser(ToolParser):
         self._state = _ARGS
         return True
 
-    def _step_args(self) -> bool:
-        outcome = read_call_args(self, self._streamer, self.buf, _ENDS, self._raw, self._index)
-        if outcome == "ok":
-            self._tail = []
-            self._state = _CLOSE
-        elif outcome == "failed":
-            self._state = _SKIP
-        return bool(outcome)
+    def _is_junk(self, tail: str) -> bool:
+        return bool(tail.strip().strip("`").strip())  # an optional closing fence is not junk
 
-    def _step_close(self) -> bool:
-        """Optional closing fence, then the call's end."""
-        before, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
-        self._tail.append(before)  # all of it, whitespace too: chunking must not matter
-        if marker is None:
-            return False
-        tail = "".join(self._tail)
-        if tail.strip().strip("`").strip():
-            self._junk.append(tail)
-        self.end_call(self._index)
-        self._calls += 1
+    def _after_call(self, dropped: bool) -> None:
         self._state = _CALLS
-        return True
-
-    def _step_skip(self) -> bool:
-        """A failed call's remaining text, up to its end."""
-        _, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
-        if marker is None:
-            return False
-        self._state = _CALLS
-        return True
 
     def _start(self, name: str) -> None:
         self._index, self._streamer = start_json_call(self, name)

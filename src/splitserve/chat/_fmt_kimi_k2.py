@@ -24,7 +24,7 @@ import re
 
 from ._format import IdFactory, ToolCallFormat, ToolParser
 from ._grammar import GrammarBuilder, GrammarTool
-from ._json_args import JsonArgsStreamer, read_call_args, scan_to_call_end, start_json_call
+from ._json_args import JsonCallParser, start_json_call
 from ._reasoning import ReasoningSpec
 from ._schema import ToolSet
 
@@ -56,18 +56,14 @@ def name_from_id(call_id: str) -> str:
     return "" if text.isdigit() else text
 
 
-class KimiK2Parser(ToolParser):
+class KimiK2Parser(JsonCallParser):
+    _ends = _ENDS
+    _args_state, _close_state, _skip_state = _ARGS, _CLOSE, _SKIP
+
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)
         self._state = _TEXT
-        self._raw: list[str] = []
-        self._junk: list[str] = []
-        self._head: list[str] = []
-        self._calls = 0
         self._implicit = False  # a call begin outside a section: the section is that call
-        self._index = -1
-        self._streamer: JsonArgsStreamer | None = None
-        self._tail: list[str] = []
 
     def _step(self) -> bool:
         state = self._state
@@ -138,40 +134,10 @@ class KimiK2Parser(ToolParser):
         self._state = _ARGS
         return True
 
-    def _step_args(self) -> bool:
-        outcome = read_call_args(self, self._streamer, self.buf, _ENDS, self._raw, self._index)
-        if outcome == "ok":
-            self._tail = []
-            self._state = _CLOSE
-        elif outcome == "failed":
-            self._state = _SKIP
-        return bool(outcome)
-
-    def _step_close(self) -> bool:
-        """After the arguments object: up to the call's end."""
-        before, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
-        self._tail.append(before)  # whitespace too: chunking must not matter
-        if marker is None:
-            return False
-        tail = "".join(self._tail)
-        if tail.strip():
-            self._junk.append(tail)
-        self.end_call(self._index)
-        self._calls += 1
+    def _after_call(self, dropped: bool) -> None:
         self._state = _SECTION
-        if self._implicit:
-            self._end_section()
-        return True
-
-    def _step_skip(self) -> bool:
-        """What is left of a call that is not one, up to its end."""
-        _, marker = scan_to_call_end(self.buf, _ENDS, CALL_END, self._raw)
-        if marker is None:
-            return False
-        self._state = _SECTION
-        if self._implicit:
-            self._end_section(quiet=True)
-        return True
+        if self._implicit:  # a dropped call's warning was given already: the section's is quiet
+            self._end_section(quiet=dropped)
 
     def _end_section(self, quiet: bool = False) -> None:
         """The section ends; ``quiet``: its one call was dropped with a warning already."""

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._args import ArgsWriter
+from ._format import IdFactory, ToolParser
 from ._scan import JsonScanner, TextBuffer
-from ._schema import Schema, coerce_value, loads_json
+from ._schema import Schema, ToolSet, coerce_value, loads_json
 
 # The opening of a call object up to its arguments object, within its first 512 characters.
 PREFIX_LIMIT = 512
@@ -234,26 +235,77 @@ def start_json_call(parser: Any, name: str) -> tuple[int, JsonArgsStreamer]:
     return index, JsonArgsStreamer(ArgsWriter(parser, index, name, json_coerce))
 
 
-def read_call_args(
-    parser: Any, streamer: JsonArgsStreamer | None, buf: TextBuffer, ends: Sequence[str], raw: list[str], index: int
-) -> str:
-    """A started call's arguments object up to one of ``ends`` (:meth:`JsonArgsStreamer.read`'s
-    outcome); when it is not a JSON object, the warning that drops call ``index``."""
-    assert streamer is not None
-    outcome = streamer.read(buf, ends, raw)
-    if outcome == "failed":
-        parser.warn(f"tool call {index}: its arguments are not a JSON object; dropped", "".join(raw))
-    return outcome
+class JsonCallParser(ToolParser):
+    """A parser of calls written ``NAME ... {arguments} ... <call end>`` (DeepSeek V3, Kimi K2):
+    the steps from the arguments object to the call's end are shared. A format names its
+    markers and state numbers in the class attributes and says what follows a call
+    (:meth:`_after_call`)."""
 
+    _ends: tuple[str, ...] = ()
+    """The markers that end a call's text (its own end first)."""
+    _args_state = _close_state = _skip_state = -1
 
-def scan_to_call_end(buf: TextBuffer, ends: Sequence[str], call_end: str, raw: list[str]) -> tuple[str, str | None]:
-    """The text up to the first of ``ends`` (to ``raw`` too) and the marker met (None: none yet);
-    the call's own end, ``call_end``, is taken to ``raw``, any other marker left for the next step."""
-    before, marker = buf.scan(ends)
-    raw.append(before)
-    if marker == call_end:
-        raw.append(buf.take(len(marker)))
-    return before, marker
+    def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
+        super().__init__(tools, id_factory)
+        self._state = 0
+        self._raw: list[str] = []
+        self._junk: list[str] = []
+        self._head: list[str] = []
+        self._calls = 0
+        self._index = -1
+        self._streamer: JsonArgsStreamer | None = None
+        self._tail: list[str] = []
+
+    def _step_args(self) -> bool:
+        """The arguments object, up to a marker (a marker first: not an object, dropped)."""
+        assert self._streamer is not None
+        outcome = self._streamer.read(self.buf, self._ends, self._raw)
+        if outcome == "ok":
+            self._tail = []
+            self._state = self._close_state
+        elif outcome == "failed":
+            self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
+            self._state = self._skip_state
+        return bool(outcome)
+
+    def _step_close(self) -> bool:
+        """After the arguments object, up to the call's end (text between is junk)."""
+        before, marker = self._to_call_end()
+        self._tail.append(before)  # all of it, whitespace too: chunking must not matter
+        if marker is None:
+            return False
+        tail = "".join(self._tail)
+        if self._is_junk(tail):
+            self._junk.append(tail)
+        self.end_call(self._index)
+        self._calls += 1
+        self._after_call(dropped=False)
+        return True
+
+    def _step_skip(self) -> bool:
+        """What is left of a dropped call, up to its end."""
+        _, marker = self._to_call_end()
+        if marker is None:
+            return False
+        self._after_call(dropped=True)
+        return True
+
+    def _to_call_end(self) -> tuple[str, str | None]:
+        """The text up to the first marker (to the raw text too) and the marker met (None: none
+        yet); the call's own end is taken, any other marker left for the next step."""
+        before, marker = self.buf.scan(self._ends)
+        self._raw.append(before)
+        if marker == self._ends[0]:
+            self._raw.append(self.buf.take(len(marker)))
+        return before, marker
+
+    def _is_junk(self, tail: str) -> bool:
+        """Whether the text between the arguments and the call's end is more than spacing."""
+        return bool(tail.strip())
+
+    def _after_call(self, dropped: bool) -> None:
+        """The call ended (``dropped``: with a warning already): the state that follows."""
+        raise NotImplementedError
 
 
 def next_block_item(buf: TextBuffer, raw: list[str], close: str) -> str:
