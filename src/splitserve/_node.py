@@ -207,14 +207,7 @@ class LocalNode(Node):
         self, script: str, *, input: bytes | None = None, timeout: float = 60.0, check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
         try:
-            res = subprocess.run(
-                ["sh", "-c", script],
-                input=input,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
-                stdin=None if input is not None else subprocess.DEVNULL,
-            )
+            res = capture(["sh", "-c", script], input, timeout)
         except subprocess.TimeoutExpired:
             raise ClusterError(f"local command did not finish within {timeout:.0f} s: {script[:80]}") from None
         if check and res.returncode != 0:
@@ -304,6 +297,20 @@ class LocalNode(Node):
         except OSError:
             return None
         return None
+
+
+def capture(argv: list[str], input: bytes | None, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """``argv`` run here to its end, ``input`` (else nothing) on its stdin, its output captured;
+    raises :class:`subprocess.TimeoutExpired` past ``timeout`` seconds (the process killed), and
+    :class:`FileNotFoundError` when the program is missing. What :meth:`Node.run` runs on."""
+    return subprocess.run(
+        argv,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
 
 
 def run_command(

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._errors import ClusterError
-from ._node import Node, ProcessRef, remote_env, sh_env_value, sh_path, sh_program
+from ._node import Node, ProcessRef, capture, remote_env, sh_env_value, sh_path, sh_program
 
 EXIT_MARK = "# splitserve: exit status "
 _EXIT_RE = re.compile(re.escape(EXIT_MARK) + r"(\d+)")
@@ -105,14 +105,7 @@ class SshNode(Node):
         fails (exit 255) or, with ``check``, when the script fails."""
         argv = [*self.ssh_argv(), "exec sh -c " + shlex.quote(script)]
         try:
-            res = subprocess.run(
-                argv,
-                input=input,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
-                stdin=None if input is not None else subprocess.DEVNULL,
-            )
+            res = capture(argv, input, timeout)
         except subprocess.TimeoutExpired:
             raise ClusterError(f"{self.host}: ssh did not answer within {timeout:.0f} s") from None
         except FileNotFoundError:
