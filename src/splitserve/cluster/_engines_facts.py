@@ -27,6 +27,7 @@ from ._engines_plan import (
 )
 from ._link_facts import EndFacts, parse_ip_addr
 from ._model_rows import MODEL_FACT, engine_model_row, is_model_path, model_fact_command
+from ._parallel_sizes import shape_to_size
 from ._preflight_engines import backend_checks
 from ._rdma_node import sysfs_script
 from ._spec import ClusterSpec
@@ -133,7 +134,7 @@ def gather_engine_facts(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> EngineF
     for w in spec.workers:
         out = outputs[w.name]
         nodes.append(node_facts(w.name, w.bind, out, node_python(spec, w.name), _gds(out)))
-    return EngineFacts(tuple(nodes))
+    return EngineFacts(tuple(nodes), shape_to_size(spec))
 
 
 def port_rows(plan: EnginePlan, edges: Edges = REAL_EDGES) -> list[CheckRow]:
@@ -190,7 +191,7 @@ def engine_preflight(spec: ClusterSpec, edges: Edges = REAL_EDGES) -> list[Check
     for name, addr in [("head", address), *((w.name, w.bind) for w in spec.workers)]:
         out = outputs.get(name, {})
         nodes.append(node_facts(name, addr, out, node_python(spec, name), _gds(out)))
-    facts = EngineFacts(tuple(nodes))
+    facts = EngineFacts(tuple(nodes), shape_to_size(spec))
     unreachable = {n for n in ("head", *(w.name for w in spec.workers)) if n not in outputs}
     rows += [r for r in backend_checks(spec, facts) if r.node not in unreachable]
     model = _table(spec).model

@@ -42,6 +42,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._errors import ClusterError
+from ..plan import ModelShape
 from ._commands import ProcessPlan, base_url, cluster_state_dir
 from ._link_facts import EndFacts, parse_ip_addr
 from ._parallel_sizes import with_parallel_sizes
@@ -134,6 +135,9 @@ class EngineFacts:
     """Facts for every node of a spec, head first."""
 
     nodes: tuple[EngineNode, ...]
+    shape: ModelShape | None = None
+    """The model's heads and layers as the head holds it, read once when ``up`` chooses the
+    parallel sizes (None: not read; then read where needed)."""
 
     def node(self, name: str) -> EngineNode:
         for n in self.nodes:
@@ -143,10 +147,14 @@ class EngineFacts:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineFacts:
-        return cls(tuple(EngineNode.from_dict(n) for n in data["nodes"]))
+        shape = data.get("shape")
+        return cls(tuple(EngineNode.from_dict(n) for n in data["nodes"]), ModelShape(**shape) if shape else None)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"nodes": [n.as_dict() for n in self.nodes]}
+        out: dict[str, Any] = {"nodes": [n.as_dict() for n in self.nodes]}
+        if self.shape is not None:
+            out["shape"] = asdict(self.shape)
+        return out
 
 
 @dataclass
@@ -191,7 +199,7 @@ class EngineReplica:
 def engine_plan(spec: ClusterSpec, facts: EngineFacts) -> EnginePlan:
     """The deployment of ``spec`` (backend ``vllm`` or ``sglang``) on nodes described by ``facts``;
     parallel sizes the spec leaves unset are chosen from the nodes first (a note says which and why)."""
-    spec, sizes = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes})
+    spec, sizes = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes}, facts.shape)
     plan = _engine_plan(spec, facts)
     if sizes:
         plan.notes.insert(0, sizes)

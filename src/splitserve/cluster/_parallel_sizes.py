@@ -77,6 +77,15 @@ def _gguf_shape(model: str) -> ModelShape:
     return ModelShape(heads=info.n_head or None, kv_heads=kv or None, layers=info.n_layer or None, source=str(path))
 
 
+def shape_to_size(spec: ClusterSpec) -> ModelShape | None:
+    """The model's shape when ``up`` chooses ``spec``'s parallel sizes (read once, with the nodes'
+    facts), else None."""
+    table = engine_table(spec)
+    if table is None or not table.auto_sizes or (isinstance(table, VllmSpec) and table.ray_probe):
+        return None
+    return model_shape(table.model, table.env)
+
+
 def with_parallel_sizes(
     spec: ClusterSpec, node_gpus: Mapping[str, int | None], shape: ModelShape | None = None
 ) -> tuple[ClusterSpec, str | None]:
@@ -116,4 +125,4 @@ def with_parallel_sizes(
     return out, None if trivial else choice.note
 
 
-__all__ = ["model_shape", "with_parallel_sizes"]
+__all__ = ["model_shape", "shape_to_size", "with_parallel_sizes"]

@@ -17,7 +17,7 @@ def backend_checks(spec: ClusterSpec, facts: EngineFacts) -> list[CheckRow]:
     """Preflight rows for a vLLM / SGLang spec: ``engine`` (importable everywhere, one version),
     ``nic`` (the private link's interface found and up, its MTU), ``gpus`` (per node against the
     parallel sizes) and, for the Ray launcher, ``ray`` (one version everywhere)."""
-    spec = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes})[0]
+    spec = with_parallel_sizes(spec, {n.name: n.gpus for n in facts.nodes}, facts.shape)[0]
     table = engine_table(spec)
     if table is None:
         return []

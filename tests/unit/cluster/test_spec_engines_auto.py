@@ -236,8 +236,8 @@ def test_up_dry_run_prints_the_chosen_sizes_and_why(tmp_path: Path) -> None:
     assert not (tmp_path / "st").exists() or not any((tmp_path / "st").rglob("*.pid"))
 
 
-def test_dry_run_on_the_fake_network_counts_each_nodes_gpus(tmp_path: Path) -> None:
-    """The same on a :class:`FakeNetwork`: the GPUs come from each node's ``nvidia-smi -L``."""
+def four_gpu_nodes() -> FakeNetwork:
+    """The head and box2 on a :class:`FakeNetwork`, each answering the facts script with 4 GPUs."""
     net = FakeNetwork()
     for host, address in (("local", "10.0.0.1"), ("box2", "10.0.0.2")):
         nic = [{"ifname": "eth1", "mtu": 9000, "operstate": "UP", "addr_info": [{"local": address, "prefixlen": 24}]}]
@@ -245,12 +245,39 @@ def test_dry_run_on_the_fake_network_counts_each_nodes_gpus(tmp_path: Path) -> N
         sections = [("nic", 0, json.dumps(nic)), ("engine", 0, "0.11.0"), ("gpus", 0, gpus), ("gds", 1, "")]
         out = "".join(f"{FACT_MARK}{k}\n{text}\n@@splitserve-rc {rc}\n" for k, rc, text in sections)
         net.node(host).answers.append((FACT_MARK, subprocess.CompletedProcess(["sh"], 0, out.encode(), b"")))
+    return net
+
+
+TP4_PP2 = (
+    "# parallel sizes: tensor 4 x pipeline 2 (auto: 12 heads (4 KV) do not divide over 8 GPUs; "
+    "tensor over each node's 4, pipeline over 2 nodes)"
+)
+
+
+def test_dry_run_on_the_fake_network_counts_each_nodes_gpus(tmp_path: Path) -> None:
+    """The same on a :class:`FakeNetwork`: the GPUs come from each node's ``nvidia-smi -L``."""
+    net = four_gpu_nodes()
     s = spec("vllm", model_dir(tmp_path, 12, 4), [W1], state_dir=str(tmp_path / "st"))
     text = format_plan(plan_launch(s, gather_facts(s, edges=net.edges())))
-    assert text.splitlines()[0] == (
-        "# parallel sizes: tensor 4 x pipeline 2 (auto: 12 heads (4 KV) do not divide over 8 GPUs; "
-        "tensor over each node's 4, pipeline over 2 nodes)"
-    )
+    assert text.splitlines()[0] == TP4_PP2
     serve = [line for line in text.splitlines() if "vllm serve " in line and not line.startswith("#")]
     assert len(serve) == 2 and all("--tensor-parallel-size 4 --pipeline-parallel-size 2" in line for line in serve)
     assert net.spawned == []
+
+
+def test_the_models_shape_is_read_once_with_the_nodes_facts(tmp_path: Path) -> None:
+    """config.json is read with the facts, once: the plan and the preflight rows take the shape
+    from them (the file gone afterwards changes nothing), and it survives the facts' JSON."""
+    model = model_dir(tmp_path, 12, 4)
+    s = spec("vllm", model, [W1], state_dir=str(tmp_path / "st"))
+    gathered = gather_facts(s, edges=four_gpu_nodes().edges())
+    (Path(model) / "config.json").unlink()
+    assert format_plan(plan_launch(s, gathered)).splitlines()[0] == TP4_PP2
+    engines = gathered.nodes
+    assert engines is not None and engines.shape is not None and engines.shape.heads == 12
+    assert EngineFacts.from_dict(json.loads(json.dumps(engines.as_dict()))) == engines
+    gpus = [r for r in backend_checks(s, engines) if r.check == "gpus"]
+    assert gpus and all(r.status == "pass" and "4 GPU(s)" in r.message for r in gpus), gpus
+    # without the facts' shape the file is read where needed: gone, the heads are unknown
+    bare = EngineFacts(engines.nodes)
+    assert f"heads unknown (no readable {model}/config.json)" in engine_plan(s, bare).notes[0]
