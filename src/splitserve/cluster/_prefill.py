@@ -45,6 +45,7 @@ import numpy as np
 from .._errors import ModelError, SplitserveError, UsageError
 from .._node import run_command
 from .._paths import cache_dir as splitserve_cache_dir
+from ._prefill_node import copy_range
 
 HASH_THRESHOLD = 10 * 1024 * 1024
 """Tensors strictly larger than this are looked up in the cache (``ggml-rpc.cpp``)."""
@@ -272,31 +273,6 @@ class PrefillReport:
         }
 
 
-def _copy_range(src: Path, offset: int, nbytes: int, dst_dir: Path, name: str, view: np.ndarray) -> None:
-    tmp = dst_dir / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with src.open("rb") as fin, tmp.open("wb") as fout:
-            done = 0
-            try:  # in the kernel, no copy through Python (Linux)
-                while done < nbytes:
-                    n = os.copy_file_range(fin.fileno(), fout.fileno(), nbytes - done, offset + done)
-                    if n == 0:
-                        break
-                    done += n
-            except (AttributeError, OSError):
-                fout.seek(0)
-                fout.truncate()
-                done = 0
-            if done < nbytes:
-                fout.seek(done)
-                step = 64 << 20
-                for at in range(done, nbytes, step):
-                    fout.write(view[at : min(at + step, nbytes)].data)
-        os.replace(tmp, dst_dir / name)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def prefill_cache(
     model: Path,
     cache_dir: Path | None = None,
@@ -338,7 +314,8 @@ def prefill_cache(
         try:
             written = not (target.is_file() and target.stat().st_size == e.nbytes)
             if written:
-                _copy_range(e.shard, e.offset, e.nbytes, cache, name, view)
+                with e.shard.open("rb") as fin:
+                    copy_range(fin.fileno(), e.offset, e.nbytes, cache, name)
         except OSError as exc:
             raise UsageError(f"cache directory {cache}: cannot write {name} ({exc.strerror or exc})") from None
         with lock:

@@ -107,7 +107,10 @@ def _library(home: Path) -> tuple[Any, str | None]:
     return fn, None
 
 
-def _copy(fd_in: int, offset: int, nbytes: int, cache: Path, name: str) -> None:
+def copy_range(fd_in: int, offset: int, nbytes: int, cache: Path, name: str) -> None:
+    """``nbytes`` at ``offset`` of the open file ``fd_in`` to ``cache/name``, whole or not at all
+    (a temporary file renamed): ``copy_file_range`` in the kernel, else ``pread`` in blocks.
+    The local pre-fill (:mod:`._prefill`) writes with it too."""
     tmp = cache / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with tmp.open("wb") as fout:
@@ -181,7 +184,7 @@ def main(job: dict[str, Any]) -> dict[str, Any]:
         target = cache / name
         written = not (target.is_file() and target.stat().st_size == nbytes)
         if written:
-            _copy(fds[shard], offset, nbytes, cache, name)
+            copy_range(fds[shard], offset, nbytes, cache, name)
         with lock:
             rep["tensors"] += 1
             rep["bytes"] += nbytes
