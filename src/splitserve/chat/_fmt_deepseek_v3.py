@@ -41,7 +41,7 @@ _FENCE_PARTIAL = re.compile(r"\s*(?:`{1,3}(?:j(?:s(?:o(?:n)?)?)?)?)?\s*")
 
 class DeepseekV3Parser(JsonCallParser):
     _ends = _ENDS
-    _args_state, _close_state, _skip_state = _ARGS, _CLOSE, _SKIP
+    _close_state, _skip_state = _CLOSE, _SKIP
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)

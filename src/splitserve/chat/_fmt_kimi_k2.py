@@ -58,7 +58,7 @@ def name_from_id(call_id: str) -> str:
 
 class KimiK2Parser(JsonCallParser):
     _ends = _ENDS
-    _args_state, _close_state, _skip_state = _ARGS, _CLOSE, _SKIP
+    _close_state, _skip_state = _CLOSE, _SKIP
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)

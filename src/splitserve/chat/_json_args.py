@@ -243,7 +243,7 @@ class JsonCallParser(ToolParser):
 
     _ends: tuple[str, ...] = ()
     """The markers that end a call's text (its own end first)."""
-    _args_state = _close_state = _skip_state = -1
+    _close_state = _skip_state = -1  # the format's state numbers after the arguments
 
     def __init__(self, tools: ToolSet, id_factory: IdFactory) -> None:
         super().__init__(tools, id_factory)
