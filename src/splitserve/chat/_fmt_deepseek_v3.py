@@ -137,7 +137,7 @@ class DeepseekV3Parser(JsonCallParser):
         if m is None:
             if not buf.eof and _FENCE_PARTIAL.fullmatch(buf.text):
                 return False
-            self._fail()
+            self._drop_args()
             return True
         self._raw.append(buf.take(m.end()))
         self._state = _ARGS
@@ -152,10 +152,6 @@ class DeepseekV3Parser(JsonCallParser):
     def _start(self, name: str) -> None:
         self._index, self._streamer = start_json_call(self, name)
         self._state = _FENCE
-
-    def _fail(self) -> None:
-        self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
-        self._state = _SKIP
 
     def _end_block(self) -> None:
         self.end_block("tool-call block", self._calls, "".join(self._raw), "".join(self._junk), empty=False)

@@ -264,9 +264,13 @@ class JsonCallParser(ToolParser):
             self._tail = []
             self._state = self._close_state
         elif outcome == "failed":
-            self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
-            self._state = self._skip_state
+            self._drop_args()
         return bool(outcome)
+
+    def _drop_args(self) -> None:
+        """The call's arguments are not a JSON object: warned, and the rest of the call skipped."""
+        self.warn(f"tool call {self._index}: its arguments are not a JSON object; dropped", "".join(self._raw))
+        self._state = self._skip_state
 
     def _step_close(self) -> bool:
         """After the arguments object, up to the call's end (text between is junk)."""
