@@ -22,7 +22,7 @@ from .._errors import ClusterError, SplitserveError
 from ..plan import ModelShape, ParallelChoice, choose_parallel
 from ._model_rows import is_model_path
 from ._spec import ClusterSpec
-from ._spec_engines import VllmSpec, engine_table, server_groups, spec_gpus
+from ._spec_engines import SglangSpec, VllmSpec, engine_table, server_groups, spec_gpus
 
 
 def model_shape(model: str, env: Mapping[str, str] | None = None) -> ModelShape:
@@ -77,13 +77,20 @@ def _gguf_shape(model: str) -> ModelShape:
     return ModelShape(heads=info.n_head or None, kv_heads=kv or None, layers=info.n_layer or None, source=str(path))
 
 
-def shape_to_size(spec: ClusterSpec) -> ModelShape | None:
-    """The model's shape when ``up`` chooses ``spec``'s parallel sizes (read once, with the nodes'
-    facts), else None."""
+def _table_to_size(spec: ClusterSpec) -> VllmSpec | SglangSpec | None:
+    """``spec``'s engine table when ``up`` chooses its parallel sizes: none given, and not the Ray
+    probe (which starts no engine); else None."""
     table = engine_table(spec)
     if table is None or not table.auto_sizes or (isinstance(table, VllmSpec) and table.ray_probe):
         return None
-    return model_shape(table.model, table.env)
+    return table
+
+
+def shape_to_size(spec: ClusterSpec) -> ModelShape | None:
+    """The model's shape when ``up`` chooses ``spec``'s parallel sizes (read once, with the nodes'
+    facts), else None."""
+    table = _table_to_size(spec)
+    return model_shape(table.model, table.env) if table is not None else None
 
 
 def with_parallel_sizes(
@@ -93,8 +100,8 @@ def with_parallel_sizes(
     saying which and why; ``spec`` itself and None when the sizes are given (or for the Ray probe,
     which starts no engine). ``node_gpus``: each node's ``nvidia-smi -L`` count (None: unknown);
     ``shape``: the model's, read from its folder when not given. A ClusterError when no split fits."""
-    table = engine_table(spec)
-    if table is None or not table.auto_sizes or (isinstance(table, VllmSpec) and table.ray_probe):
+    table = _table_to_size(spec)
+    if table is None:
         return spec, None
     shape = shape if shape is not None else model_shape(table.model, table.env)
     given = spec_gpus(spec)
